@@ -1,0 +1,52 @@
+#pragma once
+// The state that linear attention carries between chunks, steps and processes.
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace linattn {
+
+// S: [B, H, M, E] = Σ_j φ(k_j) v_jᵀ and z: [B, H, M] = Σ_j φ(k_j), over the keys consumed so far.
+class RecurrentState {
+ public:
+  RecurrentState() = default;
+  // Zero state. feature_map names the map whose features it sums (checked when it is used).
+  RecurrentState(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
+                 std::string feature_map = "elu");
+
+  int64_t batch() const { return batch_; }
+  int64_t heads() const { return heads_; }
+  int64_t feature_dim() const { return feature_dim_; }
+  int64_t value_dim() const { return value_dim_; }
+  const std::string& feature_map() const { return feature_map_; }
+  // Number of tokens consumed so far.
+  int64_t position() const { return position_; }
+  void set_position(int64_t position) { position_ = position; }
+
+  std::span<float> S() { return S_; }
+  std::span<const float> S() const { return S_; }
+  std::span<float> z() { return z_; }
+  std::span<const float> z() const { return z_; }
+  // Row (b, h) of S: [M, E] contiguous, and of z: [M].
+  float* S(int64_t b, int64_t h) { return S_.data() + (b * heads_ + h) * feature_dim_ * value_dim_; }
+  const float* S(int64_t b, int64_t h) const { return S_.data() + (b * heads_ + h) * feature_dim_ * value_dim_; }
+  float* z(int64_t b, int64_t h) { return z_.data() + (b * heads_ + h) * feature_dim_; }
+  const float* z(int64_t b, int64_t h) const { return z_.data() + (b * heads_ + h) * feature_dim_; }
+
+  void reset();
+
+  // Binary file, format in docs/state-format.md: magic, version, little-endian, CRC-32.
+  // Written to a temporary file and renamed, so a failed save leaves no half-written file.
+  void save(const std::filesystem::path& path) const;
+  // Throws linattn::Error for a missing, truncated, corrupt or unknown-version file.
+  static RecurrentState load(const std::filesystem::path& path);
+
+ private:
+  int64_t batch_ = 0, heads_ = 0, feature_dim_ = 0, value_dim_ = 0, position_ = 0;
+  std::string feature_map_ = "elu";
+  std::vector<float> S_, z_;
+};
+
+}  // namespace linattn

@@ -1,0 +1,34 @@
+#pragma once
+// Exact softmax attention, out = softmax(q kᵀ · scale) v, tiled with an online softmax
+// (FlashAttention-2 style): no N×N buffer in either direction.
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "linattn/view.hpp"
+
+namespace linattn {
+
+struct SoftmaxAttentionOptions {
+  // Multiplies q·k; default 1/√D.
+  std::optional<float> scale;
+  // Causal mask, aligned bottom-right: query i sees key j iff j ≤ i + (Nk − Nq),
+  // as in PyTorch's and FlashAttention's causal cross-attention.
+  bool causal = false;
+  // Per-batch key lengths [B]: batch b sees keys j < key_lengths[b]. Empty: all Nk keys.
+  std::span<const int64_t> key_lengths;
+};
+
+// out: [B, Nq, H, E]; lse: [B, H, Nq] contiguous, the log-sum-exp of each row's scaled scores
+// (−∞ for a row that sees no key; its output row is 0).
+// q: [B, Nq, H, D]; k: [B, Nk, H, D]; v: [B, Nk, H, E].
+void softmax_attention_forward(TensorView out, std::span<float> lse, ConstTensorView q, ConstTensorView k,
+                               ConstTensorView v, const SoftmaxAttentionOptions& options = {});
+
+// dq, dk, dv: gradients, shaped like q, k, v (overwritten).
+// dout: [B, Nq, H, E]; out and lse: as saved by the forward.
+void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
+                                ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView out,
+                                std::span<const float> lse, const SoftmaxAttentionOptions& options = {});
+
+}  // namespace linattn

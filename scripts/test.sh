@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: dependencies, a warnings-as-errors build,
+# the GoogleTest suite under CTest, the same suite under AddressSanitizer + UBSan, and the Python
+# cross-checks against PyTorch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+jobs=$(nproc)
+python=/usr/bin/python3
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINATTN_WERROR=ON -DLINATTN_BUILD_PYTHON=ON \
+  -DPython_EXECUTABLE=$python -DPYTHON_EXECUTABLE=$python >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+if [[ "${LINATTN_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINATTN_WERROR=ON -DLINATTN_SANITIZERS=ON \
+    -DLINATTN_BUILD_TOOLS=ON >/dev/null
+  cmake --build build-asan -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+fi
+
+if [[ -d python/tests ]]; then
+  PYTHONPATH="$PWD/build/python" $python -m pytest -q python/tests
+fi

@@ -1,0 +1,106 @@
+#include "ops/validate.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace linattn::detail {
+
+void fail(const char* op, const std::string& message) {
+  throw Error(std::string("linattn::") + op + ": " + message);
+}
+
+const char* axis_name(int axis) {
+  static const char* const names[] = {"batch", "sequence", "heads", "dim"};
+  return names[axis];
+}
+
+int64_t checked_mul(const char* op, const char* what, int64_t a, int64_t b) {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    std::ostringstream m;
+    m << what << " overflows int64 (" << a << " × " << b << "), expected a size that fits";
+    fail(op, m.str());
+  }
+  return product;
+}
+
+namespace {
+// Elements from the first to the last addressed one, checked against int64 and byte overflow.
+int64_t addressed_span(const char* op, const std::string& name, ConstTensorView view) {
+  int64_t last = 0;
+  for (int i = 0; i < 4; ++i) {
+    int64_t step = checked_mul(op, (name + "'s addressed span").c_str(), view.extent[i] - 1, view.stride[i]);
+    if (__builtin_add_overflow(last, step, &last)) fail(op, name + "'s addressed span overflows int64");
+  }
+  checked_mul(op, (name + "'s byte span").c_str(), last + 1, int64_t(sizeof(float)));
+  return last + 1;
+}
+}  // namespace
+
+int64_t addressed_elements(ConstTensorView view) { return addressed_span("view", "view", view); }
+
+void check_view(const char* op, const char* name, ConstTensorView view) {
+  if (view.data == nullptr) fail(op, std::string(name) + ".data is null, expected a pointer to memory");
+  for (int i = 0; i < 4; ++i) {
+    if (view.extent[i] <= 0) {
+      std::ostringstream m;
+      m << name << ".extent[" << i << "] (" << axis_name(i) << ") is " << view.extent[i] << ", expected ≥ 1";
+      fail(op, m.str());
+    }
+    if (view.stride[i] < 0) {
+      std::ostringstream m;
+      m << name << ".stride[" << i << "] (" << axis_name(i) << ") is " << view.stride[i] << ", expected ≥ 0";
+      fail(op, m.str());
+    }
+  }
+  int64_t elements = 1;
+  for (int i = 0; i < 4; ++i) elements = checked_mul(op, (std::string(name) + "'s element count").c_str(), elements, view.extent[i]);
+  addressed_span(op, name, view);
+}
+
+void check_extent(const char* op, const char* name, ConstTensorView view, int axis, int64_t expected,
+                  const char* because) {
+  if (view.extent[axis] == expected) return;
+  std::ostringstream m;
+  m << name << ".extent[" << axis << "] (" << axis_name(axis) << ") is " << view.extent[axis] << ", expected "
+    << expected << " (" << because << ")";
+  fail(op, m.str());
+}
+
+void check_no_alias(const char* op, const char* out_name, ConstTensorView out, const char* in_name,
+                    ConstTensorView in) {
+  const float* out_begin = out.data;
+  const float* out_end = out.data + addressed_elements(out);
+  const float* in_begin = in.data;
+  const float* in_end = in.data + addressed_elements(in);
+  if (out_begin < in_end && in_begin < out_end) {
+    fail(op, std::string(out_name) + " overlaps " + in_name + " in memory, expected a separate output buffer");
+  }
+}
+
+void check_key_lengths(const char* op, std::span<const int64_t> key_lengths, int64_t batch, int64_t keys) {
+  if (key_lengths.empty()) return;
+  if (int64_t(key_lengths.size()) != batch) {
+    std::ostringstream m;
+    m << "key_lengths has " << key_lengths.size() << " entries, expected " << batch << " (one per batch)";
+    fail(op, m.str());
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    if (key_lengths[b] < 0 || key_lengths[b] > keys) {
+      std::ostringstream m;
+      m << "key_lengths[" << b << "] is " << key_lengths[b] << ", expected a value in [0, " << keys
+        << "] (the number of keys)";
+      fail(op, m.str());
+    }
+  }
+}
+
+void check_size(const char* op, const char* name, int64_t seen, int64_t expected, const char* shape) {
+  if (seen == expected) return;
+  std::ostringstream m;
+  m << name << " has " << seen << " elements, expected " << expected << " (" << shape << ")";
+  fail(op, m.str());
+}
+
+}  // namespace linattn::detail
