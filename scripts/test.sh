@@ -21,6 +21,5 @@ if [[ "${LINATTN_SKIP_SANITIZERS:-0}" != 1 ]]; then
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
 fi
 
-if [[ -d python/tests ]]; then
-  PYTHONPATH="$PWD/build/python" $python -m pytest -q python/tests
-fi
+# Python module cross-checks against PyTorch, and the command's end-to-end tests.
+PYTHONPATH="$PWD/build/python" LINATTN_BIN="$PWD/build/tools/linattn" $python -m pytest -q python/tests tools/tests

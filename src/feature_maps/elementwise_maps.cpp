@@ -13,17 +13,20 @@ template <class Map>
 class ElementwiseMap final : public FeatureMap {
  public:
   std::string name() const override { return Map::name; }
-  void forward(float* phi, const float* x, int64_t rows, int64_t dim) const override {
+  void forward(float* phi, const float* x, int64_t rows, int64_t dim,
+               FeatureRole) const override {
     for (int64_t i = 0; i < rows * dim; ++i) phi[i] = Map::f(x[i]);
   }
-  void backward(float* dx, const float* dphi, const float* x, int64_t rows, int64_t dim) const override {
+  void backward(float* dx, const float* dphi, const float* x, int64_t rows, int64_t dim,
+               FeatureRole) const override {
     for (int64_t i = 0; i < rows * dim; ++i) dx[i] = dphi[i] * Map::df(x[i]);
   }
-  void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim) const override {
+  void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim,
+               FeatureRole) const override {
     for (int64_t i = 0; i < rows * dim; ++i) phi[i] = Map::f(x[i]);
   }
-  void backward_reference(double* dx, const double* dphi, const double* x, int64_t rows,
-                          int64_t dim) const override {
+  void backward_reference(double* dx, const double* dphi, const double* x, int64_t rows, int64_t dim,
+                          FeatureRole) const override {
     for (int64_t i = 0; i < rows * dim; ++i) dx[i] = dphi[i] * Map::df(x[i]);
   }
 };
