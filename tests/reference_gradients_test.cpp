@@ -1,0 +1,161 @@
+// The fp64 oracle's backward against central finite differences of its own forward, in fp64:
+// L = Σ dout ⊙ forward(q, k, v), dL/dx ≈ (L(x + h) − L(x − h)) / 2h for every input element.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "linattn/reference.hpp"
+#include "support/tensors.hpp"
+
+namespace linattn {
+namespace {
+
+using reference::Tensor;
+
+Tensor random_double(std::array<int64_t, 4> extent, std::mt19937_64& rng, double lo = -1, double hi = 1) {
+  Tensor t(extent);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (double& x : t.data) x = dist(rng);
+  return t;
+}
+
+// Inputs bounded away from 0, so that relu's kink is never within h of a sample.
+Tensor random_away_from_zero(std::array<int64_t, 4> extent, std::mt19937_64& rng) {
+  Tensor t = random_double(extent, rng, 0.1, 1.0);
+  std::bernoulli_distribution sign(0.5);
+  for (double& x : t.data) x = sign(rng) ? x : -x;
+  return t;
+}
+
+double inner(const Tensor& a, const Tensor& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.data.size(); ++i) sum += a.data[i] * b.data[i];
+  return sum;
+}
+
+// Central differences of loss() with respect to every element of x.
+Tensor finite_difference(Tensor& x, const std::function<double()>& loss) {
+  const double h = 1e-6;
+  Tensor grad(x.extent);
+  for (size_t i = 0; i < x.data.size(); ++i) {
+    const double saved = x.data[i];
+    x.data[i] = saved + h;
+    const double plus = loss();
+    x.data[i] = saved - h;
+    const double minus = loss();
+    x.data[i] = saved;
+    grad.data[i] = (plus - minus) / (2 * h);
+  }
+  return grad;
+}
+
+// Central differences are accurate to O(h²) plus roundoff ~1e-16/h: about 1e-9 relative here.
+constexpr double kFiniteDifferenceBound = 1e-6;
+
+struct Case {
+  int64_t B, Nq, Nk, H, D, E;
+};
+
+class SoftmaxReferenceGradient : public ::testing::TestWithParam<std::tuple<Case, bool, bool>> {};
+
+TEST_P(SoftmaxReferenceGradient, MatchesFiniteDifferences) {
+  const auto [c, causal, padded_keys] = GetParam();
+  std::mt19937_64 rng(7);
+  Tensor q = random_double({c.B, c.Nq, c.H, c.D}, rng), k = random_double({c.B, c.Nk, c.H, c.D}, rng),
+         v = random_double({c.B, c.Nk, c.H, c.E}, rng), dout = random_double({c.B, c.Nq, c.H, c.E}, rng);
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < c.B; ++b) lengths.push_back(padded_keys ? std::max<int64_t>(1, c.Nk - 1 - b) : c.Nk);
+  SoftmaxAttentionOptions options;
+  options.causal = causal;
+  options.key_lengths = lengths;
+  options.scale = 0.7f;
+  const auto loss = [&] { return inner(dout, reference::softmax_attention_forward(q, k, v, options)); };
+  const reference::Gradients g = reference::softmax_attention_backward(dout, q, k, v, options);
+  EXPECT_LT(testing::relative_error(g.dq, finite_difference(q, loss)), kFiniteDifferenceBound);
+  EXPECT_LT(testing::relative_error(g.dk, finite_difference(k, loss)), kFiniteDifferenceBound);
+  EXPECT_LT(testing::relative_error(g.dv, finite_difference(v, loss)), kFiniteDifferenceBound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SoftmaxReferenceGradient,
+                         ::testing::Combine(::testing::Values(Case{1, 1, 1, 1, 1, 1}, Case{2, 5, 5, 2, 3, 4},
+                                                              Case{1, 3, 7, 1, 5, 2}, Case{2, 7, 3, 1, 4, 4}),
+                                            ::testing::Bool(), ::testing::Bool()));
+
+class LinearReferenceGradient
+    : public ::testing::TestWithParam<std::tuple<Case, bool, const char*, bool>> {};
+
+TEST_P(LinearReferenceGradient, MatchesFiniteDifferences) {
+  const auto [c, causal, map_name, normalize] = GetParam();
+  std::mt19937_64 rng(11);
+  Tensor q = random_away_from_zero({c.B, c.Nq, c.H, c.D}, rng), k = random_away_from_zero({c.B, c.Nk, c.H, c.D}, rng),
+         v = random_double({c.B, c.Nk, c.H, c.E}, rng), dout = random_double({c.B, c.Nq, c.H, c.E}, rng);
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < c.B; ++b) lengths.push_back(std::max<int64_t>(1, c.Nk - b));
+  LinearAttentionOptions options;
+  options.feature_map = feature_map_by_name(map_name);
+  options.causal = causal;
+  options.normalize = normalize;
+  options.key_lengths = lengths;
+  options.eps = 0.5f;  // large, so that a denominator near zero cannot make the check ill-conditioned
+  const int64_t M = options.feature_map->feature_dim(c.D);
+  // Causal passes also start from a random positive initial state, to check dS0 and dz0.
+  reference::State initial{c.B, c.H, M, c.E, {}, {}};
+  Tensor S0 = random_double({1, c.B * c.H, M, c.E}, rng), z0 = random_double({1, c.B * c.H, M, 1}, rng, 0.5, 1.0);
+  const auto state = [&] {
+    initial.S = S0.data;
+    initial.z = z0.data;
+    return causal ? &initial : nullptr;
+  };
+  const auto loss = [&] { return inner(dout, reference::linear_attention_forward(q, k, v, options, state())); };
+  reference::State dinitial;
+  const reference::Gradients g = reference::linear_attention_backward(dout, q, k, v, options, state(), &dinitial);
+  EXPECT_LT(testing::relative_error(g.dq, finite_difference(q, loss)), kFiniteDifferenceBound);
+  EXPECT_LT(testing::relative_error(g.dk, finite_difference(k, loss)), kFiniteDifferenceBound);
+  EXPECT_LT(testing::relative_error(g.dv, finite_difference(v, loss)), kFiniteDifferenceBound);
+  if (causal) {
+    Tensor dS0(S0.extent), dz0(z0.extent);
+    dS0.data = dinitial.S;
+    dz0.data = dinitial.z;
+    EXPECT_LT(testing::relative_error(dS0, finite_difference(S0, loss)), kFiniteDifferenceBound);
+    EXPECT_LT(testing::relative_error(dz0, finite_difference(z0, loss)), kFiniteDifferenceBound);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearReferenceGradient,
+                         ::testing::Combine(::testing::Values(Case{1, 1, 1, 1, 1, 1}, Case{2, 5, 5, 2, 3, 4},
+                                                              Case{1, 6, 6, 1, 5, 2}),
+                                            ::testing::Bool(), ::testing::Values("elu", "relu", "identity"),
+                                            ::testing::Bool()));
+
+TEST(LinearReferenceGradient, CrossAttentionNonCausalAndCausal) {
+  for (const bool causal : {false, true}) {
+    std::mt19937_64 rng(3);
+    Tensor q = random_away_from_zero({1, 4, 1, 3}, rng), k = random_away_from_zero({1, 7, 1, 3}, rng),
+           v = random_double({1, 7, 1, 2}, rng), dout = random_double({1, 4, 1, 2}, rng);
+    LinearAttentionOptions options;
+    options.causal = causal;
+    const auto loss = [&] { return inner(dout, reference::linear_attention_forward(q, k, v, options)); };
+    const reference::Gradients g = reference::linear_attention_backward(dout, q, k, v, options);
+    EXPECT_LT(testing::relative_error(g.dq, finite_difference(q, loss)), kFiniteDifferenceBound);
+    EXPECT_LT(testing::relative_error(g.dk, finite_difference(k, loss)), kFiniteDifferenceBound);
+    EXPECT_LT(testing::relative_error(g.dv, finite_difference(v, loss)), kFiniteDifferenceBound);
+  }
+}
+
+// The oracles agree with each other where the math says they must: linear attention with φ = exp
+// is not available, but causal softmax at N = 1 is the value itself, and a fully masked row is 0.
+TEST(ReferenceSemantics, SoftmaxFullyMaskedRowIsZeroWithMinusInfinityLse) {
+  std::mt19937_64 rng(5);
+  Tensor q = random_double({1, 3, 1, 2}, rng), k = random_double({1, 2, 1, 2}, rng), v = random_double({1, 2, 1, 2}, rng);
+  SoftmaxAttentionOptions options;
+  options.causal = true;  // Nq = 3 > Nk = 2: query 0 sees j ≤ 0 + (2 − 3) = −1, i.e. nothing
+  std::vector<double> lse;
+  const Tensor out = reference::softmax_attention_forward(q, k, v, options, &lse);
+  EXPECT_EQ(out(0, 0, 0, 0), 0.0);
+  EXPECT_TRUE(std::isinf(lse[0]) && lse[0] < 0);
+  EXPECT_NEAR(out(0, 1, 0, 1), v(0, 0, 0, 1), 1e-15);  // query 1 sees key 0 only
+}
+
+}  // namespace
+}  // namespace linattn
