@@ -13,6 +13,13 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINATTN_WERROR=ON -DLI
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+# The install rules: a user's CMake project finds the installed package and runs an operator.
+rm -rf build/install-check build/consumer
+cmake --install build --prefix "$PWD/build/install-check" >/dev/null
+cmake -S examples/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install-check" >/dev/null
+cmake --build build/consumer
+./build/consumer/consumer
+
 if [[ "${LINATTN_SKIP_SANITIZERS:-0}" != 1 ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINATTN_WERROR=ON -DLINATTN_SANITIZERS=ON \
     -DLINATTN_BUILD_TOOLS=ON >/dev/null

@@ -6,6 +6,7 @@
 #include "linattn/error.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "ops/validate.hpp"
+#include "support/temp_dir.hpp"
 
 namespace linattn {
 namespace {
@@ -14,16 +15,7 @@ using detail::check_extent;
 using detail::check_key_lengths;
 using detail::check_no_alias;
 using detail::check_view;
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 TEST(Validate, NullPointerNamesTheArgument) {
   ConstTensorView v(nullptr, {1, 2, 3, 4}, {24, 12, 4, 1});

@@ -2,7 +2,12 @@
 // Everything public in linattn.
 #include "linattn/error.hpp"
 #include "linattn/feature_map.hpp"
+#include "linattn/file_io.hpp"
 #include "linattn/linear_attention.hpp"
+#include "linattn/linformer.hpp"
+#include "linattn/npy.hpp"
+#include "linattn/performer.hpp"
+#include "linattn/quality.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"

@@ -54,7 +54,8 @@ struct State {
 Tensor linear_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const LinearAttentionOptions& options = {}, const State* initial = nullptr,
                                 State* final_state = nullptr);
-// dinitial (causal only, optional): gradient with respect to initial's S and z.
+// dinitial (causal only, optional): gradient with respect to the initial state's S and z, taken at
+// `initial` (or at the zero state when none is given).
 Gradients linear_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const LinearAttentionOptions& options = {}, const State* initial = nullptr,
                                     State* dinitial = nullptr);

@@ -1,28 +1,29 @@
-// The elementwise feature maps: elu+1, relu and identity (M = D).
+// The elementwise feature maps: elu+1, relu and identity (M = D). The fp32 path runs the SIMD
+// kernels of kernels/feature_map_elementwise; the fp64 path is the plain formula (the oracle).
 #include <cmath>
+#include <cstring>
 #include <string>
 
+#include "kernels/feature_map_elementwise.hpp"
 #include "linattn/error.hpp"
 #include "linattn/feature_map.hpp"
 
 namespace linattn {
 namespace {
 
-// Elementwise map given by f (value) and df (derivative), in fp32 and fp64 alike.
+// Elementwise map given by f (value) and df (derivative) in fp64, and by the SIMD kernels
+// Map::forward32 / Map::backward32 in fp32.
 template <class Map>
 class ElementwiseMap final : public FeatureMap {
  public:
   std::string name() const override { return Map::name; }
-  void forward(float* phi, const float* x, int64_t rows, int64_t dim,
-               FeatureRole) const override {
-    for (int64_t i = 0; i < rows * dim; ++i) phi[i] = Map::f(x[i]);
+  void forward(float* phi, const float* x, int64_t rows, int64_t dim, FeatureRole) const override {
+    Map::forward32(phi, x, rows * dim);
   }
-  void backward(float* dx, const float* dphi, const float* x, int64_t rows, int64_t dim,
-               FeatureRole) const override {
-    for (int64_t i = 0; i < rows * dim; ++i) dx[i] = dphi[i] * Map::df(x[i]);
+  void backward(float* dx, const float* dphi, const float* x, int64_t rows, int64_t dim, FeatureRole) const override {
+    Map::backward32(dx, dphi, x, rows * dim);
   }
-  void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim,
-               FeatureRole) const override {
+  void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim, FeatureRole) const override {
     for (int64_t i = 0; i < rows * dim; ++i) phi[i] = Map::f(x[i]);
   }
   void backward_reference(double* dx, const double* dphi, const double* x, int64_t rows, int64_t dim,
@@ -34,26 +35,33 @@ class ElementwiseMap final : public FeatureMap {
 struct EluPlusOne {
   static constexpr const char* name = "elu";
   // φ(x) = elu(x) + 1 = x + 1 for x > 0, exp(x) otherwise.
-  template <class T>
-  static T f(T x) { return x > T(0) ? x + T(1) : std::exp(x); }
-  template <class T>
-  static T df(T x) { return x > T(0) ? T(1) : std::exp(x); }
+  static double f(double x) { return x > 0 ? x + 1 : std::exp(x); }
+  static double df(double x) { return x > 0 ? 1 : std::exp(x); }
+  static void forward32(float* phi, const float* x, int64_t n) { kernels::elu_forward(phi, x, n); }
+  static void backward32(float* dx, const float* dphi, const float* x, int64_t n) {
+    kernels::elu_backward(dx, dphi, x, n);
+  }
 };
 
 struct Relu {
   static constexpr const char* name = "relu";
-  template <class T>
-  static T f(T x) { return x > T(0) ? x : T(0); }
-  template <class T>
-  static T df(T x) { return x > T(0) ? T(1) : T(0); }
+  // NaN passes through (x != x), as it does in every other map.
+  static double f(double x) { return x > 0 || x != x ? x : 0; }
+  static double df(double x) { return x > 0 ? 1 : 0; }
+  static void forward32(float* phi, const float* x, int64_t n) { kernels::relu_forward(phi, x, n); }
+  static void backward32(float* dx, const float* dphi, const float* x, int64_t n) {
+    kernels::relu_backward(dx, dphi, x, n);
+  }
 };
 
 struct Identity {
   static constexpr const char* name = "identity";
-  template <class T>
-  static T f(T x) { return x; }
-  template <class T>
-  static T df(T) { return T(1); }
+  static double f(double x) { return x; }
+  static double df(double) { return 1; }
+  static void forward32(float* phi, const float* x, int64_t n) { std::memmove(phi, x, size_t(n) * sizeof(float)); }
+  static void backward32(float* dx, const float* dphi, const float*, int64_t n) {
+    std::memmove(dx, dphi, size_t(n) * sizeof(float));
+  }
 };
 
 }  // namespace

@@ -8,13 +8,17 @@ namespace linattn {
 
 RecurrentState::RecurrentState(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
                                std::string feature_map)
-    : batch_(batch), heads_(heads), feature_dim_(feature_dim), value_dim_(value_dim),
+    : batch_(batch),
+      heads_(heads),
+      feature_dim_(feature_dim),
+      value_dim_(value_dim),
       feature_map_(std::move(feature_map)) {
   const char* op = "RecurrentState";
   const int64_t extents[] = {batch, heads, feature_dim, value_dim};
   const char* names[] = {"batch", "heads", "feature_dim", "value_dim"};
   for (int i = 0; i < 4; ++i)
-    if (extents[i] <= 0) detail::fail(op, std::string(names[i]) + " is " + std::to_string(extents[i]) + ", expected ≥ 1");
+    if (extents[i] <= 0)
+      detail::fail(op, std::string(names[i]) + " is " + std::to_string(extents[i]) + ", expected ≥ 1");
   const int64_t bh = detail::checked_mul(op, "batch × heads", batch, heads);
   const int64_t bhm = detail::checked_mul(op, "batch × heads × feature_dim", bh, feature_dim);
   const int64_t bhme = detail::checked_mul(op, "batch × heads × feature_dim × value_dim", bhm, value_dim);

@@ -103,4 +103,16 @@ void check_size(const char* op, const char* name, int64_t seen, int64_t expected
   fail(op, m.str());
 }
 
+void check_attention_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v) {
+  check_view(op, "q", q);
+  check_view(op, "k", k);
+  check_view(op, "v", v);
+  check_extent(op, "k", k, 0, q.batch(), "q's batch");
+  check_extent(op, "k", k, 2, q.heads(), "q's heads");
+  check_extent(op, "k", k, 3, q.dim(), "q's head dim");
+  check_extent(op, "v", v, 0, q.batch(), "q's batch");
+  check_extent(op, "v", v, 1, k.seq(), "k's sequence length");
+  check_extent(op, "v", v, 2, q.heads(), "q's heads");
+}
+
 }  // namespace linattn::detail

@@ -27,6 +27,8 @@ void check_no_alias(const char* op, const char* out_name, ConstTensorView out, c
 void check_key_lengths(const char* op, std::span<const int64_t> key_lengths, int64_t batch, int64_t keys);
 // A contiguous buffer argument has exactly `expected` elements.
 void check_size(const char* op, const char* name, int64_t seen, int64_t expected, const char* shape);
+// q [B, Nq, H, D], k [B, Nk, H, D], v [B, Nk, H, E]: each a valid view, and agreeing with each other.
+void check_attention_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v);
 
 // Number of elements from the first to the last addressed element, inclusive.
 int64_t addressed_elements(ConstTensorView view);

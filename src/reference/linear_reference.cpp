@@ -160,14 +160,15 @@ Gradients linear_attention_backward(const Tensor& dout, const Tensor& q, const T
             dphi_k[j * s.M + m] += da * phi_q[m];
           }
         }
+        // num += φ(q_i)ᵀS0, den += φ(q_i)ᵀz0 (causal; S0 = 0 when no initial state is given)
         if (const double* S0 = state_S(initial, s, b, h)) {
-          // num += φ(q_i)ᵀS0, den += φ(q_i)ᵀz0
           const double* z0 = state_z(initial, s, b, h);
+          for (int64_t m = 0; m < s.M; ++m) dphi_qi[m] += dot(S0 + m * s.E, dnum.data(), s.E) + z0[m] * dden;
+        }
+        if (dinitial && options.causal) {
+          double* dS0 = dinitial->S.data() + (b * s.H + h) * s.M * s.E;
+          double* dz0 = dinitial->z.data() + (b * s.H + h) * s.M;
           for (int64_t m = 0; m < s.M; ++m) {
-            dphi_qi[m] += dot(S0 + m * s.E, dnum.data(), s.E) + z0[m] * dden;
-            if (!dinitial) continue;
-            double* dS0 = dinitial->S.data() + (b * s.H + h) * s.M * s.E;
-            double* dz0 = dinitial->z.data() + (b * s.H + h) * s.M;
             for (int64_t e = 0; e < s.E; ++e) dS0[m * s.E + e] += phi_q[m] * dnum[e];
             dz0[m] += phi_q[m] * dden;
           }

@@ -1,0 +1,79 @@
+#pragma once
+// What every benchmark program shares: random inputs in [B, H, N, D] storage (the layout PyTorch and
+// the prefix-sum baseline use), thread control, and the FLOPS / bytes counters.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "flops.hpp"
+#include "linattn/threads.hpp"
+#include "linattn/view.hpp"
+
+namespace linattn::bench {
+
+// n floats uniform in [lo, hi), reproducible from seed.
+inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> x(n);
+  for (float& value : x) value = dist(rng);
+  return x;
+}
+
+// A [B, H, N, D] buffer and its [B, N, H, D] view.
+struct Tensor {
+  std::vector<float> data;
+  TensorView view;
+  Tensor(int64_t B, int64_t H, int64_t N, int64_t D, uint64_t seed)
+      : data(random_floats(B * H * N * D, seed)), view(bhnd(data.data(), B, H, N, D)) {}
+};
+
+// q, k, v [B, H, N, D|E] and the tensors of a forward (out) and a backward (dout, dq, dk, dv) of
+// attention with as many queries as keys.
+struct Problem {
+  int64_t B, H, N, D, E;
+  Tensor q, k, v, out, dout, dq, dk, dv;
+  Problem(int64_t B_, int64_t H_, int64_t N_, int64_t D_, int64_t E_)
+      : B(B_),
+        H(H_),
+        N(N_),
+        D(D_),
+        E(E_),
+        q(B, H, N, D, 1),
+        k(B, H, N, D, 2),
+        v(B, H, N, E, 3),
+        out(B, H, N, E, 4),
+        dout(B, H, N, E, 5),
+        dq(B, H, N, D, 6),
+        dk(B, H, N, D, 7),
+        dv(B, H, N, E, 8) {}
+  // Compulsory traffic: q, k, v read and out written; the backward reads dout too and writes dq, dk, dv.
+  double forward_bytes() const { return 2 * tensor_bytes(B, H, N, D) + 2 * tensor_bytes(B, H, N, E); }
+  double backward_bytes() const { return 4 * tensor_bytes(B, H, N, D) + 3 * tensor_bytes(B, H, N, E); }
+};
+
+// Registers sizes × threads {1, 2} (args "N" and "threads"), timed by the wall clock in milliseconds.
+template <int64_t... kSizes>
+void sizes_by_threads(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"N", "threads"})->ArgsProduct({{kSizes...}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+// The operators' thread count for one benchmark, restored afterwards.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) { set_num_threads(threads); }
+  ~ThreadScope() { set_num_threads(0); }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+};
+
+// FLOPS (flops per second) and bytes_per_second from per-iteration counts; threads echoed for the report.
+inline void set_counters(benchmark::State& state, double flops, double bytes, int threads) {
+  state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bytes_per_second"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = threads;
+}
+
+}  // namespace linattn::bench

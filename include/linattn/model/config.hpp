@@ -1,0 +1,43 @@
+#pragma once
+// The shape of a decoder-only transformer: what a model file stores to rebuild it.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "linattn/feature_map.hpp"
+
+namespace linattn::model {
+
+// The attention each block uses: exact softmax, linear with φ = elu + 1, or Performer (FAVOR+).
+enum class AttentionKind { softmax, linear, favor };
+
+const char* attention_name(AttentionKind kind);
+// "softmax", "linear" or "favor"; throws linattn::Error naming the choices otherwise.
+AttentionKind attention_by_name(std::string_view name);
+
+struct ModelConfig {
+  int64_t vocab_size = 0;
+  int64_t d_model = 64;      // C
+  int64_t layers = 2;        // L
+  int64_t heads = 4;         // H; head dim = C / H
+  int64_t mlp_hidden = 256;  // the MLP's inner width
+  AttentionKind attention = AttentionKind::linear;
+  int64_t favor_features = 64;  // Performer: random features per head
+  uint64_t favor_seed = 7;      // Performer: layer l draws its features from favor_seed + l
+  int64_t chunk_size = 64;      // causal linear attention: tokens per chunk
+  uint64_t init_seed = 1;       // weight initialisation
+
+  int64_t head_dim() const { return d_model / heads; }
+};
+
+// Throws linattn::Error naming the first bad field (non-positive sizes, C not divisible by H, ...).
+void check_config(const ModelConfig& config);
+
+// φ for layer `layer` (null for softmax): elu + 1, or layer's FAVOR+ draw.
+FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer);
+
+// "key=value" lines, the form model files store; parse throws linattn::Error naming a bad line.
+std::string config_to_text(const ModelConfig& config);
+ModelConfig config_from_text(std::string_view text);
+
+}  // namespace linattn::model

@@ -1,0 +1,87 @@
+#pragma once
+// What the model trains on: a character-level tokenizer, the copy task, and a text corpus.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace linattn::model {
+
+// Character level: token i is the byte vocab()[i].
+class Tokenizer {
+ public:
+  Tokenizer() = default;
+  // vocab: distinct bytes; throws linattn::Error on an empty or repeated one.
+  explicit Tokenizer(std::string vocab);
+  // The sorted distinct bytes of text.
+  static Tokenizer from_text(std::string_view text);
+
+  int64_t size() const { return int64_t(vocab_.size()); }
+  const std::string& vocab() const { return vocab_; }
+  // Throws linattn::Error naming the first byte that is not in the vocabulary.
+  std::vector<int32_t> encode(std::string_view text) const;
+  std::string decode(std::span<const int32_t> tokens) const;
+
+ private:
+  std::string vocab_;
+  int32_t index_[256] = {};  // byte → token + 1 (0: not in vocab)
+};
+
+// tokens, targets, weights: [B, T]. targets[i] is the token after tokens[i]; weights say which
+// positions the loss counts.
+struct Batch {
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> tokens, targets;
+  std::vector<float> weights;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual const Tokenizer& tokenizer() const = 0;
+  // Batch `index` of a stream fixed by seed: the same (seed, index) gives the same batch, which is
+  // what makes a resumed run repeat an uninterrupted one.
+  virtual Batch train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const = 0;
+  // Held-out batches, the same every call.
+  virtual std::vector<Batch> eval_batches(int64_t B, int64_t T, int64_t max_batches) const = 0;
+};
+
+// The copy task of "Transformers are RNNs" (§4.1): L random symbols from 10, a separator, the same
+// L symbols again, then padding; L uniform in [T/4, T/2), as in the paper's code (32..63 for T = 128,
+// so sequences of up to 128 symbols). Only the copied half counts in the loss.
+// Tokens print as "abcdefghij" (symbols), '|' (separator), '.' (padding).
+class CopyTask final : public Task {
+ public:
+  static constexpr int32_t kSymbols = 10, kSeparator = 10, kPad = 11;
+  CopyTask();
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  Batch train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const override;
+  std::vector<Batch> eval_batches(int64_t B, int64_t T, int64_t max_batches) const override;
+
+ private:
+  Tokenizer tokenizer_;
+};
+
+// A text file, characters as tokens: the first 90% trains (random windows), the last 10% is held
+// out (consecutive windows from its start). Every position counts.
+class TextTask final : public Task {
+ public:
+  // Throws linattn::Error for a missing file or one shorter than 1000 bytes.
+  explicit TextTask(const std::filesystem::path& path);
+  TextTask(std::string text, std::string name);
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  Batch train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const override;
+  std::vector<Batch> eval_batches(int64_t B, int64_t T, int64_t max_batches) const override;
+
+ private:
+  Tokenizer tokenizer_;
+  std::vector<int32_t> train_, held_out_;
+};
+
+// "copy" or "text" (which reads data_path); throws linattn::Error naming the choices otherwise.
+std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path);
+
+}  // namespace linattn::model

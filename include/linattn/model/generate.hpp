@@ -1,0 +1,44 @@
+#pragma once
+// Generation from a trained model. Linear and favor attention carry a RecurrentState per layer
+// (memory and time per token independent of the context); softmax keeps a KV cache per layer and
+// attends a single query to all cached keys (a prompt block goes through the causal operator,
+// bottom-right aligned against the cache).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "linattn/model/transformer.hpp"
+#include "linattn/recurrent_state.hpp"
+
+namespace linattn::model {
+
+class Generator {
+ public:
+  // Keeps a reference to model: it must outlive the generator.
+  explicit Generator(const Transformer<float>& model);
+
+  // Feeds tokens at positions position() .. position() + n − 1 and returns their logits [n, V].
+  // One token steps the state (recurrent_step, or one query against the KV cache); a block of
+  // several (a prompt) runs the parallel causal operators from the current state, chunk by chunk.
+  std::span<const float> feed(std::span<const int32_t> tokens);
+  int64_t position() const { return position_; }
+  // Forgets the context.
+  void reset();
+  // Bytes of context state held: grows with position for softmax, constant for linear and favor.
+  int64_t state_bytes() const;
+
+ private:
+  const Transformer<float>& model_;
+  int64_t position_ = 0;
+  std::vector<RecurrentState> states_;             // per layer (linear, favor)
+  std::vector<std::vector<float>> keys_, values_;  // per layer [position, C] (softmax)
+  std::vector<float> buffers_, logits_, scores_;
+
+  void feed_block(const int32_t* tokens, int64_t n);
+};
+
+// A token drawn from softmax(logits / temperature) with the uniform number u ∈ [0, 1);
+// temperature 0 takes the argmax (the lowest index among ties).
+int32_t sample_token(std::span<const float> logits, double temperature, double u);
+
+}  // namespace linattn::model

@@ -1,0 +1,79 @@
+#pragma once
+// The training loop: batches from a task, forward, backward, clipping, AdamW on a warmup + cosine
+// schedule, periodic evaluation and checkpoints. Deterministic given the seed: a run resumed from
+// a checkpoint takes the same steps, bit for bit, as one that was never interrupted.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "linattn/model/config.hpp"
+#include "linattn/model/data.hpp"
+#include "linattn/model/optimizer.hpp"
+#include "linattn/model/transformer.hpp"
+
+namespace linattn::model {
+
+struct TrainOptions {
+  std::string task = "copy";  // "copy" or "text"
+  std::string data;           // the text file (task "text")
+  int64_t steps = 1000, batch = 16, seq_len = 128, warmup = 100;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.01, clip = 1.0;
+  uint64_t seed = 1;
+  int64_t eval_every = 0, eval_batches = 8;  // 0: evaluate only at the end
+  std::string checkpoint;                    // where checkpoints go ("": none)
+  int64_t checkpoint_every = 0;              // 0: only at the end
+};
+// Throws linattn::Error naming the first bad option.
+void check_train_options(const TrainOptions& options);
+std::string train_options_to_text(const TrainOptions& options);
+TrainOptions train_options_from_text(std::string_view text);
+
+struct EvalResult {
+  double loss = 0;      // mean weighted cross-entropy, nats per token
+  double accuracy = 0;  // argmax = target, over the weighted positions
+  double bits_per_token() const;
+};
+
+struct Progress {
+  int64_t step = 0, steps = 0;  // steps done, of
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, eta_s = 0;
+  std::optional<EvalResult> eval;
+};
+
+class Trainer {
+ public:
+  // config.vocab_size is taken from the task's tokenizer.
+  Trainer(ModelConfig config, TrainOptions options);
+  // Continues the run saved in a checkpoint: its config, options, weights, step and moments.
+  static Trainer resume(const std::filesystem::path& checkpoint);
+
+  // One optimizer step on the next batch; returns its loss (before the update).
+  double train_step();
+  // Held-out loss and accuracy (reuses the model's activation buffers).
+  EvalResult evaluate(int64_t max_batches);
+  // Trains to options().steps, calling report after every log_every steps, after each evaluation
+  // and at the end, and saving checkpoints as the options say.
+  void run(const std::function<void(const Progress&)>& report, int64_t log_every = 10);
+
+  void save_checkpoint(const std::filesystem::path& path) const;
+  // Weights only: what `linattn generate` reads.
+  void save_model(const std::filesystem::path& path) const;
+
+  int64_t step() const { return optimizer_.step(); }
+  const TrainOptions& options() const { return options_; }
+  const Transformer<float>& model() const { return *model_; }
+  const Task& task() const { return *task_; }
+  double last_grad_norm() const { return grad_norm_; }
+
+ private:
+  TrainOptions options_;
+  std::unique_ptr<Task> task_;
+  std::unique_ptr<Transformer<float>> model_;
+  AdamW optimizer_;
+  double grad_norm_ = 0;
+};
+
+}  // namespace linattn::model

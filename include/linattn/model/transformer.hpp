@@ -1,0 +1,88 @@
+#pragma once
+// A decoder-only transformer: token embedding + sinusoidal positions, L pre-norm blocks
+// (LayerNorm, causal multi-head attention, LayerNorm, GELU MLP, each with a residual), a final
+// LayerNorm and an untied output head. Parameters live in one flat array (as llm.c), so the
+// optimizer, checkpoints and gradient checks treat them as one vector.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "linattn/model/config.hpp"
+#include "linattn/model/layers.hpp"
+
+namespace linattn::model {
+
+// One named parameter tensor inside the flat array.
+struct ParamTensor {
+  std::string name;
+  int64_t offset = 0, size = 0;
+  bool decay = false;  // AdamW decays matrices, not biases, norms or positions
+};
+
+// Pointers to every parameter tensor of a flat array laid out for a config; [L, ...] per block kind.
+template <class P>
+struct ParamPointers {
+  P* wte;                  // [V, C]
+  P *ln1w, *ln1b;          // [L, C]
+  P *qkvw, *qkvb;          // [L, C, 3C], [L, 3C]
+  P *attprojw, *attprojb;  // [L, C, C], [L, C]
+  P *ln2w, *ln2b;          // [L, C]
+  P *fcw, *fcb;            // [L, C, F], [L, F]
+  P *fcprojw, *fcprojb;    // [L, F, C], [L, C]
+  P *lnfw, *lnfb;          // [C]
+  P *headw, *headb;        // [C, V], [V]
+};
+
+// The parameter tensors of a config, in array order.
+std::vector<ParamTensor> param_tensors(const ModelConfig& config);
+int64_t param_count(const ModelConfig& config);
+template <class P>
+ParamPointers<P> param_pointers(P* base, const ModelConfig& config);
+
+template <class T>
+class Transformer {
+ public:
+  // Weights drawn from config.init_seed (N(0, 0.02), residual projections scaled by 1/√(2L)).
+  explicit Transformer(const ModelConfig& config);
+
+  const ModelConfig& config() const { return config_; }
+  std::vector<T>& params() { return params_; }
+  const std::vector<T>& params() const { return params_; }
+  std::vector<T>& grads() { return grads_; }
+  const std::vector<T>& grads() const { return grads_; }
+  // φ of each layer (null for softmax), shared with generation.
+  const AttentionSpec& attention(int64_t layer) const { return specs_[layer]; }
+
+  // logits: [B, T, V] of tokens: [B, T] (positions 0..T−1). Returns the loss when targets: [B, T]
+  // is given (weights: [B, T] or null), else 0. Keeps what backward needs.
+  T forward(const int32_t* tokens, const int32_t* targets, const T* weights, int64_t B, int64_t T_);
+  // grads += ∂loss/∂params of the last forward, which must have had targets.
+  void backward();
+  void zero_grad();
+  const T* logits() const { return logits_.data(); }
+
+ private:
+  ModelConfig config_;
+  std::vector<AttentionSpec> specs_;
+  std::vector<T> params_, grads_;
+  int64_t B_ = 0, T_ = 0;
+  bool has_targets_ = false;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<T> weights_;
+  // Activations, llm.c style: per layer where marked [L, ...].
+  std::vector<T> encoded_;                    // [B, T, C]
+  std::vector<T> ln1_, ln1_mean_, ln1_rstd_;  // [L, B, T, C], [L, B, T]
+  std::vector<T> qkv_, atty_, lse_;           // [L, B, T, 3C], [L, B, T, C], [L, B, H, T]
+  std::vector<T> residual2_;                  // [L, B, T, C]
+  std::vector<T> ln2_, ln2_mean_, ln2_rstd_;
+  std::vector<T> fch_, fch_gelu_;  // [L, B, T, F]
+  std::vector<T> residual3_;       // [L, B, T, C]
+  std::vector<T> lnf_, lnf_mean_, lnf_rstd_;
+  std::vector<T> logits_, probs_;                              // [B, T, V]
+  std::vector<T> scratch_;                                     // [B, T, C]
+  std::vector<T> dlogits_, dres_, dln_, dbig_, dfch_, datty_;  // backward's buffers
+
+  void resize(int64_t B, int64_t T_);
+};
+
+}  // namespace linattn::model

@@ -1,0 +1,184 @@
+"""PyTorch autograd for linattn: functions whose backward is linattn's C++ backward, and layers.
+
+Tensors must be on the CPU. float32 tensors run linattn's fast operators, read in place through
+`.detach().numpy()` (no copy, any strides). float64 tensors run the fp64 oracle (linattn.reference:
+O(N²), slow) so that torch.autograd.gradcheck works at fp64 tolerances; they are never rounded to
+float32. Other dtypes, or q, k, v of different dtypes, raise TypeError.
+"""
+
+import numpy as np
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from . import _linattn
+
+__all__ = ["softmax_attention", "linear_attention", "Attention", "SoftmaxAttention", "LinearAttention"]
+if hasattr(_linattn, "linformer_attention"):
+    __all__.append("linformer_attention")
+
+_NAMES = ("q", "k", "v", "E", "F")  # the tensor arguments, in order, for messages
+
+
+def _backend(tensors):
+    """The module that computes on these tensors: the fast one for float32, the oracle for float64."""
+    q = tensors[0]
+    for name, x in zip(_NAMES, tensors):
+        if x is None:  # F, when values are projected by E
+            continue
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+        if x.device.type != "cpu":
+            raise TypeError(f"{name}: expected a CPU tensor, got device {x.device}")
+        if x.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name}: expected float32 (or float64, run by the fp64 oracle), got {x.dtype}")
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name}: expected {q.dtype} (q's dtype), got {x.dtype}")
+    return _linattn if q.dtype == torch.float32 else _linattn.reference
+
+
+def _array(x):
+    """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
+    return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
+
+
+def _key_lengths(key_lengths):
+    if key_lengths is None:
+        return None
+    if isinstance(key_lengths, torch.Tensor):
+        if key_lengths.is_floating_point() or key_lengths.is_complex() or key_lengths.dtype == torch.bool:
+            raise TypeError(f"key_lengths: expected integers, got {key_lengths.dtype}")
+        key_lengths = key_lengths.detach().cpu().numpy()
+    return np.asarray(key_lengths)
+
+
+class _Operator(torch.autograd.Function):
+    """out = linattn.<name>(*tensors, **options), with linattn.<name>_backward(*tensors, dout, **options)
+    as its backward: one gradient per tensor (None for an absent F).
+
+    Where the backend has the pair _<name>_saving / _<name>_backward_saved (softmax and Linformer in
+    float32), the forward's out and lse go to the backward instead of being recomputed there."""
+
+    @staticmethod
+    def forward(ctx, name, options, *tensors):
+        ctx.backend, ctx.name, ctx.options = _backend(tensors), name, options
+        saving = getattr(ctx.backend, f"_{name}_saving", None)
+        arrays = [_array(t) for t in tensors]
+        if saving is None:
+            out, ctx.lse = torch.from_numpy(getattr(ctx.backend, name)(*arrays, **options)), None
+            ctx.save_for_backward(*tensors)
+        else:
+            out, ctx.lse = saving(*arrays, **options)
+            out = torch.from_numpy(out)
+            ctx.save_for_backward(*tensors, out)  # autograd notices if out is then changed in place
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        saved = ctx.saved_tensors
+        dout = _array(dout.to(saved[0].dtype))
+        if ctx.lse is None:
+            backward = getattr(ctx.backend, f"{ctx.name}_backward")
+            grads = backward(*map(_array, saved), dout, **ctx.options)
+        else:
+            backward = getattr(ctx.backend, f"_{ctx.name}_backward_saved")
+            grads = backward(*map(_array, saved), ctx.lse, dout, **ctx.options)
+        return (None, None, *(None if g is None else torch.from_numpy(g) for g in grads))
+
+
+def softmax_attention(q, k, v, *, causal=False, key_lengths=None, scale=None):
+    """softmax(q kᵀ · scale) v for q [B, Nq, H, D], k [B, Nk, H, D], v [B, Nk, H, E] -> [B, Nq, H, E].
+
+    scale defaults to 1/√D; causal aligns bottom-right (query i sees keys j ≤ i + Nk − Nq);
+    key_lengths [B]: batch b sees keys j < key_lengths[b]. A row that sees no key outputs 0.
+    """
+    options = dict(causal=bool(causal), key_lengths=_key_lengths(key_lengths), scale=scale)
+    return _Operator.apply("softmax_attention", options, q, k, v)
+
+
+def linear_attention(q, k, v, *, feature_map="elu", causal=False, key_lengths=None, eps=1e-6, n_features=None,
+                     seed=0):
+    """φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), the sums over j < key_lengths[b]
+    (and j ≤ i + Nk − Nq when causal).
+
+    feature_map: "elu" (elu + 1, the default), "relu", "identity", or "favor" (Performer random
+    features with n_features and seed) where built in.
+    """
+    options = dict(feature_map=feature_map, causal=bool(causal), key_lengths=_key_lengths(key_lengths),
+                   eps=float(eps), n_features=n_features, seed=seed)
+    return _Operator.apply("linear_attention", options, q, k, v)
+
+
+def linformer_attention(q, k, v, E, F=None, *, key_lengths=None, scale=None):
+    """Linformer: softmax(q (E k)ᵀ · scale) (F v), keys and values projected along the sequence.
+
+    E, F: [P, N_max] (shared by the heads) or [H, P, N_max]; F None: values are projected by E too.
+    A sequence of Nk ≤ N_max keys uses the leading Nk columns. Differentiable in q, k, v, E and F.
+    """
+    options = dict(key_lengths=_key_lengths(key_lengths), scale=scale)
+    return _Operator.apply("linformer_attention", options, q, k, v, E, F)
+
+
+class Attention(nn.Module):
+    """Multi-head attention with linattn inside: x [B, Nq, d_model] (and context [B, Nk, d_model] for
+    cross-attention, default x) -> [B, Nq, d_model].
+
+    q, k, v are linear projections of d_model to n_heads × head_dim (head_dim = d_model / n_heads by
+    default; value_dim likewise), then attention="linear" or "softmax" per head, then an output
+    projection back to d_model. Keyword arguments of the attention (feature_map, eps, scale,
+    n_features, seed) are passed through.
+    """
+
+    def __init__(self, d_model, n_heads, attention="linear", causal=False, *, head_dim=None, value_dim=None,
+                 bias=True, feature_map="elu", eps=1e-6, scale=None, n_features=None, seed=0, device=None,
+                 dtype=None):
+        super().__init__()
+        if attention not in ("linear", "softmax"):
+            raise ValueError(f'attention: expected "linear" or "softmax", got {attention!r}')
+        if head_dim is None or value_dim is None:
+            if d_model % n_heads != 0:
+                raise ValueError(f"d_model: {d_model} is not a multiple of n_heads ({n_heads}); give head_dim")
+        self.d_model, self.n_heads, self.attention, self.causal = d_model, n_heads, attention, causal
+        self.head_dim = head_dim or d_model // n_heads
+        self.value_dim = value_dim or d_model // n_heads
+        factory = dict(device=device, dtype=dtype)
+        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias, **factory)
+        self.k_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias, **factory)
+        self.v_proj = nn.Linear(d_model, n_heads * self.value_dim, bias=bias, **factory)
+        self.out_proj = nn.Linear(n_heads * self.value_dim, d_model, bias=bias, **factory)
+        if attention == "linear":
+            self.options = dict(feature_map=feature_map, eps=eps, n_features=n_features, seed=seed)
+        else:
+            self.options = dict(scale=scale)
+
+    def forward(self, x, context=None, *, key_lengths=None):
+        context = x if context is None else context
+        B, Nq, _ = x.shape
+        Nk = context.shape[1]
+        H = self.n_heads
+        q = self.q_proj(x).view(B, Nq, H, self.head_dim)
+        k = self.k_proj(context).view(B, Nk, H, self.head_dim)
+        v = self.v_proj(context).view(B, Nk, H, self.value_dim)
+        attend = linear_attention if self.attention == "linear" else softmax_attention
+        out = attend(q, k, v, causal=self.causal, key_lengths=key_lengths, **self.options)
+        return self.out_proj(out.reshape(B, Nq, H * self.value_dim))
+
+    def extra_repr(self):
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, attention={self.attention!r}, "
+                f"causal={self.causal}, head_dim={self.head_dim}, value_dim={self.value_dim}")
+
+
+class SoftmaxAttention(Attention):
+    """Attention(d_model, n_heads, attention="softmax", ...)."""
+
+    def __init__(self, d_model, n_heads, causal=False, **kwargs):
+        super().__init__(d_model, n_heads, "softmax", causal, **kwargs)
+
+
+class LinearAttention(Attention):
+    """Attention(d_model, n_heads, attention="linear", ...)."""
+
+    def __init__(self, d_model, n_heads, causal=False, **kwargs):
+        super().__init__(d_model, n_heads, "linear", causal, **kwargs)
+

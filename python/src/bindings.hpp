@@ -1,0 +1,58 @@
+#pragma once
+// The pieces of the _linattn module, one file each, and the option parsing they share.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "linattn/feature_map.hpp"
+#include "linattn/linear_attention.hpp"
+#include "linattn/softmax_attention.hpp"
+
+namespace linattn::python {
+
+namespace py = pybind11;
+
+void bind_attention(py::module_& m);  // softmax and linear attention, forward and backward (fp32)
+void bind_reference(py::module_& m);  // the fp64 oracle, for torch's float64 path and gradcheck
+void bind_state(py::module_& m);      // RecurrentState
+void bind_linformer(py::module_& m);  // Linformer, when include/linattn/linformer.hpp exists
+
+// The map named `name` for head dim `dim`. n_features and seed only mean something for "favor";
+// n_features given for another map is a ValueError, seed is ignored by the deterministic maps.
+FeatureMapPtr feature_map_arg(const std::string& name, int64_t dim, std::optional<int64_t> n_features, uint64_t seed);
+// Whether "favor" is built in (include/linattn/performer.hpp was there at build time).
+bool has_favor();
+
+// The keyword arguments as operator options; key_lengths must outlive the options.
+SoftmaxAttentionOptions softmax_options(std::span<const int64_t> key_lengths, bool causal, std::optional<float> scale);
+LinearAttentionOptions linear_options(std::span<const int64_t> key_lengths, int64_t dim, const std::string& feature_map,
+                                      bool causal, float eps, std::optional<int64_t> n_features, uint64_t seed);
+
+// Defines name and name_backward with the Python signatures of the contract, for the fp32 module
+// and the fp64 oracle alike: forward(q, k, v, *, options) and backward(q, k, v, dout, *, options).
+template <class Forward, class Backward>
+void def_softmax(py::module_& m, Forward forward, Backward backward) {
+  using py::arg;
+  m.def("softmax_attention", forward, arg("q"), arg("k"), arg("v"), py::kw_only(), arg("causal") = false,
+        arg("key_lengths") = py::none(), arg("scale") = py::none(),
+        "out [B, Nq, H, E] = softmax(q kᵀ · scale) v, scale defaulting to 1/√D.");
+  m.def("softmax_attention_backward", backward, arg("q"), arg("k"), arg("v"), arg("dout"), py::kw_only(),
+        arg("causal") = false, arg("key_lengths") = py::none(), arg("scale") = py::none(),
+        "(dq, dk, dv) of softmax_attention for the output gradient dout [B, Nq, H, E].");
+}
+template <class Forward, class Backward>
+void def_linear(py::module_& m, Forward forward, Backward backward) {
+  using py::arg;
+  m.def("linear_attention", forward, arg("q"), arg("k"), arg("v"), py::kw_only(), arg("feature_map") = "elu",
+        arg("causal") = false, arg("key_lengths") = py::none(), arg("eps") = 1e-6f, arg("n_features") = py::none(),
+        arg("seed") = 0, "out_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), out [B, Nq, H, E].");
+  m.def("linear_attention_backward", backward, arg("q"), arg("k"), arg("v"), arg("dout"), py::kw_only(),
+        arg("feature_map") = "elu", arg("causal") = false, arg("key_lengths") = py::none(), arg("eps") = 1e-6f,
+        arg("n_features") = py::none(), arg("seed") = 0,
+        "(dq, dk, dv) of linear_attention for the output gradient dout [B, Nq, H, E].");
+}
+
+}  // namespace linattn::python

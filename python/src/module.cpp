@@ -1,0 +1,20 @@
+// The _linattn extension module; linattn/__init__.py re-exports it.
+#include <pybind11/pybind11.h>
+
+#include "bindings.hpp"
+#include "linattn/threads.hpp"
+
+PYBIND11_MODULE(_linattn, m) {
+  namespace py = pybind11;
+  using namespace linattn::python;
+  m.doc() = "linattn: exact softmax attention and linear attention over long sequences, on float32 numpy arrays.";
+  // linattn::Error is a std::invalid_argument, which pybind11 raises as ValueError.
+  bind_attention(m);
+  bind_reference(m);
+  bind_state(m);
+  bind_linformer(m);
+  m.def("set_num_threads", &linattn::set_num_threads, py::arg("threads"),
+        "Threads used by the operators (0: the OpenMP default); results are identical for any count.");
+  m.def("num_threads", &linattn::num_threads);
+  m.attr("has_favor") = has_favor();
+}

@@ -1,0 +1,407 @@
+#!/usr/bin/python3
+"""Issue 3's speed report: runs linattn's benchmark programs, the PyTorch comparisons and the
+prefix-sum baseline on the same shapes in one run, and prints every target's ratio with PASS/FAIL.
+
+Run with Debian's interpreter (it has torch):
+    /usr/bin/python3 scripts/speed_report.py --build build-bench            # the full report
+    /usr/bin/python3 scripts/speed_report.py --build build-bench --quick    # a smoke test (small shapes)
+The build directory must be configured with -DLINATTN_BUILD_BENCHMARKS=ON and its bench targets built.
+
+Timing: every figure is the minimum over repetitions of a mean over a timed batch (noise on a shared
+machine only ever adds time). Ratios compare figures of the same run. Benchmarks are not tests.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+THREADS = 2
+
+
+# ----------------------------------------------------------------------------------------------
+# The seed (/work/shared/seed/linear-attention-notes.md), verbatim.
+
+def standard_attention(Q, K, V):
+    d_k = Q.size(-1)
+    scores = torch.matmul(Q, K.transpose(-2, -1)) / d_k**0.5
+    attn = F.softmax(scores, dim=-1)
+    return torch.matmul(attn, V)
+
+
+def elu_feature_map(x):
+    return F.elu(x) + 1  # 保证非负
+
+
+def linear_attention(Q, K, V):
+    Q_prime = elu_feature_map(Q)  # φ(Q)
+    K_prime = elu_feature_map(K)  # φ(K)
+
+    KV = torch.einsum('nld,nle->lde', K_prime, V)  # φ(K)^T V
+    Z = 1 / (torch.einsum('nld,ld->nl', Q_prime, K_prime.sum(dim=0)) + 1e-6)  # 正则项
+    output = torch.einsum('nld,lde,nl->nle', Q_prime, KV, Z)  # 最终输出
+    return output
+
+
+# ----------------------------------------------------------------------------------------------
+# Plain-PyTorch formulations of the same non-causal linear attention on [B, H, N, D]; the report
+# takes the fastest.
+
+def plain_matmul(Q, K, V):
+    Qp, Kp = F.elu(Q) + 1, F.elu(K) + 1
+    KV = Kp.transpose(-2, -1) @ V
+    Z = 1 / (Qp @ Kp.sum(dim=-2).unsqueeze(-1) + 1e-6)
+    return (Qp @ KV) * Z
+
+
+def plain_einsum(Q, K, V):
+    Qp, Kp = F.elu(Q) + 1, F.elu(K) + 1
+    KV = torch.einsum('bhnd,bhne->bhde', Kp, V)
+    Z = 1 / (torch.einsum('bhnd,bhd->bhn', Qp, Kp.sum(dim=-2)) + 1e-6)
+    return torch.einsum('bhnd,bhde->bhne', Qp, KV) * Z.unsqueeze(-1)
+
+
+def plain_bmm_inplace(Q, K, V):
+    B, H, N, D = Q.shape
+    Qp = F.elu(Q.reshape(B * H, N, D)).add_(1)
+    Kp = F.elu(K.reshape(B * H, N, D)).add_(1)
+    V3 = V.reshape(B * H, N, V.shape[-1])
+    KV = torch.bmm(Kp.transpose(1, 2), V3)
+    den = torch.bmm(Qp, Kp.sum(dim=1).unsqueeze(-1)).add_(1e-6)
+    return torch.bmm(Qp, KV).div_(den).reshape(B, H, N, -1)
+
+
+def plain_ones_column(Q, K, V):
+    # z rides along as an extra column of V: one matmul gives numerator and denominator.
+    Qp, Kp = F.elu(Q) + 1, F.elu(K) + 1
+    V1 = torch.cat([V, torch.ones_like(V[..., :1])], dim=-1)
+    R = Qp @ (Kp.transpose(-2, -1) @ V1)
+    return R[..., :-1] / (R[..., -1:] + 1e-6)
+
+
+PLAIN = {'matmul': plain_matmul, 'einsum': plain_einsum, 'bmm_inplace': plain_bmm_inplace,
+         'ones_column': plain_ones_column}
+
+
+def uniform(*shape):
+    return torch.rand(*shape) * 2 - 1
+
+
+def time_torch(fn, min_time, repetitions, clock=time.perf_counter):
+    """Minimum over repetitions of the mean time of fn() over a batch of at least min_time seconds.
+    clock=time.process_time measures CPU time instead (for 1 thread: the time the work needed)."""
+    fn()  # warm-up (allocator, thread pool)
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-6)
+    batch = max(1, int(min_time / once))
+    best = float('inf')
+    for _ in range(repetitions):
+        start = clock()
+        for _ in range(batch):
+            fn()
+        best = min(best, (clock() - start) / batch)
+    return best
+
+
+# ----------------------------------------------------------------------------------------------
+# The C++ programs.
+
+def run_benchmarks(build, program, regex, min_time, repetitions):
+    """{benchmark name: {'seconds': min real time per iteration, counters...}} for one program."""
+    path = os.path.join(build, 'bench', program)
+    cmd = [path, '--benchmark_format=json', f'--benchmark_filter={regex}', f'--benchmark_min_time={min_time}',
+           f'--benchmark_repetitions={repetitions}']
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    scale = {'ns': 1e-9, 'us': 1e-6, 'ms': 1e-3, 's': 1.0}
+    results = {}
+    for b in json.loads(out)['benchmarks']:
+        if b.get('run_type', 'iteration') != 'iteration' or b.get('error_occurred'):
+            continue
+        name = b['run_name'] if 'run_name' in b else b['name']
+        seconds = b['real_time'] * scale[b['time_unit']]
+        cpu = b['cpu_time'] * scale[b['time_unit']]
+        best_cpu = min(cpu, results[name]['cpu_seconds']) if name in results else cpu
+        if name not in results or seconds < results[name]['seconds']:
+            results[name] = dict(b, seconds=seconds)
+        results[name]['cpu_seconds'] = best_cpu
+    return results
+
+
+def context_line():
+    lines = []
+    try:
+        model = [l for l in open('/proc/cpuinfo') if l.startswith('model name')][0].split(':')[1].strip()
+        lines.append(f'cpu: {model}, {os.cpu_count()} logical CPUs, load average {os.getloadavg()[0]:.2f}')
+    except (OSError, IndexError):
+        pass
+    lines.append(f'torch {torch.__version__}, torch threads {torch.get_num_threads()}')
+    return lines
+
+
+class Report:
+    def __init__(self):
+        self.rows = []
+        self.data = {}
+
+    def target(self, name, value, op, goal, unit='', note=''):
+        passed = (value >= goal) if op == '>=' else (value <= goal)
+        seen = f'{int(value)}' if float(value).is_integer() else f'{value:.3g}'
+        self.rows.append((name, seen + unit, f'{op} {goal:g}{unit}', 'PASS' if passed else 'FAIL', note))
+
+    def flag(self, name, ok, seen, note=''):
+        self.rows.append((name, seen, '', 'PASS' if ok else 'FAIL', note))
+
+    def info(self, name, seen, note=''):
+        self.rows.append((name, seen, '', 'info', note))
+
+    def markdown(self):
+        lines = ['| target / figure | measured | goal | verdict | note |', '|---|---|---|---|---|']
+        lines += [f"| {r[0]} | {r[1]} | {r[2].replace('>=', '≥').replace('<=', '≤')} | {r[3]} | {r[4]} |"
+                  for r in self.rows]
+        return '\n'.join(lines) + '\n'
+
+    def print(self):
+        widths = [max(len(r[i]) for r in self.rows) for i in range(4)]
+        for r in self.rows:
+            print(f'{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:<4}  {r[4]}')
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--build', default='build-bench', help='build directory with the bench programs')
+    parser.add_argument('--quick', action='store_true', help='small shapes, one repetition: a smoke test')
+    parser.add_argument('--repetitions', type=int, default=None, help='repetitions per figure (default 3, quick 1)')
+    parser.add_argument('--min-time', type=float, default=None, help='seconds per timed batch (default 0.5)')
+    parser.add_argument('--memory-n', type=int, default=None, help='N of the peak-memory probe (default 65536)')
+    parser.add_argument('--json', help='also write every figure to this file')
+    parser.add_argument('--markdown', help='also write the table, as markdown, to this file')
+    parser.add_argument('--no-cpu-view', dest='cpu_view', action='store_false',
+                        help='skip the 1-thread CPU-time comparisons (a view that load on the machine hardly disturbs)')
+    parser.add_argument('--no-performer', dest='performer', action='store_false',
+                        help='skip the Performer / Linformer figures (not targets of issue 3)')
+    args = parser.parse_args()
+    quick = args.quick
+    reps = args.repetitions or (1 if quick else 3)
+    min_time = args.min_time or (0.05 if quick else 0.5)
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(0)
+    report = Report()
+    for line in context_line():
+        print(line)
+    t_start = time.time()
+
+    # Shapes (issue 3), reduced with --quick.
+    B, H, D, E = 4, 8, 64, 64
+    N_lin = 1024 if quick else 16384
+    N_soft = 1024 if quick else 4096
+    ctx = 16384 if quick else 65536
+    positions = [1024, 4096] if quick else [1024, 4096, 16384, 65536]
+    N_mem = args.memory_n or (8192 if quick else 65536)
+
+    def bench(program, regex):
+        return run_benchmarks(args.build, program, regex, min_time, reps)
+
+    # 0. The machine's ceilings, first and again last (the better of the two is the ceiling).
+    peak = bench('bench_peak', '.')
+    lin = bench('bench_linear', f'BM_Linear(Forward|Backward)/N:{N_lin}/')
+    causal = bench('bench_causal', f'BM_Causal(Forward|Backward)/N:{N_lin}/|BM_PrefixSum(Forward|Backward)/N:{N_lin}/')
+    soft = bench('bench_softmax', f'BM_SoftmaxForwardBackward/N:{N_soft}/|BM_SoftmaxForward/N:{N_soft}/threads:2|'
+                                  f'BM_SoftmaxDecode/context:{ctx}/')
+    rec = bench('bench_recurrent', '|'.join(f'position:{p}/' for p in positions))
+    cross = run_benchmarks(args.build, 'bench_crossover', '/N:(32|64|128|256|512|1024)/' if quick else '.',
+                           min(min_time, 0.2), reps)
+    perf = bench('bench_performer', f'/N:{N_soft}/(causal:[01]/)?threads:2') if args.performer else {}
+    peak2 = bench('bench_peak', 'FmaPeak/')
+    for name, r in peak2.items():
+        if r['seconds'] < peak[name]['seconds']:
+            peak[name] = r
+
+    def sec(results, name):
+        return results[f'{name}/real_time']['seconds']
+
+    def flops(results, name):
+        return results[f'{name}/real_time']['FLOPS']
+
+    fma1, fma2 = flops(peak, 'BM_FmaPeak/threads:1'), flops(peak, 'BM_FmaPeak/threads:2')
+    triad2 = peak['BM_StreamTriad/threads:2/real_time']['bytes_per_second']
+    report.info('machine: fp32 FMA peak, 1 / 2 threads', f'{fma1 / 1e9:.0f} / {fma2 / 1e9:.0f} GFLOP/s',
+                peak['BM_FmaPeak/threads:1/real_time'].get('label', ''))
+    report.info('machine: stream triad, 1 / 2 threads',
+                f"{peak['BM_StreamTriad/threads:1/real_time']['bytes_per_second'] / 1e9:.1f} / {triad2 / 1e9:.1f} GB/s")
+
+    # 1. Non-causal forward vs the seed and the best plain PyTorch, and % of peak.
+    q, k, v = uniform(B, H, N_lin, D), uniform(B, H, N_lin, D), uniform(B, H, N_lin, E)
+    # The seed's layout is [n = sequence, l = independent problems, d]: here l = B·H.
+    qs, ks, vs = (x.permute(2, 0, 1, 3).reshape(N_lin, B * H, -1).contiguous() for x in (q, k, v))
+    with torch.no_grad():
+        t_seed_lin = time_torch(lambda: linear_attention(qs, ks, vs), min_time, reps)
+        plain = {name: time_torch(lambda f=f: f(q, k, v), min_time, reps) for name, f in PLAIN.items()}
+        # Every formulation must compute the seed's function, or its time means nothing.
+        want = linear_attention(qs, ks, vs).reshape(N_lin, B, H, E).permute(1, 2, 0, 3)
+        for name, f in PLAIN.items():
+            err = ((f(q, k, v) - want).abs().max() / want.abs().max()).item()
+            if err > 1e-4:
+                raise SystemExit(f'plain formulation {name} differs from the seed: relative error {err:.2e}')
+    best_plain = min(plain, key=plain.get)
+    t_lin = sec(lin, f'BM_LinearForward/N:{N_lin}/threads:2')
+    report.info('1 linear fwd: linattn / seed / best plain torch',
+                f'{t_lin * 1e3:.1f} / {t_seed_lin * 1e3:.1f} / {plain[best_plain] * 1e3:.1f} ms',
+                f'best plain = {best_plain}; all: ' + ', '.join(f'{n} {t * 1e3:.1f}' for n, t in plain.items()))
+    report.target('1 linear fwd vs seed linear_attention', t_seed_lin / t_lin, '>=', 8, 'x')
+    report.target('1 linear fwd vs best plain torch', plain[best_plain] / t_lin, '>=', 5, 'x')
+    report.target('1 linear fwd % of FMA peak (2 thr)',
+                  100 * flops(lin, f'BM_LinearForward/N:{N_lin}/threads:2') / fma2, '>=', 60, '%')
+    report.info('1 linear bwd: time, % of FMA peak',
+                f"{sec(lin, f'BM_LinearBackward/N:{N_lin}/threads:2') * 1e3:.1f} ms, "
+                f"{100 * flops(lin, f'BM_LinearBackward/N:{N_lin}/threads:2') / fma2:.0f}%")
+
+    # 2. Causal forward and backward vs the prefix-sum baseline, and % of peak.
+    for direction, short in (('Forward', 'fwd'), ('Backward', 'bwd')):
+        t_ours = sec(causal, f'BM_Causal{direction}/N:{N_lin}/threads:2')
+        t_base = sec(causal, f'BM_PrefixSum{direction}/N:{N_lin}/threads:2')
+        report.info(f'2 causal {short}: linattn / prefix-sum', f'{t_ours * 1e3:.1f} / {t_base * 1e3:.1f} ms',
+                    f"prefix-sum at {100 * flops(causal, f'BM_PrefixSum{direction}/N:{N_lin}/threads:2') / fma2:.0f}% "
+                    'of peak (its own flops)')
+        report.target(f'2 causal {short} vs prefix-sum baseline', t_base / t_ours, '>=', 4, 'x')
+        report.target(f'2 causal {short} % of FMA peak (chunked flops)',
+                      100 * flops(causal, f'BM_Causal{direction}/N:{N_lin}/threads:2') / fma2, '>=', 40, '%')
+
+    # 3. Softmax forward + backward vs the seed with autograd; peak memory of the forward.
+    qa, ka, va = (uniform(1, H, N_soft, D).requires_grad_() for _ in range(3))
+    g = uniform(1, H, N_soft, E)
+
+    def seed_fwd_bwd():
+        for x in (qa, ka, va):
+            x.grad = None
+        standard_attention(qa, ka, va).backward(g)
+
+    t_seed_soft = time_torch(seed_fwd_bwd, min_time, reps)
+    t_soft = sec(soft, f'BM_SoftmaxForwardBackward/N:{N_soft}/threads:2')
+    report.info('3 softmax fwd+bwd: linattn / seed autograd', f'{t_soft * 1e3:.0f} / {t_seed_soft * 1e3:.0f} ms',
+                f"linattn fwd+bwd at {100 * flops(soft, f'BM_SoftmaxForwardBackward/N:{N_soft}/threads:2') / fma2:.0f}% "
+                f"of peak, fwd alone {100 * flops(soft, f'BM_SoftmaxForward/N:{N_soft}/threads:2') / fma2:.0f}%")
+    report.target('3 softmax fwd+bwd vs seed standard_attention', t_seed_soft / t_soft, '>=', 3, 'x')
+    probe = subprocess.run([os.path.join(args.build, 'bench', 'softmax_peak_memory'), str(N_mem), str(H), str(D),
+                            str(THREADS)], check=True, capture_output=True, text=True).stdout
+    mem = json.loads(probe)
+    peak_bytes, start_bytes = mem['peak_rss_kib'] * 1024, mem['rss_start_kib'] * 1024
+    report.target(f'3 softmax fwd N={N_mem} peak RSS / bytes(q,k,v,out)', peak_bytes / mem['qkvo_bytes'], '<=', 3,
+                  'x', f"whole process (VmHWM); above the tensors: {(peak_bytes - mem['rss_after_alloc_kib'] * 1024) / 2**20:.1f} MiB, "
+                  f"at start {start_bytes / 2**20:.1f} MiB; forward took {mem['forward_seconds']:.1f} s")
+    report.data['memory'] = mem
+
+    # 4. Recurrent step: flat per-token time, and vs softmax decoding against a KV cache.
+    for threads in (2, 1):
+        per_token = {p: sec(rec, f'BM_RecurrentStep/position:{p}/threads:{threads}') / 256 for p in positions}
+        spread = max(per_token.values()) / min(per_token.values())
+        detail = ', '.join(f'{p}: {t * 1e6:.2f}' for p, t in per_token.items())
+        if threads == THREADS:
+            report.target(f'4 recurrent step max/min per token {positions[0]}..{positions[-1]} ({threads} thr)', spread,
+                          '<=', 1.2, 'x', f'µs per token at ' + detail)
+            t_step = per_token[positions[-1]]
+        else:
+            report.info(f'4 recurrent step max/min per token ({threads} thr)', f'{spread:.3g}x', f'µs per token at ' + detail)
+    t_decode = sec(soft, f'BM_SoftmaxDecode/context:{ctx}/threads:2')
+    report.info(f'4 step vs KV-cache decode at {ctx}, 1 thread',
+                f"{sec(soft, f'BM_SoftmaxDecode/context:{ctx}/threads:1') / (sec(rec, f'BM_RecurrentStep/position:{positions[-1]}/threads:1') / 256):.3g}x")
+    report.target(f'4 recurrent step vs softmax KV-cache decode at {ctx}', t_decode / t_step, '>=', 100, 'x',
+                  f'linattn softmax forward Nq=1 (C++): {t_decode * 1e6:.0f} µs/token vs step {t_step * 1e6:.2f} µs')
+    qd, kd, vd = uniform(1, H, 1, D), uniform(1, H, ctx, D), uniform(1, H, ctx, E)
+    with torch.no_grad():
+        t_torch_decode = time_torch(lambda: standard_attention(qd, kd, vd), min_time, reps)
+    report.info(f'4 torch seed standard_attention decode at {ctx}', f'{t_torch_decode * 1e6:.0f} µs/token')
+
+    # 5. Threads: 2 vs 1 on targets 1-3, and bitwise determinism.
+    pairs = [('1 linear fwd', lin, f'BM_LinearForward/N:{N_lin}'),
+             ('2 causal fwd', causal, f'BM_CausalForward/N:{N_lin}'),
+             ('2 causal bwd', causal, f'BM_CausalBackward/N:{N_lin}'),
+             ('3 softmax fwd+bwd', soft, f'BM_SoftmaxForwardBackward/N:{N_soft}')]
+    for label, results, name in pairs:
+        report.target(f'5 threads 2 vs 1: {label}', sec(results, f'{name}/threads:1') / sec(results, f'{name}/threads:2'),
+                      '>=', 1.7, 'x')
+    det = subprocess.run([os.path.join(args.build, 'bench', 'determinism_check')] + (['--quick'] if quick else []),
+                         check=True, capture_output=True, text=True).stdout
+    lines = [json.loads(line) for line in det.splitlines() if line.strip()]
+    verdicts = [v for v in lines if 'op' in v]
+    for a in (v for v in lines if 'agreement' in v):
+        report.info(f"  agreement: {a['agreement']} at the target shape", f"{a['forward']:.2g} / {a['backward']:.2g}",
+                    'max relative difference, forward / backward (both fp32)')
+    bad = [v['op'] for v in verdicts if not (v['threads_1_vs_2'] and v['runs_2_vs_2'])]
+    report.flag('5 bitwise identical, 1 vs 2 threads and run vs run', not bad,
+                f'{len(verdicts) - len(bad)}/{len(verdicts)} ops', 'differ: ' + ', '.join(bad) if bad else
+                ', '.join(v['op'] for v in verdicts))
+    report.data['determinism'] = verdicts
+
+    # 6. Crossover: the smallest N from which linear stays faster than exact softmax (forwards, D = 64).
+    for causal_flag in (0, 1):
+        ns = sorted({int(name.split('/N:')[1].split('/')[0]) for name in cross})
+        lin_t = {n: sec(cross, f'BM_CrossoverLinear/N:{n}/causal:{causal_flag}') for n in ns}
+        soft_t = {n: sec(cross, f'BM_CrossoverSoftmax/N:{n}/causal:{causal_flag}') for n in ns}
+        crossover = None
+        for n in reversed(ns):
+            if lin_t[n] < soft_t[n]:
+                crossover = n
+            else:
+                break
+        detail = ', '.join(f'{n}: {soft_t[n] / lin_t[n]:.2f}' for n in ns)
+        label = f"6 crossover N ({'causal' if causal_flag else 'non-causal'}, fwd, B=1 H=8)"
+        if crossover is None:
+            report.flag(label, False, f'> {ns[-1]}', 'softmax/linear time at N ' + detail)
+        else:
+            report.target(label, crossover, '<=', 512, '', 'softmax/linear time at N ' + detail)
+
+    # The same comparisons with 1 thread, by CPU time: on a loaded machine the wall clock of a 2-thread run
+    # waits for the other thread's time slices, while a 1-thread run's CPU time is the work it needed.
+    if args.cpu_view:
+        torch.set_num_threads(1)
+        cpu = time.process_time
+
+        def cpu_sec(results, name):
+            return results[f'{name}/threads:1/real_time']['cpu_seconds']
+
+        with torch.no_grad():
+            seed1 = time_torch(lambda: linear_attention(qs, ks, vs), min_time, reps, cpu)
+            plain1 = min(time_torch(lambda f=f: f(q, k, v), min_time, reps, cpu) for f in PLAIN.values())
+        soft1 = time_torch(seed_fwd_bwd, min_time, reps, cpu)
+        torch.set_num_threads(THREADS)
+        peak1 = peak['BM_FmaPeak/threads:1/real_time']
+        fma1_cpu = peak1['FLOPS'] * peak1['seconds'] / peak1['cpu_seconds']
+        lin1 = cpu_sec(lin, f'BM_LinearForward/N:{N_lin}')
+        lin1_flops = flops(lin, f'BM_LinearForward/N:{N_lin}/threads:1') * sec(lin, f'BM_LinearForward/N:{N_lin}/threads:1')
+        report.info('1-thread CPU time: linear fwd vs seed / best plain',
+                    f'{seed1 / lin1:.3g}x / {plain1 / lin1:.3g}x',
+                    f'{100 * lin1_flops / lin1 / fma1_cpu:.0f}% of the 1-thread peak ({fma1_cpu / 1e9:.0f} GFLOP/s by CPU time)')
+        report.info('1-thread CPU time: causal fwd / bwd vs prefix-sum',
+                    f"{cpu_sec(causal, f'BM_PrefixSumForward/N:{N_lin}') / cpu_sec(causal, f'BM_CausalForward/N:{N_lin}'):.3g}x / "
+                    f"{cpu_sec(causal, f'BM_PrefixSumBackward/N:{N_lin}') / cpu_sec(causal, f'BM_CausalBackward/N:{N_lin}'):.3g}x")
+        report.info('1-thread CPU time: softmax fwd+bwd vs seed autograd',
+                    f"{soft1 / cpu_sec(soft, f'BM_SoftmaxForwardBackward/N:{N_soft}'):.3g}x")
+
+    # Performer and Linformer, B = 4, H = 8, D = 64 (figures, not targets).
+    for name, r in sorted(perf.items()):
+        label = name.replace('/real_time', '').replace('BM_', '')
+        report.info(f'  {label}', f"{r['seconds'] * 1e3:.1f} ms", f"{100 * r['FLOPS'] / fma2:.0f}% of FMA peak")
+
+    print(f"\nissue 3 targets ({'QUICK: reduced shapes, not the targets' if quick else 'full shapes'}; "
+          f'{reps} repetitions, min_time {min_time}s; {time.time() - t_start:.0f} s):')
+    report.print()
+    print(f'load average at the end: {os.getloadavg()[0]:.2f}')
+    if args.markdown:
+        with open(args.markdown, 'w') as f:
+            f.write(report.markdown())
+    if args.json:
+        report.data.update(rows=report.rows, peak=peak, linear=lin, causal=causal, softmax=soft, recurrent=rec,
+                           crossover=cross, performer=perf, torch=dict(seed_linear=t_seed_lin, plain=plain, seed_softmax=t_seed_soft,
+                                                       seed_decode=t_torch_decode))
+        with open(args.json, 'w') as f:
+            json.dump(report.data, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,84 @@
+#include "feature_maps/random_draws.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <numbers>
+
+namespace linattn::detail {
+
+double NormalStream::uniform_open() {
+  // 53 random bits, centred in their interval so that 0 and 1 never occur (log(0) below).
+  return (double(engine_() >> 11) + 0.5) * 0x1.0p-53;
+}
+
+double NormalStream::next() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  const double radius = std::sqrt(-2.0 * std::log(uniform_open()));
+  const double angle = 2.0 * std::numbers::pi * uniform_open();
+  spare_ = radius * std::sin(angle);
+  has_spare_ = true;
+  return radius * std::cos(angle);
+}
+
+double NormalStream::chi(int64_t k) {
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const double g = next();
+    sum += g * g;
+  }
+  return std::sqrt(sum);
+}
+
+std::vector<double> gaussian_omega(int64_t rows, int64_t dim, uint64_t seed) {
+  NormalStream normal(seed);
+  std::vector<double> omega(size_t(rows * dim));
+  for (double& w : omega) w = normal.next();
+  return omega;
+}
+
+namespace {
+// Rows of g: [n, n] row-major, orthonormalised in order by Gram-Schmidt, each projection pass done
+// twice ("twice is enough", Giraud et al. 2005) so that they are orthogonal to rounding. Row r is
+// then the r-th row of Q in g = R Q with R lower triangular and positive on its diagonal, which
+// makes Q Haar-distributed. Our own loop, not LAPACK's dgeqrf: OpenBLAS's result changed with its
+// thread count, and the draws must not.
+void orthonormalise_rows(std::vector<double>& g, int64_t n) {
+  for (int64_t r = 0; r < n; ++r) {
+    double* row = g.data() + r * n;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t i = 0; i < r; ++i) {
+        const double* done = g.data() + i * n;
+        double dot = 0;
+        for (int64_t d = 0; d < n; ++d) dot += done[d] * row[d];
+        for (int64_t d = 0; d < n; ++d) row[d] -= dot * done[d];
+      }
+    double norm = 0;
+    for (int64_t d = 0; d < n; ++d) norm += row[d] * row[d];
+    norm = std::sqrt(norm);
+    assert(norm > 0);  // a Gaussian block is singular with probability 0
+    for (int64_t d = 0; d < n; ++d) row[d] /= norm;
+  }
+}
+}  // namespace
+
+std::vector<double> orthogonal_omega(int64_t rows, int64_t dim, uint64_t seed) {
+  NormalStream normal(seed);
+  std::vector<double> omega(size_t(rows * dim));
+  std::vector<double> block(size_t(dim * dim));
+  for (int64_t first = 0; first < rows; first += dim) {
+    for (double& g : block) g = normal.next();
+    orthonormalise_rows(block, dim);
+    // Each direction scaled to a chi(dim) norm, the norm of a Gaussian row.
+    for (int64_t r = 0; r < std::min(dim, rows - first); ++r) {
+      const double norm = normal.chi(dim);
+      for (int64_t d = 0; d < dim; ++d) omega[size_t((first + r) * dim + d)] = norm * block[size_t(r * dim + d)];
+    }
+  }
+  return omega;
+}
+
+}  // namespace linattn::detail

@@ -1,0 +1,86 @@
+#pragma once
+// What FAVOR+ and random Fourier features share: the draws ω [R, D] and the product t = ω x̂ with
+// x̂ = x·D^(−1/4), in fp32 (SIMD kernels) for the fast path and fp64 (plain loops) for the oracle.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "feature_maps/random_kernels.hpp"
+#include "linattn/performer.hpp"
+#include "ops/validate.hpp"
+
+namespace linattn::detail {
+
+class RandomProjectionMap : public RandomFeatureMap {
+ public:
+  int64_t input_dim() const override { return dim_; }
+  uint64_t seed() const override { return seed_; }
+  std::span<const double> omega() const override { return omega_; }
+
+ protected:
+  // Rows projected per block: the block's t stays in L2.
+  static constexpr int64_t kBlockRows = 64;
+
+  RandomProjectionMap(int64_t dim, uint64_t seed, std::vector<double> omega)
+      : dim_(dim),
+        rows_(int64_t(omega.size()) / dim),
+        ldt_((rows_ + kernels::kRandomPad - 1) / kernels::kRandomPad * kernels::kRandomPad),
+        seed_(seed),
+        omega_(std::move(omega)) {
+    const double scale = std::pow(double(dim_), -0.25);
+    w_.resize(omega_.size());
+    wt_.assign(size_t(dim_ * ldt_), 0.0f);
+    for (int64_t i = 0; i < rows_; ++i)
+      for (int64_t d = 0; d < dim_; ++d) {
+        const auto w = float(omega_[size_t(i * dim_ + d)] * scale);
+        w_[size_t(i * dim_ + d)] = w;
+        wt_[size_t(d * ldt_ + i)] = w;
+      }
+  }
+
+  // The drivers size their buffers with feature_dim(D): the one place to catch a map drawn for
+  // another head dim before any kernel runs.
+  void check_dim(int64_t dim) const {
+    if (dim == dim_) return;
+    fail((name() + "_feature_map").c_str(), "head dim is " + std::to_string(dim) + ", expected " +
+                                                std::to_string(dim_) + " (the dim the map's ω was drawn for)");
+  }
+
+  // t: [rows, ldt_] = ω x̂ for x: [rows, D] (columns past R hold 0 in fp32).
+  void project_block(float* t, const float* x, int64_t rows) const {
+    kernels::ordered_gemm(t, ldt_, x, dim_, wt_.data(), ldt_, rows, ldt_, dim_, false);
+  }
+  // The oracle's, straight from the definition.
+  void project_block(double* t, const double* x, int64_t rows) const {
+    const double scale = std::pow(double(dim_), -0.25);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < rows_; ++i) {
+        double sum = 0;
+        for (int64_t d = 0; d < dim_; ++d) sum += omega_[size_t(i * dim_ + d)] * (x[r * dim_ + d] * scale);
+        t[r * ldt_ + i] = sum;
+      }
+  }
+  // dx: [rows, D] = Σᵢ gᵢ ∂tᵢ/∂x = Σᵢ gᵢ ωᵢ D^(−1/4) for each row of g: [rows, ldt_] (its first R).
+  void project_backward(float* dx, const float* g, int64_t rows) const {
+    kernels::ordered_gemm(dx, dim_, g, ldt_, w_.data(), dim_, rows, dim_, rows_, false);
+  }
+  void project_backward(double* dx, const double* g, int64_t rows) const {
+    const double scale = std::pow(double(dim_), -0.25);
+    std::fill(dx, dx + rows * dim_, 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < rows_; ++i)
+        for (int64_t d = 0; d < dim_; ++d) dx[r * dim_ + d] += g[r * ldt_ + i] * omega_[size_t(i * dim_ + d)] * scale;
+  }
+
+  int64_t dim_;
+  int64_t rows_;  // R: rows of ω
+  int64_t ldt_;   // R rounded up to the SIMD pad: t's leading dim
+  uint64_t seed_;
+  std::vector<double> omega_;  // [R, D]
+  std::vector<float> w_;       // [R, D] = ω·D^(−1/4)
+  std::vector<float> wt_;      // [D, ldt_], its transpose, zero-padded
+};
+
+}  // namespace linattn::detail

@@ -1,0 +1,249 @@
+// Tile kernels of linear attention (see linear_tiles.hpp), one Highway source for every target.
+#include <algorithm>
+#include <cmath>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/linear_tiles.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// Must follow foreach_target.h.
+#include "hwy/highway.h"
+#include "kernels/linear_tiles.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace linattn::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+
+// Register block: kRows rows × kVecs vectors of accumulators (24 of 32 zmm on AVX-512, 12 of 16 on AVX2).
+constexpr int kRows = 6;
+constexpr int kVecs = HWY_LANES(float) >= 16 ? 4 : 2;
+
+// c[0:R, 0:NV·L] += a(0:R, 0:depth) · b[0:depth, 0:NV·L]; the accumulators stay in registers.
+template <int R, int NV, bool kAcc>
+HWY_INLINE void GemmBlock(float* HWY_RESTRICT c, int64_t ldc, const float* HWY_RESTRICT a, int64_t a_rs, int64_t a_ks,
+                          const float* HWY_RESTRICT b, int64_t ldb, int64_t depth) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) acc[r][j] = hn::Zero(d);
+  for (int64_t k = 0; k < depth; ++k) {
+    const float* bk = b + k * ldb;
+    const float* ak = a + k * a_ks;
+    V bv[NV];
+    for (int j = 0; j < NV; ++j) bv[j] = hn::LoadU(d, bk + j * L);
+    for (int r = 0; r < R; ++r) {
+      const V av = hn::Set(d, ak[r * a_rs]);
+      for (int j = 0; j < NV; ++j) acc[r][j] = hn::MulAdd(av, bv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) {
+      float* cr = c + r * ldc + j * L;
+      hn::StoreU(kAcc ? hn::Add(hn::LoadU(d, cr), acc[r][j]) : acc[r][j], d, cr);
+    }
+}
+
+template <int NV, bool kAcc>
+HWY_INLINE void GemmColumns(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b,
+                            int64_t ldb, int64_t rows, int64_t depth) {
+  int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows)
+    GemmBlock<kRows, NV, kAcc>(c + r * ldc, ldc, a + r * a_rs, a_rs, a_ks, b, ldb, depth);
+  float* cr = c + r * ldc;
+  const float* ar = a + r * a_rs;
+  switch (rows - r) {
+    case 1:
+      GemmBlock<1, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      break;
+    case 2:
+      GemmBlock<2, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      break;
+    case 3:
+      GemmBlock<3, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      break;
+    case 4:
+      GemmBlock<4, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      break;
+    case 5:
+      GemmBlock<5, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      break;
+    default:
+      break;
+  }
+}
+
+template <bool kAcc>
+HWY_INLINE void Gemm(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
+                     int64_t rows, int64_t depth, int64_t cols) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t col = 0;
+  for (; col + kVecs * L <= cols; col += kVecs * L)
+    GemmColumns<kVecs, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth);
+  switch ((cols - col) / L) {
+    case 1:
+      GemmColumns<1, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth);
+      break;
+    case 2:
+      GemmColumns<2, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth);
+      break;
+    case 3:
+      GemmColumns<3, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth);
+      break;
+    default:
+      break;
+  }
+}
+
+void GemmAcc(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
+             int64_t rows, int64_t depth, int64_t cols) {
+  Gemm<true>(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols);
+}
+void GemmSet(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
+             int64_t rows, int64_t depth, int64_t cols) {
+  Gemm<false>(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols);
+}
+
+// Σ_k a[k]·x[k] (x null: Σ_k a[k]) in a fixed order: lanes, then the scalar tail.
+HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT x, int64_t n) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V acc = hn::Zero(d);
+  int64_t k = 0;
+  if (x) {
+    for (; k + L <= n; k += L) acc = hn::MulAdd(hn::LoadU(d, a + k), hn::LoadU(d, x + k), acc);
+  } else {
+    for (; k + L <= n; k += L) acc = hn::Add(hn::LoadU(d, a + k), acc);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; k < n; ++k) sum += x ? a[k] * x[k] : a[k];
+  return sum;
+}
+
+void RowDots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = Dot(a + r * lda, x, cols);
+}
+
+void RowSums(float* out, const float* a, int64_t lda, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = Dot(a + r * lda, nullptr, cols);
+}
+
+void AddWeightedRows(float* HWY_RESTRICT y, const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT w,
+                     int64_t rows, int64_t cols) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t k = 0;
+  for (; k + L <= cols; k += L) {
+    V acc = hn::LoadU(d, y + k);
+    for (int64_t r = 0; r < rows; ++r) {
+      const V row = hn::LoadU(d, a + r * lda + k);
+      acc = w ? hn::MulAdd(hn::Set(d, w[r]), row, acc) : hn::Add(acc, row);
+    }
+    hn::StoreU(acc, d, y + k);
+  }
+  for (; k < cols; ++k) {
+    float sum = y[k];
+    for (int64_t r = 0; r < rows; ++r) sum = w ? std::fma(w[r], a[r * lda + k], sum) : sum + a[r * lda + k];
+    y[k] = sum;
+  }
+}
+
+void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const float* HWY_RESTRICT phi_k,
+                          const float* HWY_RESTRICT v, const float* HWY_RESTRICT phi_q, int64_t M, int64_t E) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t e = 0;
+  // One sweep over S per vector column: update the row, then read it out, while it is in registers.
+  for (; e + L <= E; e += L) {
+    const V ve = hn::LoadU(d, v + e);
+    V acc = hn::Zero(d);
+    for (int64_t m = 0; m < M; ++m) {
+      float* s = S + m * E + e;
+      const V row = hn::MulAdd(hn::Set(d, phi_k[m]), ve, hn::LoadU(d, s));
+      hn::StoreU(row, d, s);
+      acc = hn::MulAdd(hn::Set(d, phi_q[m]), row, acc);
+    }
+    hn::StoreU(acc, d, num + e);
+  }
+  for (; e < E; ++e) {
+    float acc = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      S[m * E + e] = std::fma(phi_k[m], v[e], S[m * E + e]);
+      acc = std::fma(phi_q[m], S[m * E + e], acc);
+    }
+    num[e] = acc;
+  }
+}
+
+// dst = srcᵀ in 4 × 4 blocks of 128-bit vectors (two rounds of interleaves), the ragged edges scalar.
+void Transpose(float* HWY_RESTRICT dst, int64_t ldd, const float* HWY_RESTRICT src, int64_t lds, int64_t rows,
+               int64_t cols) {
+#if HWY_TARGET == HWY_SCALAR
+  const int64_t r4 = 0, c4 = 0;  // no 128-bit vectors: all of it takes the scalar path
+#else
+  const hn::FixedTag<float, 4> d4;
+  const int64_t r4 = rows / 4 * 4, c4 = cols / 4 * 4;
+  for (int64_t r = 0; r < r4; r += 4)
+    for (int64_t c = 0; c < c4; c += 4) {
+      const float* s = src + r * lds + c;
+      const auto a = hn::LoadU(d4, s), b = hn::LoadU(d4, s + lds), e = hn::LoadU(d4, s + 2 * lds),
+                 f = hn::LoadU(d4, s + 3 * lds);
+      const auto ab_lo = hn::InterleaveLower(d4, a, b), ef_lo = hn::InterleaveLower(d4, e, f);
+      const auto ab_hi = hn::InterleaveUpper(d4, a, b), ef_hi = hn::InterleaveUpper(d4, e, f);
+      float* t = dst + c * ldd + r;
+      hn::StoreU(hn::ConcatLowerLower(d4, ef_lo, ab_lo), d4, t);
+      hn::StoreU(hn::ConcatUpperUpper(d4, ef_lo, ab_lo), d4, t + ldd);
+      hn::StoreU(hn::ConcatLowerLower(d4, ef_hi, ab_hi), d4, t + 2 * ldd);
+      hn::StoreU(hn::ConcatUpperUpper(d4, ef_hi, ab_hi), d4, t + 3 * ldd);
+    }
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < r4 ? c4 : 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace linattn::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace linattn::kernels {
+
+HWY_EXPORT(GemmAcc);
+HWY_EXPORT(GemmSet);
+HWY_EXPORT(RowDots);
+HWY_EXPORT(RowSums);
+HWY_EXPORT(AddWeightedRows);
+HWY_EXPORT(RankOneUpdateReadout);
+HWY_EXPORT(Transpose);
+
+void gemm_acc(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
+              int64_t rows, int64_t depth, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(GemmAcc)(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols);
+}
+void gemm_set(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
+              int64_t rows, int64_t depth, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(GemmSet)(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols);
+}
+void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(RowDots)(out, a, lda, x, rows, cols);
+}
+void row_sums(float* out, const float* a, int64_t lda, int64_t rows, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(RowSums)(out, a, lda, rows, cols);
+}
+void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, int64_t rows, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(AddWeightedRows)(y, a, lda, w, rows, cols);
+}
+void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
+                          int64_t E) {
+  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadout)(num, S, phi_k, v, phi_q, M, E);
+}
+
+void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(Transpose)(dst, ldd, src, lds, rows, cols);
+}
+
+}  // namespace linattn::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,121 @@
+// The blocks' causal multi-head attention: q, k, v are strided views into the fused qkv rows, so
+// heads need no copies. float runs linattn's operators; double runs the fp64 reference.
+#include <vector>
+
+#include "linattn/linear_attention.hpp"
+#include "linattn/model/layers.hpp"
+#include "linattn/reference.hpp"
+#include "linattn/softmax_attention.hpp"
+
+namespace linattn::model {
+namespace {
+
+// Head view of part `part` (0 q, 1 k, 2 v) of rows of width row: [B, T, H, C/H].
+template <class T>
+View4<T> part_view(T* base, int64_t part, int64_t row, int64_t B, int64_t T_, int64_t H, int64_t C) {
+  const int64_t hd = C / H;
+  return {base + part * C, {B, T_, H, hd}, {T_ * row, row, hd, 1}};
+}
+
+LinearAttentionOptions linear_options(const AttentionSpec& spec) {
+  LinearAttentionOptions options;
+  options.feature_map = spec.feature_map;
+  options.causal = true;
+  options.chunk_size = spec.chunk_size;
+  return options;
+}
+
+SoftmaxAttentionOptions softmax_options() {
+  SoftmaxAttentionOptions options;
+  options.causal = true;
+  return options;
+}
+
+// The fp64 reference's tensor of one part of qkv, and back.
+reference::Tensor to_tensor(const double* base, int64_t part, int64_t row, int64_t B, int64_t T_, int64_t H,
+                            int64_t C) {
+  const View4<const double> view = part_view(base, part, row, B, T_, H, C);
+  reference::Tensor t(view.extent);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t n = 0; n < T_; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < C / H; ++d) t(b, n, h, d) = view(b, n, h, d);
+  return t;
+}
+void from_tensor(double* base, int64_t part, int64_t row, const reference::Tensor& t, int64_t H, int64_t C) {
+  const View4<double> view = part_view(base, part, row, t.extent[0], t.extent[1], H, C);
+  for (int64_t b = 0; b < t.extent[0]; ++b)
+    for (int64_t n = 0; n < t.extent[1]; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < C / H; ++d) view(b, n, h, d) = t(b, n, h, d);
+}
+
+}  // namespace
+
+template <>
+void attention_forward<float>(float* out, float* lse, const float* qkv, const AttentionSpec& spec, int64_t B,
+                              int64_t T_, int64_t C) {
+  const int64_t H = spec.heads;
+  const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
+                        v = part_view(qkv, 2, 3 * C, B, T_, H, C);
+  const TensorView o = part_view(out, 0, C, B, T_, H, C);
+  if (spec.kind == AttentionKind::softmax) {
+    softmax_attention_forward(o, {lse, size_t(B * H * T_)}, q, k, v, softmax_options());
+  } else {
+    causal_linear_attention_forward(o, q, k, v, linear_options(spec));
+  }
+}
+
+template <>
+void attention_backward<float>(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                               const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C) {
+  const int64_t H = spec.heads;
+  const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
+                        v = part_view(qkv, 2, 3 * C, B, T_, H, C);
+  const ConstTensorView dout_view = part_view(dout, 0, C, B, T_, H, C);
+  // Separate gradient buffers: the operators' outputs must not share an address range.
+  std::vector<float> grads(3 * B * T_ * C);
+  const TensorView dq = part_view(grads.data(), 0, C, B, T_, H, C),
+                   dk = part_view(grads.data() + B * T_ * C, 0, C, B, T_, H, C),
+                   dv = part_view(grads.data() + 2 * B * T_ * C, 0, C, B, T_, H, C);
+  if (spec.kind == AttentionKind::softmax) {
+    const ConstTensorView out_view = part_view(out, 0, C, B, T_, H, C);
+    softmax_attention_backward(dq, dk, dv, dout_view, q, k, v, out_view, {lse, size_t(B * H * T_)}, softmax_options());
+  } else {
+    causal_linear_attention_backward(dq, dk, dv, dout_view, q, k, v, linear_options(spec));
+  }
+  for (int64_t i = 0; i < B * T_; ++i)
+    for (int64_t part = 0; part < 3; ++part)
+      for (int64_t c = 0; c < C; ++c) dqkv[i * 3 * C + part * C + c] = grads[(part * B * T_ + i) * C + c];
+}
+
+template <>
+void attention_forward<double>(double* out, double* lse, const double* qkv, const AttentionSpec& spec, int64_t B,
+                               int64_t T_, int64_t C) {
+  const int64_t H = spec.heads;
+  const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
+                          v = to_tensor(qkv, 2, 3 * C, B, T_, H, C);
+  if (spec.kind == AttentionKind::softmax) {
+    std::vector<double> lse64;
+    from_tensor(out, 0, C, reference::softmax_attention_forward(q, k, v, softmax_options(), &lse64), H, C);
+    for (size_t i = 0; i < lse64.size(); ++i) lse[i] = lse64[i];
+  } else {
+    from_tensor(out, 0, C, reference::linear_attention_forward(q, k, v, linear_options(spec)), H, C);
+  }
+}
+
+template <>
+void attention_backward<double>(double* dqkv, const double* dout, const double* qkv, const double*, const double*,
+                                const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C) {
+  const int64_t H = spec.heads;
+  const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
+                          v = to_tensor(qkv, 2, 3 * C, B, T_, H, C), dy = to_tensor(dout, 0, C, B, T_, H, C);
+  const reference::Gradients g = spec.kind == AttentionKind::softmax
+                                     ? reference::softmax_attention_backward(dy, q, k, v, softmax_options())
+                                     : reference::linear_attention_backward(dy, q, k, v, linear_options(spec));
+  from_tensor(dqkv, 0, 3 * C, g.dq, H, C);
+  from_tensor(dqkv, 1, 3 * C, g.dk, H, C);
+  from_tensor(dqkv, 2, 3 * C, g.dv, H, C);
+}
+
+}  // namespace linattn::model

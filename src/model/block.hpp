@@ -1,0 +1,40 @@
+#pragma once
+// One pre-norm block's forward, shared by training (which keeps every layer's activations) and
+// generation (which reuses one set of buffers and attends against its cache or state).
+#include <cstdint>
+
+#include "linattn/model/layers.hpp"
+#include "linattn/model/transformer.hpp"
+
+namespace linattn::model::detail {
+
+// Where one block's activations go; N rows.
+template <class T>
+struct BlockActivations {
+  T *ln1, *ln1_mean, *ln1_rstd;  // [N, C], [N], [N]
+  T *qkv, *atty;                 // [N, 3C], [N, C]
+  T* residual2;                  // [N, C]
+  T *ln2, *ln2_mean, *ln2_rstd;  // [N, C], [N], [N]
+  T *fch, *fch_gelu;             // [N, F]
+  T* residual3;                  // [N, C]
+  T* scratch;                    // [N, C]
+};
+
+// residual3 = residual2 + mlp(ln2(residual2)), residual2 = residual + attproj(attend(qkv(ln1(residual)))).
+// attend(atty, qkv) writes the heads' attention outputs of the N rows.
+template <class T, class Attend>
+void block_forward(const BlockActivations<T>& a, const T* residual, const ParamPointers<const T>& p, int64_t l,
+                   int64_t N, int64_t C, int64_t F, Attend&& attend) {
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, N, C);
+  matmul_forward(a.qkv, a.ln1, p.qkvw + l * C * 3 * C, p.qkvb + l * 3 * C, N, C, 3 * C);
+  attend(a.atty, static_cast<const T*>(a.qkv));
+  matmul_forward(a.scratch, a.atty, p.attprojw + l * C * C, p.attprojb + l * C, N, C, C);
+  residual_forward(a.residual2, residual, a.scratch, N * C);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w + l * C, p.ln2b + l * C, N, C);
+  matmul_forward(a.fch, a.ln2, p.fcw + l * C * F, p.fcb + l * F, N, C, F);
+  gelu_forward(a.fch_gelu, a.fch, N * F);
+  matmul_forward(a.scratch, a.fch_gelu, p.fcprojw + l * F * C, p.fcprojb + l * C, N, F, C);
+  residual_forward(a.residual3, a.residual2, a.scratch, N * C);
+}
+
+}  // namespace linattn::model::detail

@@ -1,0 +1,108 @@
+// ModelConfig: names, checks, the feature map of each layer, and its text form.
+#include "linattn/model/config.hpp"
+
+#include <string>
+
+#include "linattn/error.hpp"
+#include "model/key_values.hpp"
+#if __has_include("linattn/performer.hpp")
+#include "linattn/performer.hpp"
+#define LINATTN_MODEL_HAS_FAVOR 1
+#endif
+
+namespace linattn::model {
+
+const char* attention_name(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::softmax:
+      return "softmax";
+    case AttentionKind::linear:
+      return "linear";
+    case AttentionKind::favor:
+      return "favor";
+  }
+  return "?";
+}
+
+AttentionKind attention_by_name(std::string_view name) {
+  for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor})
+    if (name == attention_name(kind)) return kind;
+  throw Error("linattn::model: attention is \"" + std::string(name) +
+              "\", expected one of \"softmax\", \"linear\", \"favor\"");
+}
+
+void check_config(const ModelConfig& c) {
+  auto positive = [](const char* name, int64_t value) {
+    if (value < 1)
+      throw Error(std::string("linattn::model: ") + name + " is " + std::to_string(value) + ", expected ≥ 1");
+  };
+  positive("vocab_size", c.vocab_size);
+  positive("d_model", c.d_model);
+  positive("layers", c.layers);
+  positive("heads", c.heads);
+  positive("mlp_hidden", c.mlp_hidden);
+  positive("favor_features", c.favor_features);
+  positive("chunk_size", c.chunk_size);
+  if (c.d_model % c.heads != 0)
+    throw Error("linattn::model: d_model is " + std::to_string(c.d_model) + ", expected a multiple of heads (" +
+                std::to_string(c.heads) + ")");
+  if (c.vocab_size > (int64_t(1) << 24) || c.d_model > 65536 || c.layers > 1024 || c.mlp_hidden > (int64_t(1) << 20))
+    throw Error("linattn::model: config sizes are implausibly large (vocab_size " + std::to_string(c.vocab_size) +
+                ", d_model " + std::to_string(c.d_model) + ", layers " + std::to_string(c.layers) +
+                "), expected a small model");
+}
+
+namespace {
+FeatureMapPtr favor_map(int64_t head_dim, int64_t features, uint64_t seed) {
+#ifdef LINATTN_MODEL_HAS_FAVOR
+  FavorOptions options;
+  options.n_features = features;
+  options.seed = seed;
+  return favor_feature_map(head_dim, options);
+#else
+  (void)head_dim, (void)features, (void)seed;
+  throw Error("linattn::model: attention is \"favor\", expected a build with linattn/performer.hpp");
+#endif
+}
+}  // namespace
+
+FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer) {
+  switch (config.attention) {
+    case AttentionKind::softmax:
+      return nullptr;
+    case AttentionKind::linear:
+      return elu_feature_map();
+    case AttentionKind::favor:
+      return favor_map(config.head_dim(), config.favor_features, config.favor_seed + uint64_t(layer));
+  }
+  return nullptr;
+}
+
+namespace {
+// Every config key but attention (an enum, written by name).
+constexpr detail::Field<ModelConfig> kConfigFields[] = {
+    {"vocab_size", &ModelConfig::vocab_size}, {"d_model", &ModelConfig::d_model},
+    {"layers", &ModelConfig::layers},         {"heads", &ModelConfig::heads},
+    {"mlp_hidden", &ModelConfig::mlp_hidden}, {"favor_features", &ModelConfig::favor_features},
+    {"favor_seed", &ModelConfig::favor_seed}, {"chunk_size", &ModelConfig::chunk_size},
+    {"init_seed", &ModelConfig::init_seed}};
+}  // namespace
+
+std::string config_to_text(const ModelConfig& c) {
+  detail::KeyValues kv;
+  detail::write_fields<ModelConfig>(kv, c, kConfigFields);
+  kv.set("attention", attention_name(c.attention));
+  return kv.text();
+}
+
+ModelConfig config_from_text(std::string_view text) {
+  const detail::KeyValues kv(text, "model config");
+  ModelConfig c;
+  detail::read_fields<ModelConfig>(kv, c, kConfigFields);
+  c.attention = attention_by_name(kv.get_string("attention"));
+  kv.check_all_read();
+  check_config(c);
+  return c;
+}
+
+}  // namespace linattn::model

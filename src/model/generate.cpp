@@ -1,0 +1,137 @@
+// Generation: KV cache (softmax) or recurrent state (linear, favor), one block of tokens at a time.
+#include "linattn/model/generate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "linattn/linear_attention.hpp"
+#include "linattn/softmax_attention.hpp"
+#include "model/block.hpp"
+
+namespace linattn::model {
+namespace simd {
+// decode_simd.cpp: out: [hd] = softmax attention of q: [hd] over n cached rows of K, V at stride ld.
+void softmax_decode_head(float* out, const float* q, const float* K, const float* V, int64_t ld, int64_t n, int64_t hd,
+                         float scale, float* scratch);
+}  // namespace simd
+namespace {
+// Prompts are fed in blocks of this many tokens, so that scratch memory stays bounded.
+constexpr int64_t kMaxBlock = 1024;
+}  // namespace
+
+Generator::Generator(const Transformer<float>& model) : model_(model) { reset(); }
+
+void Generator::reset() {
+  const ModelConfig& c = model_.config();
+  position_ = 0;
+  states_.clear();
+  keys_.assign(c.layers, {});
+  values_.assign(c.layers, {});
+  if (c.attention == AttentionKind::softmax) return;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const FeatureMapPtr& map = model_.attention(l).feature_map;
+    states_.emplace_back(1, c.heads, map->feature_dim(c.head_dim()), c.head_dim(), map->name());
+  }
+}
+
+int64_t Generator::state_bytes() const {
+  int64_t bytes = 0;
+  for (const RecurrentState& s : states_) bytes += int64_t((s.S().size() + s.z().size()) * sizeof(float));
+  for (const auto& k : keys_) bytes += 2 * int64_t(k.size() * sizeof(float));
+  return bytes;
+}
+
+std::span<const float> Generator::feed(std::span<const int32_t> tokens) {
+  const int64_t V = model_.config().vocab_size, n = int64_t(tokens.size());
+  logits_.resize(n * V);
+  for (int64_t start = 0; start < n; start += kMaxBlock) {
+    const int64_t count = std::min(kMaxBlock, n - start);
+    feed_block(tokens.data() + start, count);
+    std::copy(buffers_.end() - count * V, buffers_.end(), logits_.begin() + start * V);
+  }
+  return logits_;
+}
+
+void Generator::feed_block(const int32_t* tokens, int64_t n) {
+  const ModelConfig& c = model_.config();
+  const int64_t C = c.d_model, F = c.mlp_hidden, V = c.vocab_size, H = c.heads, hd = c.head_dim();
+  const ParamPointers<const float> p = param_pointers<const float>(model_.params().data(), c);
+  // One set of block buffers reused by every layer: [n, ·] each, then the logits.
+  const int64_t sizes[] = {C, 1, 1, 3 * C, C, C, C, 1, 1, F, F, C, C, C, C, 1, 1, V};
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s * n;
+  buffers_.assign(total, 0.0f);
+  float* ptr[18];
+  float* cursor = buffers_.data();
+  for (int i = 0; i < 18; ++i) {
+    ptr[i] = cursor;
+    cursor += sizes[i] * n;
+  }
+  detail::BlockActivations<float> a{ptr[0], ptr[1], ptr[2], ptr[3],  ptr[4],  ptr[5], ptr[6],
+                                    ptr[7], ptr[8], ptr[9], ptr[10], ptr[11], ptr[12]};
+  float* residual = ptr[13];
+  embedding_forward(residual, tokens, p.wte, 1, n, C, position_);
+  std::vector<float> lse(H * n);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    detail::block_forward(a, static_cast<const float*>(residual), p, l, n, C, F, [&](float* atty, const float* qkv) {
+      // q, k, v of the n rows, strided inside qkv: [1, n, H, hd]
+      const ConstTensorView q{qkv, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
+      const ConstTensorView k{qkv + C, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
+      const ConstTensorView v{qkv + 2 * C, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
+      const TensorView out = bnhd(atty, 1, n, H, hd);
+      if (c.attention == AttentionKind::softmax) {
+        std::vector<float>& K = keys_[l];
+        std::vector<float>& Vc = values_[l];
+        for (int64_t i = 0; i < n; ++i) {
+          K.insert(K.end(), qkv + i * 3 * C + C, qkv + i * 3 * C + 2 * C);
+          Vc.insert(Vc.end(), qkv + i * 3 * C + 2 * C, qkv + i * 3 * C + 3 * C);
+        }
+        const int64_t keys = position_ + n;
+        if (n == 1) {
+          // One query sees every cached key: O(keys·hd) per head.
+          scores_.resize(keys);
+          for (int64_t h = 0; h < H; ++h)
+            simd::softmax_decode_head(atty + h * hd, qkv + h * hd, K.data() + h * hd, Vc.data() + h * hd, C, keys, hd,
+                                      1.0f / std::sqrt(float(hd)), scores_.data());
+          return;
+        }
+        SoftmaxAttentionOptions options;
+        options.causal = true;  // bottom-right: row i sees the cache and rows ≤ i
+        softmax_attention_forward(out, lse, q, bnhd<const float>(K.data(), 1, keys, H, hd),
+                                  bnhd<const float>(Vc.data(), 1, keys, H, hd), options);
+        return;
+      }
+      LinearAttentionOptions options;
+      options.feature_map = model_.attention(l).feature_map;
+      options.causal = true;
+      options.chunk_size = c.chunk_size;
+      if (n == 1) {
+        recurrent_step(out, q, k, v, states_[l], options);
+      } else {
+        RecurrentState next;
+        causal_linear_attention_forward(out, q, k, v, options, &states_[l], &next);
+        states_[l] = std::move(next);
+      }
+    });
+    std::copy(a.residual3, a.residual3 + n * C, residual);
+  }
+  layernorm_forward(ptr[14], ptr[15], ptr[16], residual, p.lnfw, p.lnfb, n, C);
+  matmul_forward(ptr[17], ptr[14], p.headw, p.headb, n, C, V);
+  position_ += n;
+}
+
+int32_t sample_token(std::span<const float> logits, double temperature, double u) {
+  if (temperature <= 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const float max = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(double(logits[i] - max) / temperature);
+  double cumulative = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    cumulative += p[i] / sum;
+    if (u < cumulative) return int32_t(i);
+  }
+  return int32_t(p.size() - 1);
+}
+
+}  // namespace linattn::model

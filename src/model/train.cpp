@@ -1,0 +1,178 @@
+// The training loop, its options, evaluation and checkpoints.
+#include "linattn/model/train.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+
+#include "linattn/error.hpp"
+#include "linattn/model/model_file.hpp"
+#include "model/key_values.hpp"
+
+namespace linattn::model {
+
+void check_train_options(const TrainOptions& o) {
+  auto require = [](bool ok, const std::string& name, const std::string& seen, const char* expected) {
+    if (!ok) throw Error("linattn::model: " + name + " is " + seen + ", expected " + expected);
+  };
+  require(o.task == "copy" || o.task == "text", "task", "\"" + o.task + "\"", "\"copy\" or \"text\"");
+  require(o.steps >= 1, "steps", std::to_string(o.steps), "≥ 1");
+  require(o.batch >= 1, "batch", std::to_string(o.batch), "≥ 1");
+  require(o.seq_len >= 2, "seq_len", std::to_string(o.seq_len), "≥ 2");
+  require(o.warmup >= 0, "warmup", std::to_string(o.warmup), "≥ 0");
+  require(o.lr > 0 && std::isfinite(o.lr), "lr", std::to_string(o.lr), "a positive number");
+  require(o.min_lr >= 0 && o.min_lr <= o.lr, "min_lr", std::to_string(o.min_lr), "in [0, lr]");
+  require(o.weight_decay >= 0, "weight_decay", std::to_string(o.weight_decay), "≥ 0");
+  require(o.clip >= 0, "clip", std::to_string(o.clip), "≥ 0 (0: no clipping)");
+  require(o.eval_every >= 0, "eval_every", std::to_string(o.eval_every), "≥ 0");
+  require(o.eval_batches >= 1, "eval_batches", std::to_string(o.eval_batches), "≥ 1");
+  require(o.checkpoint_every >= 0, "checkpoint_every", std::to_string(o.checkpoint_every), "≥ 0");
+}
+
+namespace {
+constexpr detail::Field<TrainOptions> kOptionFields[] = {{"task", &TrainOptions::task},
+                                                         {"data", &TrainOptions::data},
+                                                         {"steps", &TrainOptions::steps},
+                                                         {"batch", &TrainOptions::batch},
+                                                         {"seq_len", &TrainOptions::seq_len},
+                                                         {"warmup", &TrainOptions::warmup},
+                                                         {"lr", &TrainOptions::lr},
+                                                         {"min_lr", &TrainOptions::min_lr},
+                                                         {"weight_decay", &TrainOptions::weight_decay},
+                                                         {"clip", &TrainOptions::clip},
+                                                         {"seed", &TrainOptions::seed},
+                                                         {"eval_every", &TrainOptions::eval_every},
+                                                         {"eval_batches", &TrainOptions::eval_batches},
+                                                         {"checkpoint", &TrainOptions::checkpoint},
+                                                         {"checkpoint_every", &TrainOptions::checkpoint_every}};
+}  // namespace
+
+std::string train_options_to_text(const TrainOptions& o) {
+  detail::KeyValues kv;
+  detail::write_fields<TrainOptions>(kv, o, kOptionFields);
+  return kv.text();
+}
+
+TrainOptions train_options_from_text(std::string_view text) {
+  const detail::KeyValues kv(text, "training options");
+  TrainOptions o;
+  detail::read_fields<TrainOptions>(kv, o, kOptionFields);
+  kv.check_all_read();
+  check_train_options(o);
+  return o;
+}
+
+double EvalResult::bits_per_token() const { return loss / std::numbers::ln2; }
+
+Trainer::Trainer(ModelConfig config, TrainOptions options) : options_(std::move(options)) {
+  check_train_options(options_);
+  task_ = make_task(options_.task, options_.data);
+  config.vocab_size = task_->tokenizer().size();
+  model_ = std::make_unique<Transformer<float>>(config);
+  optimizer_ = AdamW(int64_t(model_->params().size()), AdamWOptions{0.9, 0.95, 1e-8, options_.weight_decay});
+}
+
+Trainer Trainer::resume(const std::filesystem::path& checkpoint) {
+  ModelFile f = load_model_file(checkpoint);
+  if (!f.checkpoint)
+    throw Error("linattn::model: " + checkpoint.string() +
+                " is a model file without training state, expected a checkpoint (saved with --checkpoint)");
+  Trainer trainer(f.config, train_options_from_text(f.train_options));
+  if (trainer.task_->tokenizer().vocab() != f.vocab)
+    throw Error("linattn::model: " + checkpoint.string() + ": the vocabulary of task \"" + trainer.options_.task +
+                "\" (data \"" + trainer.options_.data + "\") differs from the checkpoint's, expected the same data");
+  trainer.model_->params() = std::move(f.params);
+  trainer.optimizer_.m() = std::move(f.adam_m);
+  trainer.optimizer_.v() = std::move(f.adam_v);
+  trainer.optimizer_.set_step(f.step);
+  return trainer;
+}
+
+double Trainer::train_step() {
+  const TrainOptions& o = options_;
+  const int64_t step = optimizer_.step();
+  const Batch batch = task_->train_batch(o.batch, o.seq_len, o.seed, step);
+  model_->zero_grad();
+  const float loss = model_->forward(batch.tokens.data(), batch.targets.data(), batch.weights.data(), batch.B, batch.T);
+  model_->backward();
+  grad_norm_ = clip_grad_norm(model_->grads(), o.clip);
+  const double lr = learning_rate(step, o.warmup, o.steps, o.lr, o.min_lr);
+  optimizer_.update(model_->params(), model_->grads(), param_tensors(model_->config()), lr);
+  return loss;
+}
+
+EvalResult Trainer::evaluate(int64_t max_batches) {
+  const int64_t V = model_->config().vocab_size;
+  double loss = 0, correct = 0, total = 0;
+  for (const Batch& batch : task_->eval_batches(options_.batch, options_.seq_len, max_batches)) {
+    double weight = 0;
+    for (float w : batch.weights) weight += w;
+    if (weight == 0) continue;
+    loss += weight * model_->forward(batch.tokens.data(), batch.targets.data(), batch.weights.data(), batch.B, batch.T);
+    const float* logits = model_->logits();
+    for (int64_t i = 0; i < batch.B * batch.T; ++i) {
+      if (batch.weights[i] == 0) continue;
+      const float* row = logits + i * V;
+      const int64_t best = std::max_element(row, row + V) - row;
+      correct += batch.weights[i] * (best == batch.targets[i] ? 1.0 : 0.0);
+    }
+    total += weight;
+  }
+  return total > 0 ? EvalResult{loss / total, correct / total} : EvalResult{};
+}
+
+void Trainer::run(const std::function<void(const Progress&)>& report, int64_t log_every) {
+  using clock = std::chrono::steady_clock;
+  const TrainOptions& o = options_;
+  const int64_t first = step();
+  const auto start = clock::now();
+  double loss_sum = 0;
+  int64_t loss_count = 0;
+  while (step() < o.steps) {
+    loss_sum += train_step();
+    ++loss_count;
+    const int64_t s = step();
+    Progress p;
+    p.step = s;
+    p.steps = o.steps;
+    p.lr = learning_rate(s - 1, o.warmup, o.steps, o.lr, o.min_lr);
+    p.grad_norm = grad_norm_;
+    const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+    p.tokens_per_s = seconds > 0 ? double((s - first) * o.batch * o.seq_len) / seconds : 0;
+    p.eta_s = s > first ? seconds / double(s - first) * double(o.steps - s) : 0;
+    const bool eval_now = (o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps;
+    if (eval_now) p.eval = evaluate(o.eval_batches);
+    if (!o.checkpoint.empty() && ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps))
+      save_checkpoint(o.checkpoint);
+    if (s % std::max<int64_t>(log_every, 1) == 0 || eval_now) {
+      p.loss = loss_sum / double(loss_count);
+      loss_sum = 0;
+      loss_count = 0;
+      if (report) report(p);
+    }
+  }
+}
+
+void Trainer::save_checkpoint(const std::filesystem::path& path) const {
+  ModelFile f;
+  f.config = model_->config();
+  f.vocab = task_->tokenizer().vocab();
+  f.params = model_->params();
+  f.checkpoint = true;
+  f.train_options = train_options_to_text(options_);
+  f.step = optimizer_.step();
+  f.adam_m = optimizer_.m();
+  f.adam_v = optimizer_.v();
+  save_model_file(path, f);
+}
+
+void Trainer::save_model(const std::filesystem::path& path) const {
+  ModelFile f;
+  f.config = model_->config();
+  f.vocab = task_->tokenizer().vocab();
+  f.params = model_->params();
+  save_model_file(path, f);
+}
+
+}  // namespace linattn::model

@@ -1,0 +1,315 @@
+// Causal linear attention, chunkwise. Per head, chunks of C tokens in order; for the chunk's rows
+//   num = φ(Q) S + mask(φ(Q) φ(K)ᵀ) V,  den = φ(Q) z + rowsum(mask(φ(Q) φ(K)ᵀ)) + eps,
+// then S += φ(K)ᵀ V, z += Σ φ(K). The backward runs the chunks forward for dq (it needs S before
+// each chunk) and backward for dk, dv (they need G = Σ_{i later} φ(q_i) dnum_iᵀ, g = Σ φ(q_i) dden_i).
+// Work is split over (batch, head) only, so every head's arithmetic is the same for any thread count.
+#include <algorithm>
+
+#include "ops/linear_common.hpp"
+#include "ops/validate.hpp"
+
+namespace linattn {
+namespace detail {
+namespace {
+
+using kernels::gemm_acc;
+using kernels::gemm_set;
+
+// Scratch of one thread for chunks of up to C tokens.
+struct ChunkScratch {
+  int64_t C, Cp;
+  FeatureScratch features;
+  std::vector<float> phi_q, phi_k, val, g;  // [C, Mp], [C, Mp], [C, Ep], [C, Ep]
+  const float* V = nullptr;                 // the chunk's values: val, or v's own rows (pitch ldv)
+  int64_t ldv = 0;
+  std::vector<float> num, P;             // [C, Ep], [C, Mp]
+  std::vector<float> A, W;               // [C, Cp]
+  std::vector<float> T;                  // transposes: [max(M, E), max(Cp, Mp)]
+  std::vector<float> S, z, St;           // [M, Ep], [Mp], [E, Mp]
+  std::vector<float> den, dden, rowvec;  // [C], [C], [Mp]
+  ChunkScratch(const LinearProblem& p, int64_t chunk)
+      : C(chunk),
+        Cp(kernels::padded(chunk)),
+        features(p, chunk),
+        phi_q(size_t(C * p.Mp)),
+        phi_k(size_t(C * p.Mp)),
+        val(size_t(C * p.Ep)),
+        g(size_t(C * p.Ep)),
+        num(size_t(C * p.Ep)),
+        P(size_t(C * p.Mp)),
+        A(size_t(C * Cp)),
+        W(size_t(C * Cp)),
+        T(size_t(std::max(p.M, p.E) * std::max(Cp, p.Mp))),
+        S(size_t(p.M * p.Ep)),
+        z(size_t(p.Mp)),
+        St(size_t(p.E * p.Mp)),
+        den(size_t(C)),
+        dden(size_t(C)),
+        rowvec(size_t(p.Mp)) {}
+
+  // S, z = the initial state of head bh, or 0.
+  void start(const PackedState* initial, int64_t bh) {
+    if (initial) {
+      std::copy_n(initial->S_of(bh), S.size(), S.data());
+      std::copy_n(initial->z_of(bh), z.size(), z.data());
+    } else {
+      std::fill(S.begin(), S.end(), 0.0f);
+      std::fill(z.begin(), z.end(), 0.0f);
+    }
+  }
+  // S += φ(K)ᵀ V, z += Σ φ(K) over the chunk's n tokens.
+  void advance(const LinearProblem& p, int64_t n) {
+    kernels::gemm_acc(S.data(), p.Ep, phi_k.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep);
+    kernels::add_weighted_rows(z.data(), phi_k.data(), p.Mp, nullptr, n, p.M);
+  }
+  // φ(Q), φ(K), V of tokens [t, t + n) of head (b, h); keys from `valid` on are 0.
+  void load(const LinearProblem& p, ConstTensorView q, ConstTensorView k, ConstTensorView v, int64_t b, int64_t h,
+            int64_t t, int64_t n, int64_t valid) {
+    load_features(phi_q.data(), features, p, FeatureRole::query, head_rows(q, b, h), t, n, n);
+    load_features(phi_k.data(), features, p, FeatureRole::key, head_rows(k, b, h), t, n, valid);
+    // V's rows serve in place when they can and no key of the chunk is past the key length.
+    if (valid == n && rows_in_place(v)) {
+      V = head_rows(v, b, h).at(t), ldv = v.stride[1];
+    } else {
+      load_rows(val.data(), p.Ep, head_rows(v, b, h), t, n, valid, p.E);
+      V = val.data(), ldv = p.Ep;
+    }
+  }
+};
+
+// The intra-chunk products only need one triangle of the chunk × chunk matrix: they run in strips
+// of kStrip rows, each only as wide (or as deep) as the triangle reaches, which skips ~40% of the
+// multiply-adds of a 64-token chunk.
+constexpr int64_t kStrip = kernels::kPad;
+
+// x: [n, ld] = 0 where the column is later than the row (j > i), for lower = true; where it is
+// earlier (j < i) for lower = false.
+void mask_triangle(float* x, int64_t ld, int64_t n, bool lower) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = x + i * ld;
+    if (lower)
+      std::fill(row + i + 1, row + ld, 0.0f);
+    else
+      std::fill(row, row + i, 0.0f);
+  }
+}
+
+// A: [n, Cp] = mask(X Yᵀ) (lower: j ≤ i; upper: j ≥ i), X, Y: [n, depth] (pitches ldx, ldy), via T = Yᵀ.
+void masked_product(float* A, int64_t Cp, const float* X, int64_t ldx, const float* Y, int64_t ldy, int64_t n,
+                    int64_t depth, float* T, bool lower) {
+  const int64_t np = kernels::padded(n);
+  kernels::transpose(T, Cp, Y, ldy, n, depth);
+  for (int64_t r = 0; r < depth; ++r) std::fill(T + r * Cp + n, T + r * Cp + np, 0.0f);
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r);
+    // Columns [c0, c1) hold the strip's part of the triangle; kStrip is a multiple of kPad. The
+    // columns left out are exactly those mask_triangle zeroes below.
+    const int64_t c0 = lower ? 0 : r, c1 = lower ? kernels::padded(r + rows) : np;
+    kernels::gemm_set(A + r * Cp + c0, Cp, X + r * ldx, ldx, 1, T + c0, Cp, rows, depth, c1 - c0);
+  }
+  mask_triangle(A, Cp, n, lower);
+}
+
+// C: [n, cols] += A B with A: [n, n] triangular (lower: A[i, j] = 0 for j > i; upper: for j < i), B: [n, cols].
+void triangular_acc(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t n,
+                    int64_t cols, bool lower) {
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r);
+    const int64_t k0 = lower ? 0 : r, k1 = lower ? r + rows : n;
+    kernels::gemm_acc(C + r * ldc, ldc, A + r * lda + k0, lda, 1, B + k0 * ldb, ldb, rows, k1 - k0, cols);
+  }
+}
+
+}  // namespace
+
+void causal_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, const LinearProblem& p,
+                    int64_t chunk, const PackedState* initial, PackedState* final_state) {
+  const int64_t N = p.Nq, BH = p.B * p.H, C = std::clamp<int64_t>(chunk, 1, std::min(N, kMaxChunk));
+#pragma omp parallel
+  {
+    ChunkScratch w(p, C);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const int64_t b = bh / p.H, h = bh % p.H;
+      w.start(initial, bh);
+      float* S = w.S.data();
+      float* z = w.z.data();
+      for (int64_t t = 0; t < N; t += C) {
+        const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
+        w.load(p, q, k, v, b, h, t, n, valid);
+        masked_product(w.A.data(), w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
+        if (p.normalize) {
+          // den = φ(Q) z + rowsum(mask(φ(Q) φ(K)ᵀ)) + eps; out = (φ(Q) S + A V) / den, with the division
+          // applied to the rows of φ(Q) and A (M + n values) instead of the E outputs.
+          kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, z, n, p.M);
+          kernels::row_sums(w.dden.data(), w.A.data(), w.Cp, n, n);
+          for (int64_t r = 0; r < n; ++r) {
+            const float inv = 1.0f / (w.den[r] + w.dden[r] + p.eps);  // one division per row, not M + n
+            for (int64_t m = 0; m < p.M; ++m) w.phi_q[r * p.Mp + m] *= inv;
+            for (int64_t j = 0; j <= r; ++j) w.A[r * w.Cp + j] *= inv;
+          }
+        }
+        // out = φ(Q) S + mask(φ(Q) φ(K)ᵀ) V, written in place when out's rows allow it
+        const bool direct = rows_in_place(out);
+        float* o = direct ? head_rows(out, b, h).at(t) : w.num.data();
+        const int64_t ldo = direct ? out.stride[1] : p.Ep;
+        gemm_set(o, ldo, w.phi_q.data(), p.Mp, 1, S, p.Ep, n, p.M, p.Ep);
+        triangular_acc(o, ldo, w.A.data(), w.Cp, w.V, w.ldv, n, p.Ep, true);
+        if (!direct) store_rows(head_rows(out, b, h), t, n, n, w.num.data(), p.Ep, p.E);
+        // S += φ(K)ᵀ V, z += Σ φ(K)
+        w.advance(p, n);
+      }
+      if (final_state) {
+        std::copy_n(S, p.M * p.Ep, final_state->S_of(bh));
+        std::copy_n(z, p.Mp, final_state->z_of(bh));
+      }
+    }
+  }
+}
+
+void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                     ConstTensorView k, ConstTensorView v, const LinearProblem& p, int64_t chunk,
+                     const PackedState* initial, PackedState* dinitial) {
+  const int64_t N = p.Nq, BH = p.B * p.H, C = std::clamp<int64_t>(chunk, 1, std::min(N, kMaxChunk));
+#pragma omp parallel
+  {
+    ChunkScratch w(p, C);
+    std::vector<float> den_all(N), dden_all(N);  // per row, from the forward sweep
+    std::vector<float> G(size_t(p.M * p.Ep)), g(size_t(p.Mp));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const int64_t b = bh / p.H, h = bh % p.H;
+      w.start(initial, bh);
+      float* S = w.S.data();
+      float* z = w.z.data();
+      // Forward sweep: with S_i, z_i the state that row i sees,
+      //   P_i = S_i dout_i, dden_i = −φ(q_i)·P_i / den_i², dφ(q_i) = P_i / den_i + z_i dden_i.
+      for (int64_t t = 0; t < N; t += C) {
+        const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
+        for (const ConstTensorView& x : {q, k, v, dout}) prefetch_rows(x, b, h, t + C, C);
+        w.load(p, q, k, v, b, h, t, n, valid);
+        load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
+        // P = dout Sᵀ + mask(dout Vᵀ) φ(K)
+        kernels::transpose(w.St.data(), p.Mp, S, p.Ep, p.M, p.E);
+        std::fill(w.P.begin(), w.P.begin() + n * p.Mp, 0.0f);
+        gemm_acc(w.P.data(), p.Mp, w.g.data(), p.Ep, 1, w.St.data(), p.Mp, n, p.E, p.Mp);
+        masked_product(w.W.data(), w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
+        triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true);
+        if (p.normalize) {
+          masked_product(w.A.data(), w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
+          kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, z, n, p.M);
+          kernels::row_sums(w.dden.data(), w.A.data(), w.Cp, n, n);
+          std::copy_n(z, p.Mp, w.rowvec.data());  // z_i: z plus the chunk's keys up to i
+          for (int64_t r = 0; r < n; ++r) {
+            const float d = w.den[r] + w.dden[r] + p.eps;
+            float* Pr = w.P.data() + r * p.Mp;
+            const float* phr = w.phi_q.data() + r * p.Mp;
+            const float* pkr = w.phi_k.data() + r * p.Mp;
+            for (int64_t m = 0; m < p.M; ++m) w.rowvec[m] += pkr[m];
+            const float dd = normaliser_backward(Pr, phr, w.rowvec.data(), d, p.M);
+            den_all[t + r] = d;
+            dden_all[t + r] = dd;
+          }
+        }
+        store_feature_grad(head_rows(dq, b, h), w.features, p, FeatureRole::query, w.P.data(), w.phi_q.data(),
+                           head_rows(q, b, h), t, n, n);
+        w.advance(p, n);
+      }
+      // Backward sweep, G = Σ_{later i} φ(q_i) dnum_iᵀ, g = Σ_{later i} φ(q_i) dden_i:
+      //   dφ(k_j) = G v_j + g + Σ_{i ≥ j in chunk} (dnum_i·v_j + dden_i) φ(q_i),
+      //   dv_j = Gᵀ φ(k_j) + Σ_{i ≥ j in chunk} (φ(q_i)·φ(k_j)) dnum_i.
+      std::fill(G.begin(), G.end(), 0.0f);
+      std::fill(g.begin(), g.end(), 0.0f);
+      const int64_t last = (N - 1) / C * C;
+      for (int64_t t = last; t >= 0; t -= C) {
+        const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
+        if (t >= C)
+          for (const ConstTensorView& x : {q, k, v, dout}) prefetch_rows(x, b, h, t - C, C);
+        w.load(p, q, k, v, b, h, t, n, valid);
+        load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
+        float* dden = w.dden.data();
+        if (p.normalize) {
+          for (int64_t r = 0; r < n; ++r) {
+            const float inv = 1.0f / den_all[t + r];
+            for (int64_t e = 0; e < p.E; ++e) w.g[r * p.Ep + e] *= inv;
+            dden[r] = dden_all[t + r];
+          }
+        }
+        // dφ(K) = g + V Gᵀ + (mask_{i ≥ j}(V dnumᵀ) + dden) φ(Q)
+        for (int64_t r = 0; r < n; ++r) std::copy_n(g.data(), p.Mp, w.P.data() + r * p.Mp);
+        kernels::transpose(w.St.data(), p.Mp, G.data(), p.Ep, p.M, p.E);
+        gemm_acc(w.P.data(), p.Mp, w.V, w.ldv, 1, w.St.data(), p.Mp, n, p.E, p.Mp);
+        masked_product(w.W.data(), w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
+        if (p.normalize)
+          for (int64_t j = 0; j < n; ++j)
+            for (int64_t i = j; i < n; ++i) w.W[j * w.Cp + i] += dden[i];
+        triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_q.data(), p.Mp, n, p.Mp, false);
+        // dV = φ(K) G + mask_{i ≥ j}(φ(K) φ(Q)ᵀ) dnum
+        std::fill(w.num.begin(), w.num.begin() + n * p.Ep, 0.0f);
+        gemm_acc(w.num.data(), p.Ep, w.phi_k.data(), p.Mp, 1, G.data(), p.Ep, n, p.M, p.Ep);
+        masked_product(w.A.data(), w.Cp, w.phi_k.data(), p.Mp, w.phi_q.data(), p.Mp, n, p.M, w.T.data(), false);
+        triangular_acc(w.num.data(), p.Ep, w.A.data(), w.Cp, w.g.data(), p.Ep, n, p.Ep, false);
+        store_feature_grad(head_rows(dk, b, h), w.features, p, FeatureRole::key, w.P.data(), w.phi_k.data(),
+                           head_rows(k, b, h), t, n, valid);
+        store_rows(head_rows(dv, b, h), t, n, valid, w.num.data(), p.Ep, p.E);
+        // G += φ(Q)ᵀ dnum, g += Σ dden_i φ(q_i)
+        gemm_acc(G.data(), p.Ep, w.phi_q.data(), 1, p.Mp, w.g.data(), p.Ep, p.M, n, p.Ep);
+        if (p.normalize) kernels::add_weighted_rows(g.data(), w.phi_q.data(), p.Mp, dden, n, p.M);
+      }
+      if (dinitial) {
+        std::copy(G.begin(), G.end(), dinitial->S_of(bh));
+        std::copy(g.begin(), g.end(), dinitial->z_of(bh));
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+detail::LinearProblem check_causal(const char* op, const LinearAttentionOptions& options, detail::LinearProblem p,
+                                   const RecurrentState* initial) {
+  if (p.Nq != p.Nk)
+    detail::fail(op, "k.extent[1] (sequence) is " + std::to_string(p.Nk) + ", expected " + std::to_string(p.Nq) +
+                         " (q's sequence length; causal_linear_attention needs Nq == Nk, "
+                         "linear_attention_forward with causal = true takes Nq ≠ Nk)");
+  detail::check_chunk_size(op, options);
+  if (initial) detail::check_state(op, "initial", *initial, p);
+  return p;
+}
+
+}  // namespace
+
+void causal_linear_attention_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                     const LinearAttentionOptions& options, const RecurrentState* initial,
+                                     RecurrentState* final_state) {
+  const char* op = "causal_linear_attention_forward";
+  const detail::LinearProblem p =
+      check_causal(op, options, detail::check_linear_forward(op, out, q, k, v, options), initial);
+  const detail::PackedState start = initial ? detail::pack_state(*initial, p) : detail::PackedState();
+  detail::PackedState end = final_state ? detail::PackedState(p) : detail::PackedState();
+  detail::causal_forward(out, q, k, v, p, options.chunk_size, initial ? &start : nullptr, final_state ? &end : nullptr);
+  if (final_state) {
+    // Position: tokens consumed; with ragged key lengths, the longest (see docs/linear-attention.md).
+    const int64_t consumed = *std::max_element(p.lengths.begin(), p.lengths.end());
+    const int64_t position = (initial ? initial->position() : 0) + consumed;
+    detail::unpack_state(*final_state, end, p, position);
+  }
+}
+
+void causal_linear_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
+                                      ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                      const LinearAttentionOptions& options, const RecurrentState* initial,
+                                      RecurrentState* dinitial) {
+  const char* op = "causal_linear_attention_backward";
+  const detail::LinearProblem p =
+      check_causal(op, options, detail::check_linear_backward(op, dq, dk, dv, dout, q, k, v, options), initial);
+  const detail::PackedState start = initial ? detail::pack_state(*initial, p) : detail::PackedState();
+  detail::PackedState grad = dinitial ? detail::PackedState(p) : detail::PackedState();
+  detail::causal_backward(dq, dk, dv, dout, q, k, v, p, options.chunk_size, initial ? &start : nullptr,
+                          dinitial ? &grad : nullptr);
+  if (dinitial) detail::unpack_state(*dinitial, grad, p, initial ? initial->position() : 0);
+}
+
+}  // namespace linattn

@@ -1,0 +1,342 @@
+#include "ops/linear_common.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "kernels/feature_map_elementwise.hpp"
+#include "ops/validate.hpp"
+
+namespace linattn::detail {
+
+namespace {
+
+void check_options(const char* op, const LinearAttentionOptions& o, int64_t B, int64_t Nk) {
+  if (!o.feature_map) fail(op, "options.feature_map is null, expected a feature map (e.g. elu_feature_map())");
+  if (!std::isfinite(o.eps) || o.eps < 0) {
+    std::ostringstream m;
+    m << "options.eps is " << o.eps << ", expected a finite value ≥ 0";
+    fail(op, m.str());
+  }
+  check_key_lengths(op, o.key_lengths, B, Nk);
+}
+
+// Checks shared by forward and backward: q, k, v and the options.
+LinearProblem check_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                           const LinearAttentionOptions& o) {
+  check_attention_inputs(op, q, k, v);
+  check_options(op, o, q.batch(), k.seq());
+  LinearProblem p;
+  p.B = q.batch(), p.Nq = q.seq(), p.Nk = k.seq(), p.H = q.heads(), p.D = q.dim(), p.E = v.dim();
+  p.M = o.feature_map->feature_dim(p.D);
+  if (p.M < 1) {
+    std::ostringstream m;
+    m << "options.feature_map->feature_dim(" << p.D << ") is " << p.M << ", expected ≥ 1";
+    fail(op, m.str());
+  }
+  // Scratch sizes: the packed state of every head, and a chunk of rows.
+  checked_mul(op, "B × H × M × E", checked_mul(op, "B × H", p.B, p.H), checked_mul(op, "M × E", p.M, p.E));
+  p.Mp = kernels::padded(p.M), p.Ep = kernels::padded(p.E);
+  p.map = o.feature_map.get(), p.eps = o.eps, p.normalize = o.normalize;
+  if (p.map == elu_feature_map().get()) p.builtin = LinearProblem::Builtin::elu;
+  if (p.map == relu_feature_map().get()) p.builtin = LinearProblem::Builtin::relu;
+  if (p.map == identity_feature_map().get()) p.builtin = LinearProblem::Builtin::identity;
+  p.lengths.resize(size_t(p.B));
+  for (int64_t b = 0; b < p.B; ++b) p.lengths[b] = key_length(o.key_lengths, b, p.Nk);
+  return p;
+}
+
+void check_same_shape(const char* op, const char* name, ConstTensorView x, ConstTensorView like, const char* because) {
+  check_view(op, name, x);
+  for (int axis = 0; axis < 4; ++axis) check_extent(op, name, x, axis, like.extent[axis], because);
+}
+
+// x: [B, Nq, H, E], the shape of out and dout.
+void check_output_shape(const char* op, const char* name, ConstTensorView x, const LinearProblem& p) {
+  check_view(op, name, x);
+  const int64_t want[] = {p.B, p.Nq, p.H, p.E};
+  const char* because[] = {"q's batch", "q's sequence length", "q's heads", "v's value dim"};
+  for (int axis = 0; axis < 4; ++axis) check_extent(op, name, x, axis, want[axis], because[axis]);
+}
+
+}  // namespace
+
+LinearProblem check_linear_forward(const char* op, ConstTensorView out, ConstTensorView q, ConstTensorView k,
+                                   ConstTensorView v, const LinearAttentionOptions& o) {
+  LinearProblem p = check_inputs(op, q, k, v, o);
+  check_output_shape(op, "out", out, p);
+  check_no_alias(op, "out", out, "q", q);
+  check_no_alias(op, "out", out, "k", k);
+  check_no_alias(op, "out", out, "v", v);
+  return p;
+}
+
+LinearProblem check_linear_backward(const char* op, ConstTensorView dq, ConstTensorView dk, ConstTensorView dv,
+                                    ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                    const LinearAttentionOptions& o) {
+  LinearProblem p = check_inputs(op, q, k, v, o);
+  check_output_shape(op, "dout", dout, p);
+  check_same_shape(op, "dq", dq, q, "q's shape");
+  check_same_shape(op, "dk", dk, k, "k's shape");
+  check_same_shape(op, "dv", dv, v, "v's shape");
+  const char* out_names[] = {"dq", "dk", "dv"};
+  const ConstTensorView outs[] = {dq, dk, dv};
+  const char* in_names[] = {"dout", "q", "k", "v"};
+  const ConstTensorView ins[] = {dout, q, k, v};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 4; ++j) check_no_alias(op, out_names[i], outs[i], in_names[j], ins[j]);
+    for (int j = i + 1; j < 3; ++j) check_no_alias(op, out_names[i], outs[i], out_names[j], outs[j]);
+  }
+  return p;
+}
+
+void check_chunk_size(const char* op, const LinearAttentionOptions& o) {
+  if (o.chunk_size >= 1) return;
+  fail(op, "options.chunk_size is " + std::to_string(o.chunk_size) + ", expected ≥ 1");
+}
+
+void check_state(const char* op, const char* name, const RecurrentState& s, const LinearProblem& p) {
+  const std::string n(name);
+  const int64_t seen[] = {s.batch(), s.heads(), s.feature_dim(), s.value_dim()};
+  const int64_t want[] = {p.B, p.H, p.M, p.E};
+  const char* what[] = {"batch()", "heads()", "feature_dim()", "value_dim()"};
+  const char* because[] = {"q's batch", "q's heads", "the feature map's feature_dim(D)", "v's value dim"};
+  for (int i = 0; i < 4; ++i)
+    if (seen[i] != want[i]) {
+      std::ostringstream m;
+      m << n << "." << what[i] << " is " << seen[i] << ", expected " << want[i] << " (" << because[i] << ")";
+      fail(op, m.str());
+    }
+  if (s.feature_map() != p.map->name())
+    fail(op, n + ".feature_map() is \"" + s.feature_map() + "\", expected \"" + p.map->name() +
+                 "\" (options.feature_map's name)");
+}
+
+PackedState::PackedState(const LinearProblem& p)
+    : M(p.M), E(p.E), Mp(p.Mp), Ep(p.Ep), S(size_t(p.B * p.H * p.M * p.Ep), 0.0f), z(size_t(p.B * p.H * p.Mp), 0.0f) {}
+
+PackedState pack_state(const RecurrentState& state, const LinearProblem& p) {
+  PackedState packed(p);
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+    const float* S = state.S().data() + bh * p.M * p.E;
+    for (int64_t m = 0; m < p.M; ++m) std::copy_n(S + m * p.E, p.E, packed.S_of(bh) + m * p.Ep);
+    std::copy_n(state.z().data() + bh * p.M, p.M, packed.z_of(bh));
+  }
+  return packed;
+}
+
+void unpack_state(RecurrentState& state, const PackedState& packed, const LinearProblem& p, int64_t position) {
+  if (state.batch() != p.B || state.heads() != p.H || state.feature_dim() != p.M || state.value_dim() != p.E ||
+      state.feature_map() != p.map->name())
+    state = RecurrentState(p.B, p.H, p.M, p.E, p.map->name());
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+    float* S = state.S().data() + bh * p.M * p.E;
+    for (int64_t m = 0; m < p.M; ++m) std::copy_n(packed.S_of(bh) + m * p.Ep, p.E, S + m * p.E);
+    std::copy_n(packed.z_of(bh), p.M, state.z().data() + bh * p.M);
+  }
+  state.set_position(position);
+}
+
+FeatureScratch::FeatureScratch(const LinearProblem& p, int64_t rows)
+    : x(size_t(rows * p.D)), dx(size_t(rows * p.D)), phi(size_t(rows * p.M)) {}
+
+void load_rows(float* dst, int64_t ld, HeadRows<const float> src, int64_t n0, int64_t n, int64_t valid, int64_t cols) {
+  valid = std::clamp<int64_t>(valid, 0, n);
+  for (int64_t r = 0; r < valid; ++r) {
+    const float* s = src.at(n0 + r);
+    float* d = dst + r * ld;
+    if (src.col == 1) {
+      std::memcpy(d, s, size_t(cols) * sizeof(float));
+    } else {
+      for (int64_t c = 0; c < cols; ++c) d[c] = s[c * src.col];
+    }
+    std::fill(d + cols, d + ld, 0.0f);
+  }
+  std::fill(dst + valid * ld, dst + n * ld, 0.0f);
+}
+
+void store_rows(HeadRows<float> dst, int64_t n0, int64_t n, int64_t valid, const float* src, int64_t ld, int64_t cols) {
+  valid = std::clamp<int64_t>(valid, 0, n);
+  for (int64_t r = 0; r < n; ++r) {
+    float* d = dst.at(n0 + r);
+    if (dst.col == 1) {
+      if (r < valid)
+        std::memcpy(d, src + r * ld, size_t(cols) * sizeof(float));
+      else
+        std::fill(d, d + cols, 0.0f);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) d[c * dst.col] = r < valid ? src[r * ld + c] : 0.0f;
+    }
+  }
+}
+
+void prefetch_rows(ConstTensorView x, int64_t b, int64_t h, int64_t n0, int64_t n, bool write) {
+  if (x.stride[3] != 1) return;
+  n = std::min(n, x.seq() - n0);
+  constexpr int64_t kLine = 64 / sizeof(float);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = x.data + b * x.stride[0] + (n0 + r) * x.stride[1] + h * x.stride[2];
+    for (int64_t c = 0; c < x.dim(); c += kLine) {
+      if (write)
+        __builtin_prefetch(row + c, 1, 2);
+      else
+        __builtin_prefetch(row + c, 0, 2);
+    }
+  }
+}
+
+namespace {
+// phi: [rows, M] (pitch ldp) = φ(x rows) with a built-in map's SIMD kernel, one call per tile.
+void builtin_forward(LinearProblem::Builtin map, float* phi, int64_t ldp, HeadRows<const float> x, int64_t n0,
+                     int64_t rows, int64_t cols) {
+  switch (map) {
+    case LinearProblem::Builtin::elu:
+      kernels::elu_forward_rows(phi, ldp, x.at(n0), x.row, rows, cols);
+      break;
+    case LinearProblem::Builtin::relu:
+      kernels::relu_forward_rows(phi, ldp, x.at(n0), x.row, rows, cols);
+      break;
+    default:
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(phi + r * ldp, x.at(n0 + r), size_t(cols) * sizeof(float));
+      break;
+  }
+}
+}  // namespace
+
+void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, FeatureRole role, HeadRows<const float> x,
+                   int64_t n0, int64_t n, int64_t valid) {
+  valid = std::clamp<int64_t>(valid, 0, n);
+  if (p.builtin != LinearProblem::Builtin::none && x.col == 1) {
+    // Fused: φ straight from the strided rows into the padded tile, one trip through the cache.
+    builtin_forward(p.builtin, phi, p.Mp, x, n0, valid, p.D);
+    if (p.M != p.Mp)
+      for (int64_t r = 0; r < valid; ++r) std::fill(phi + r * p.Mp + p.M, phi + (r + 1) * p.Mp, 0.0f);
+  } else {
+    load_rows(w.x.data(), p.D, x, n0, valid, valid, p.D);
+    if (p.M == p.Mp) {
+      if (valid > 0) p.map->forward(phi, w.x.data(), valid, p.D, role);
+    } else {
+      if (valid > 0) p.map->forward(w.phi.data(), w.x.data(), valid, p.D, role);
+      for (int64_t r = 0; r < valid; ++r) {
+        std::copy_n(w.phi.data() + r * p.M, p.M, phi + r * p.Mp);
+        std::fill(phi + r * p.Mp + p.M, phi + (r + 1) * p.Mp, 0.0f);
+      }
+    }
+  }
+  std::fill(phi + valid * p.Mp, phi + n * p.Mp, 0.0f);
+}
+
+void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProblem& p, FeatureRole role,
+                        const float* dphi, const float* phi, HeadRows<const float> x, int64_t n0, int64_t n,
+                        int64_t valid) {
+  valid = std::clamp<int64_t>(valid, 0, n);
+  if (p.builtin != LinearProblem::Builtin::none && dx.col == 1) {
+    float* out = dx.at(n0);
+    switch (p.builtin) {
+      case LinearProblem::Builtin::elu:
+        kernels::elu_backward_from_phi(out, dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
+        break;
+      case LinearProblem::Builtin::relu:
+        kernels::relu_backward_from_phi(out, dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
+        break;
+      default:
+        for (int64_t r = 0; r < valid; ++r) std::memcpy(dx.at(n0 + r), dphi + r * p.Mp, size_t(p.D) * sizeof(float));
+        break;
+    }
+    for (int64_t r = valid; r < n; ++r) std::fill(dx.at(n0 + r), dx.at(n0 + r) + p.D, 0.0f);
+    return;
+  }
+  if (valid > 0) {
+    const float* g = dphi;
+    if (p.M != p.Mp) {
+      for (int64_t r = 0; r < valid; ++r) std::copy_n(dphi + r * p.Mp, p.M, w.phi.data() + r * p.M);
+      g = w.phi.data();
+    }
+    load_rows(w.x.data(), p.D, x, n0, valid, valid, p.D);
+    p.map->backward(w.dx.data(), g, w.x.data(), valid, p.D, role);
+  }
+  store_rows(dx, n0, n, valid, w.dx.data(), p.D, p.D);
+}
+
+void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const LinearProblem& p) {
+  const int64_t Nk = k.seq(), blocks = reduction_blocks(p.B, Nk);
+  Partials partial_S(p.B, blocks, p.H, p.M * p.Ep), partial_z(p.B, blocks, p.H, p.Mp);
+#pragma omp parallel
+  {
+    FeatureScratch w(p, kTile);
+    std::vector<float> phi(size_t(kTile * p.Mp)), val(size_t(kTile * p.Ep));
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < p.B * blocks; ++item) {
+      const int64_t b = item / blocks, blk = item % blocks;
+      const int64_t j1 = std::min(block_begin(blk + 1, blocks, Nk), p.lengths[b]);
+      // Token tiles outside, heads inside: one tile of all heads is one contiguous stretch of memory.
+      for (int64_t j = block_begin(blk, blocks, Nk); j < j1; j += kTile) {
+        const int64_t n = std::min(kTile, j1 - j);
+        for (int64_t h = 0; h < p.H; ++h) {
+          const int64_t next_h = h + 1 < p.H ? h + 1 : 0, next_j = h + 1 < p.H ? j : j + kTile;
+          prefetch_rows(k, b, next_h, next_j, kTile);
+          prefetch_rows(v, b, next_h, next_j, kTile);
+          float* S = blk == 0 ? state.S_of(b * p.H + h) : partial_S.at(b, blk, h);
+          float* z = blk == 0 ? state.z_of(b * p.H + h) : partial_z.at(b, blk, h);
+          load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, n, n);
+          const float* V = head_rows(v, b, h).at(j);
+          int64_t ldv = v.stride[1];
+          if (!rows_in_place(v)) {
+            load_rows(val.data(), p.Ep, head_rows(v, b, h), j, n, n, p.E);
+            V = val.data(), ldv = p.Ep;
+          }
+          // S += φ(K)ᵀ V, z += Σ_j φ(k_j)
+          kernels::gemm_acc(S, p.Ep, phi.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep);
+          kernels::add_weighted_rows(z, phi.data(), p.Mp, nullptr, n, p.M);
+        }
+      }
+    }
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+      partial_S.add_to(state.S_of(bh), bh / p.H, bh % p.H);
+      partial_z.add_to(state.z_of(bh), bh / p.H, bh % p.H);
+    }
+  }
+}
+
+void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTensorView v, const PackedState& grad,
+                       const LinearProblem& p) {
+  const int64_t Nk = k.seq(), BH = p.B * p.H, tiles = (Nk + kTile - 1) / kTile;
+  // dSᵀ of every head: [E, Mp], the right-hand side of dφ(K) = V dSᵀ.
+  std::vector<float> dSt(size_t(BH * p.E * p.Mp), 0.0f);
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < BH; ++bh)
+      kernels::transpose(dSt.data() + bh * p.E * p.Mp, p.Mp, grad.S_of(bh), p.Ep, p.M, p.E);
+    FeatureScratch w(p, kTile);
+    std::vector<float> phi(size_t(kTile * p.Mp)), val(size_t(kTile * p.Ep)), dphi(size_t(kTile * p.Mp)),
+        dval(size_t(kTile * p.Ep));
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < p.B * tiles; ++item) {
+      const int64_t b = item / tiles, j = (item % tiles) * kTile;
+      const int64_t n = std::min(kTile, Nk - j), valid = std::clamp<int64_t>(p.lengths[b] - j, 0, n);
+      for (int64_t h = 0; h < p.H; ++h) {
+        const int64_t bh = b * p.H + h;
+        if (valid > 0) {
+          load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, valid, valid);
+          load_rows(val.data(), p.Ep, head_rows(v, b, h), j, valid, valid, p.E);
+          // dφ(k_j) = dS v_j + dz
+          for (int64_t r = 0; r < valid; ++r) std::copy_n(grad.z_of(bh), p.Mp, dphi.data() + r * p.Mp);
+          kernels::gemm_acc(dphi.data(), p.Mp, val.data(), p.Ep, 1, dSt.data() + bh * p.E * p.Mp, p.Mp, valid, p.E,
+                            p.Mp);
+          // dv_j = dSᵀ φ(k_j)
+          std::fill(dval.begin(), dval.begin() + valid * p.Ep, 0.0f);
+          kernels::gemm_acc(dval.data(), p.Ep, phi.data(), p.Mp, 1, grad.S_of(bh), p.Ep, valid, p.M, p.Ep);
+        }
+        store_feature_grad(head_rows(dk, b, h), w, p, FeatureRole::key, dphi.data(), phi.data(), head_rows(k, b, h), j,
+                           n, valid);
+        store_rows(head_rows(dv, b, h), j, n, valid, dval.data(), p.Ep, p.E);
+      }
+    }
+  }
+}
+
+}  // namespace linattn::detail

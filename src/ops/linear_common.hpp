@@ -1,0 +1,161 @@
+#pragma once
+// Shared by the linear attention drivers (non-causal, causal, recurrent): boundary checks, the
+// packing of one head's rows into padded tiles, the state in padded form, and the passes that more
+// than one driver runs.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/linear_tiles.hpp"
+#include "linattn/linear_attention.hpp"
+#include "linattn/recurrent_state.hpp"
+#include "linattn/view.hpp"
+
+namespace linattn::detail {
+
+// Rows per packed tile in the non-causal passes.
+inline constexpr int64_t kTile = 64;
+// The non-causal reductions over tokens split each batch into this many blocks at most, summed in
+// block order: a function of the shape only, so that the result never depends on the thread count,
+// and enough work items for 16 threads.
+inline constexpr int64_t kMinItems = 16;
+inline int64_t reduction_blocks(int64_t B, int64_t N) {
+  return std::clamp<int64_t>(kMinItems / B, 1, (N + kTile - 1) / kTile);
+}
+// Tile range [first, last) of block blk out of blocks over N tokens.
+inline int64_t block_begin(int64_t blk, int64_t blocks, int64_t N) {
+  return (N + kTile - 1) / kTile * blk / blocks * kTile;
+}
+// Causal chunks are clamped to this many tokens: the chunk × chunk scratch stays 4 MiB per thread.
+inline constexpr int64_t kMaxChunk = 1024;
+
+// One call's sizes and options, after the boundary checks. lengths[b]: keys that enter batch b's sums.
+struct LinearProblem {
+  int64_t B = 0, Nq = 0, Nk = 0, H = 0, D = 0, M = 0, E = 0;
+  int64_t Mp = 0, Ep = 0;  // M and E padded to kernels::kPad
+  const FeatureMap* map = nullptr;
+  // The built-in elementwise maps get φ fused into the loads of rows (no copy of x first).
+  enum class Builtin { none, elu, relu, identity } builtin = Builtin::none;
+  float eps = 0;
+  bool normalize = true;
+  std::vector<int64_t> lengths;
+};
+
+// Checks q, k, v, out and the options (see linear_attention.hpp); returns the problem.
+LinearProblem check_linear_forward(const char* op, ConstTensorView out, ConstTensorView q, ConstTensorView k,
+                                   ConstTensorView v, const LinearAttentionOptions& options);
+// The same for a backward: dq, dk, dv shaped like q, k, v, no output overlapping anything.
+LinearProblem check_linear_backward(const char* op, ConstTensorView dq, ConstTensorView dk, ConstTensorView dv,
+                                    ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                    const LinearAttentionOptions& options);
+// options.chunk_size ≥ 1.
+void check_chunk_size(const char* op, const LinearAttentionOptions& options);
+// A state read by an operator matches [B, H, M, E] and the feature map's name.
+void check_state(const char* op, const char* name, const RecurrentState& state, const LinearProblem& p);
+
+// The rows of one (b, h) head of a [B, N, H, D] view: element (n, d) at data[n·row + d·col].
+template <class T>
+struct HeadRows {
+  T* data;
+  int64_t row, col;
+  T* at(int64_t n) const { return data + n * row; }
+};
+// Whether x's rows can serve the tile kernels in place: contiguous, and a whole number of kPad.
+template <class T>
+bool rows_in_place(View4<T> x) {
+  return x.stride[3] == 1 && x.dim() % kernels::kPad == 0;
+}
+template <class T>
+HeadRows<T> head_rows(View4<T> x, int64_t b, int64_t h) {
+  return {x.data + b * x.stride[0] + h * x.stride[2], x.stride[1], x.stride[3]};
+}
+// Tokens [begin, begin + count) of x.
+template <class T>
+View4<T> seq_slice(View4<T> x, int64_t begin, int64_t count) {
+  View4<T> s = x;
+  s.data += begin * x.stride[1];
+  s.extent[1] = count;
+  return s;
+}
+
+// S: [B·H, M, Ep] and z: [B·H, Mp], rows padded so that they feed the tile kernels directly.
+struct PackedState {
+  int64_t M = 0, E = 0, Mp = 0, Ep = 0;
+  std::vector<float> S, z;
+  PackedState() = default;
+  explicit PackedState(const LinearProblem& p);
+  float* S_of(int64_t bh) { return S.data() + bh * M * Ep; }
+  const float* S_of(int64_t bh) const { return S.data() + bh * M * Ep; }
+  float* z_of(int64_t bh) { return z.data() + bh * Mp; }
+  const float* z_of(int64_t bh) const { return z.data() + bh * Mp; }
+};
+PackedState pack_state(const RecurrentState& state, const LinearProblem& p);
+// Writes a packed state into `state`, reshaped to [B, H, M, E] and named after the feature map.
+void unpack_state(RecurrentState& state, const PackedState& packed, const LinearProblem& p, int64_t position);
+
+// Partial sums of blocks 1.. of every batch: [B, blocks − 1, H, size]; block 0 sums into the result.
+struct Partials {
+  int64_t blocks, H, size;
+  std::vector<float> data;
+  Partials(int64_t B, int64_t blocks_, int64_t H_, int64_t size_)
+      : blocks(blocks_), H(H_), size(size_), data(size_t(B * (blocks_ - 1) * H_ * size_), 0.0f) {}
+  float* at(int64_t b, int64_t blk, int64_t h) { return data.data() + ((b * (blocks - 1) + blk - 1) * H + h) * size; }
+  // result[b, h] += Σ_{blk ≥ 1} partial[b, blk, h], in block order.
+  void add_to(float* result, int64_t b, int64_t h) {
+    for (int64_t blk = 1; blk < blocks; ++blk) {
+      const float* x = at(b, blk, h);
+      for (int64_t i = 0; i < size; ++i) result[i] += x[i];
+    }
+  }
+};
+
+// Asks the memory system for rows [n0, n0 + n) of head (b, h) of x (clamped to its length), the rows
+// after the ones being computed, so that their DRAM latency overlaps the arithmetic; write: they are
+// about to be overwritten (an output), so they are fetched for ownership.
+void prefetch_rows(ConstTensorView x, int64_t b, int64_t h, int64_t n0, int64_t n, bool write = false);
+
+// Scratch of one thread for loading and storing feature tiles of up to `rows` rows.
+struct FeatureScratch {
+  std::vector<float> x, dx, phi;  // [rows, D], [rows, D], [rows, M]
+  FeatureScratch(const LinearProblem& p, int64_t rows);
+};
+
+// dst: [n, ld] = rows [n0, n0 + n) of src (cols values each); rows from `valid` on, and the padding, are 0.
+void load_rows(float* dst, int64_t ld, HeadRows<const float> src, int64_t n0, int64_t n, int64_t valid, int64_t cols);
+// Rows [n0, n0 + n) of dst = src: [n, ld] (cols values each); rows from `valid` on are 0.
+void store_rows(HeadRows<float> dst, int64_t n0, int64_t n, int64_t valid, const float* src, int64_t ld, int64_t cols);
+// phi: [n, Mp] = φ(rows [n0, n0 + n) of x); rows from `valid` on (keys past the key length) are 0.
+void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, FeatureRole role, HeadRows<const float> x,
+                   int64_t n0, int64_t n, int64_t valid);
+// Rows [n0, n0 + n) of dx = (∂φ/∂x)ᵀ dphi at x, dphi: [n, Mp]; rows from `valid` on are 0. phi: the
+// tile's φ(x) ([n, Mp]); the built-in maps read their derivative off it (no x, no exp).
+void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProblem& p, FeatureRole role,
+                        const float* dphi, const float* phi, HeadRows<const float> x, int64_t n0, int64_t n,
+                        int64_t valid);
+
+// One query row through the normaliser's backward, given P = S dout (overwritten with dφ(q)):
+//   out = num / den: dden = −φ(q)·P / den², dφ(q) = P / den + z dden. Returns dden.
+inline float normaliser_backward(float* P, const float* phi_q, const float* z, float den, int64_t M) {
+  float pdot = 0;
+  for (int64_t m = 0; m < M; ++m) pdot += phi_q[m] * P[m];
+  const float inv = 1.0f / den, dden = -pdot * inv * inv;
+  for (int64_t m = 0; m < M; ++m) P[m] = P[m] * inv + dden * z[m];
+  return dden;
+}
+
+// Non-causal passes, also used for the prefix of a causal cross-attention.
+// state = Σ_{j < lengths[b]} (φ(k_j) v_jᵀ, φ(k_j)); k: [B, Nk, H, D], v: [B, Nk, H, E].
+void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const LinearProblem& p);
+// Keys' gradients given grad = (dL/dS, dL/dz): dφ(k_j) = dS v_j + dz, dv_j = dSᵀ φ(k_j); 0 past lengths[b].
+void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTensorView v, const PackedState& grad,
+                       const LinearProblem& p);
+
+// Causal core (Nq == Nk, query i sees keys j ≤ i), chunkwise; initial and final may be null.
+void causal_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, const LinearProblem& p,
+                    int64_t chunk, const PackedState* initial, PackedState* final_state);
+// dinitial (may be null) receives dL/dS0 and dL/dz0.
+void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                     ConstTensorView k, ConstTensorView v, const LinearProblem& p, int64_t chunk,
+                     const PackedState* initial, PackedState* dinitial);
+
+}  // namespace linattn::detail

@@ -1,0 +1,57 @@
+// One token of causal linear attention against a RecurrentState: S += φ(k) vᵀ, z += φ(k), then
+// out = Sᵀ φ(q) / (φ(q)·z + eps). Constant time and memory per token: it touches S once.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/linear_tiles.hpp"
+#include "ops/linear_common.hpp"
+#include "ops/validate.hpp"
+
+namespace linattn {
+
+void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, RecurrentState& state,
+                    const LinearAttentionOptions& options) {
+  const char* op = "recurrent_step";
+  const detail::LinearProblem p = detail::check_linear_forward(op, out, q, k, v, options);
+  detail::check_extent(op, "q", q, 1, 1, "one token per step");
+  detail::check_extent(op, "k", k, 1, 1, "one token per step");
+  detail::check_state(op, "state", state, p);
+  const int64_t BH = p.B * p.H, M = p.M, E = p.E;
+  // φ of every head's q and k row at once: one feature-map call each.
+  std::vector<float> x(size_t(BH * p.D)), phi_q(size_t(BH * M)), phi_k(size_t(BH * M)), vals(size_t(BH * E)),
+      num(size_t(BH * E));
+  for (const auto& [src, phi, role] :
+       {std::tuple{q, &phi_q, FeatureRole::query}, std::tuple{k, &phi_k, FeatureRole::key}}) {
+    for (int64_t bh = 0; bh < BH; ++bh)
+      detail::load_rows(x.data() + bh * p.D, p.D, detail::head_rows(src, bh / p.H, bh % p.H), 0, 1, 1, p.D);
+    p.map->forward(phi->data(), x.data(), BH, p.D, role);
+  }
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    detail::load_rows(vals.data() + bh * E, E, detail::head_rows(v, bh / p.H, bh % p.H), 0, 1, 1, E);
+  }
+  // Heads are independent; threads only pay off once the states are large.
+#pragma omp parallel for schedule(static) if (BH * M * E >= (1 << 18))
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    float* z = state.z(bh / p.H, bh % p.H);
+    const float* pk = phi_k.data() + bh * M;
+    const float* pq = phi_q.data() + bh * M;
+    // A padded token (key_lengths[b] == 0) adds nothing: its φ(k) and v count as 0.
+    if (p.lengths[bh / p.H] == 0) {
+      std::fill_n(phi_k.data() + bh * M, M, 0.0f);
+      std::fill_n(vals.data() + bh * E, E, 0.0f);
+    }
+    for (int64_t m = 0; m < M; ++m) z[m] += pk[m];
+    kernels::rank1_update_readout(num.data() + bh * E, state.S(bh / p.H, bh % p.H), pk, vals.data() + bh * E, pq, M, E);
+    float* o = num.data() + bh * E;
+    if (p.normalize) {
+      float den = 0;
+      for (int64_t m = 0; m < M; ++m) den += pq[m] * z[m];
+      den += p.eps;
+      for (int64_t e = 0; e < E; ++e) o[e] /= den;
+    }
+    detail::store_rows(detail::head_rows(out, bh / p.H, bh % p.H), 0, 1, 1, o, E, E);
+  }
+  state.set_position(state.position() + 1);
+}
+
+}  // namespace linattn

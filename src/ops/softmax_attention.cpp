@@ -1,0 +1,454 @@
+// Exact softmax attention, forward and backward (FlashAttention-2 style): boundary checks, the
+// tiling plan, threads and scratch. The arithmetic is in kernels/softmax_tile_*.
+//
+// The keys and values of one (b, h) are packed once per call into per-tile buffers (KeyPack), and
+// in the backward the queries and dO too (QueryPack). Two ways to spread work over threads:
+//   per head   (many heads) one item per (b, h), packs private to the thread;
+//   per tile   (few heads)  heads one after another; packs shared, items are the tiles of the head.
+// Either way every result element is computed by one thread, by the same kernel calls in the same
+// order (dq over key tiles ascending, dk and dv over query tiles ascending), so results are bitwise
+// identical for every thread count and either way. Nothing is N × N.
+#include "linattn/softmax_attention.hpp"
+
+#include <hwy/aligned_allocator.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <new>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/softmax_pack.hpp"
+#include "kernels/softmax_tile_matmul.hpp"
+#include "kernels/softmax_tile_rows.hpp"
+#include "ops/validate.hpp"
+
+namespace linattn {
+namespace {
+
+constexpr const char* kForward = "softmax_attention_forward";
+constexpr const char* kBackward = "softmax_attention_backward";
+constexpr int64_t kTileQ = 64;  // query rows per tile
+constexpr int64_t kTileK = 64;  // key rows per tile (a multiple of kernels::kTileLanes)
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+int64_t ceil_div(int64_t x, int64_t to) { return (x + to - 1) / to; }
+
+// Shapes and masking of one call, shared by the forward and the backward.
+struct Plan {
+  int64_t B = 0, Nq = 0, Nk = 0, H = 0, D = 0, E = 0;
+  int64_t Dp = 0, Ep = 0;  // D and E padded to kTileLanes: the leading dims of the tiles
+  int64_t q_tiles = 0, k_tiles = 0;
+  float scale = 1;
+  bool causal = false;
+  std::span<const int64_t> key_lengths;
+
+  // Query i of batch b sees the keys [0, key_end(b, i)).
+  int64_t key_end(int64_t b, int64_t i) const {
+    const int64_t kl = detail::key_length(key_lengths, b, Nk);
+    return causal ? std::clamp(i + (Nk - Nq) + 1, int64_t(0), kl) : kl;
+  }
+  // Key j of batch b is seen by the queries [query_begin(b, j), Nq), or by none when j ≥ key length.
+  int64_t query_begin(int64_t b, int64_t j) const {
+    if (j >= detail::key_length(key_lengths, b, Nk)) return Nq;
+    return causal ? std::clamp(j - (Nk - Nq), int64_t(0), Nq) : 0;
+  }
+  // Key tiles that query tile t sees: [0, key_tiles_seen(b, t)).
+  int64_t key_tiles_seen(int64_t b, int64_t t) const {
+    return ceil_div(key_end(b, std::min(Nq, (t + 1) * kTileQ) - 1), kTileK);  // its last row sees most
+  }
+  // Query tiles that see key tile t: [first_query_tile(b, t), q_tiles).
+  int64_t first_query_tile(int64_t b, int64_t t) const { return query_begin(b, t * kTileK) / kTileQ; }
+  int64_t query_rows(int64_t t) const { return std::min(kTileQ, Nq - t * kTileQ); }
+  int64_t key_rows(int64_t t) const { return std::min(kTileK, Nk - t * kTileK); }
+  // One work item per head (many heads, or one query tile per head), or else the tiles of each head
+  // as items. A backward per head costs 10·N²·D per head, on ⌈heads / threads⌉ heads in a row;
+  // per tile it costs 14·N²·D per head, spread evenly: take the cheaper.
+  bool items_per_head(bool backward) const {
+    const int64_t threads = omp_get_max_threads(), heads = B * H;
+    if (q_tiles == 1) return true;
+    if (backward) return 10 * threads * ceil_div(heads, threads) <= 14 * heads;
+    return heads % threads == 0 || heads >= 4 * threads;
+  }
+};
+
+ConstTensorView span_view(std::span<const float> x) {
+  const int64_t n = std::max<int64_t>(int64_t(x.size()), 1);
+  return ConstTensorView(x.data(), {1, 1, 1, n}, {n, n, n, 1});
+}
+
+// An output whose elements are all distinct: with its axes ordered by stride, each stride clears
+// the span of the smaller ones (conservative for interleaved layouts). A zero stride on an axis of
+// extent > 1 would make several threads write one element: a race, and no determinism.
+void check_distinct_elements(const char* op, const char* name, ConstTensorView x) {
+  std::array<int, 4> axes{0, 1, 2, 3};
+  std::stable_sort(axes.begin(), axes.end(), [&](int a, int b) { return x.stride[a] < x.stride[b]; });
+  int64_t span = 1;  // elements covered by the axes so far
+  for (int axis : axes) {
+    if (x.extent[axis] == 1) continue;
+    if (x.stride[axis] < span) {
+      std::ostringstream m;
+      m << name << ".stride[" << axis << "] (" << detail::axis_name(axis) << ") is " << x.stride[axis]
+        << ", expected ≥ " << span << " so that no two elements of an output share memory";
+      detail::fail(op, m.str());
+    }
+    span = x.stride[axis] * (x.extent[axis] - 1) + span;
+  }
+}
+
+// The checks both directions share: q, k, v and their agreement, options, lse's size.
+Plan make_plan(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v, size_t lse_size,
+               const SoftmaxAttentionOptions& options) {
+  detail::check_attention_inputs(op, q, k, v);
+  detail::check_key_lengths(op, options.key_lengths, q.batch(), k.seq());
+  if (options.scale && !std::isfinite(*options.scale)) {
+    std::ostringstream m;
+    m << "options.scale is " << *options.scale << ", expected a finite value";
+    detail::fail(op, m.str());
+  }
+  Plan p;
+  p.B = q.batch(), p.Nq = q.seq(), p.Nk = k.seq(), p.H = q.heads(), p.D = q.dim(), p.E = v.dim();
+  p.Dp = round_up(p.D, kernels::kTileLanes);
+  p.Ep = round_up(p.E, kernels::kTileLanes);
+  p.q_tiles = ceil_div(p.Nq, kTileQ);
+  p.k_tiles = ceil_div(p.Nk, kTileK);
+  p.scale = options.scale ? *options.scale : float(1.0 / std::sqrt(double(p.D)));
+  p.causal = options.causal;
+  p.key_lengths = options.key_lengths;
+  const int64_t rows = detail::checked_mul(op, "lse's size (B·H)", p.B, p.H);
+  detail::check_size(op, "lse", int64_t(lse_size), detail::checked_mul(op, "lse's size (B·H·Nq)", rows, p.Nq),
+                     "[B, H, Nq]");
+  // Scratch is sized by one head's packed rows, each at most 2·(Dp + Ep) floats wide.
+  detail::checked_mul(op, "one head's packed size ((Nq + Nk) · 2·(D + E), padded)",
+                      round_up(p.Nq, kTileQ) + round_up(p.Nk, kTileK), 2 * (p.Dp + p.Ep));
+  return p;
+}
+
+// Zero-initialised aligned floats. Allocated before a parallel region, where a throw could not leave.
+hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t floats) {
+  auto memory = hwy::AllocateAligned<float>(size_t(floats));
+  if (!memory) throw std::bad_alloc();
+  std::fill_n(memory.get(), floats, 0.0f);
+  return memory;
+}
+
+// k and v of one head, per key tile t: kt [Dp, kTileK] = kᵀ; v [kTileK, Ep] (forward) or
+// vt [Ep, kTileK] = vᵀ and kr [kTileK, Dp] = k (backward). Zero-padded past Nk, D and E.
+// A streaming pack (a forward with one query tile, e.g. decoding a token against a long cache,
+// where each key tile is used once) holds one tile, packed just before its use.
+struct KeyPack {
+  bool backward = false, streaming = false;
+  int64_t kt_size = 0, v_size = 0, kr_size = 0, tile_size = 0;
+  hwy::AlignedFreeUniquePtr<float[]> memory;
+
+  KeyPack(const Plan& p, bool backward_, bool streaming_ = false)
+      : backward(backward_),
+        streaming(streaming_),
+        kt_size(p.Dp * kTileK),
+        v_size(p.Ep * kTileK),
+        kr_size(backward ? kTileK * p.Dp : 0),
+        tile_size(kt_size + v_size + kr_size),
+        memory(zeros((streaming ? 1 : p.k_tiles) * tile_size)) {}
+  float* kt(int64_t t) const { return memory.get() + (streaming ? 0 : t) * tile_size; }
+  float* v(int64_t t) const { return kt(t) + kt_size; }  // v, or vᵀ in the backward
+  float* kr(int64_t t) const { return v(t) + v_size; }
+
+  void pack(ConstTensorView k, ConstTensorView v_in, const Plan& p, int64_t b, int64_t h, int64_t t) const {
+    const int64_t j0 = t * kTileK, count = p.key_rows(t);
+    kernels::softmax_pack_rows_transposed(kt(t), kTileK, k, b, h, j0, count);
+    if (!backward) {
+      kernels::softmax_pack_rows(v(t), p.Ep, kTileK, v_in, b, h, j0, count, 1.0f);
+      return;
+    }
+    kernels::softmax_pack_rows_transposed(v(t), kTileK, v_in, b, h, j0, count);
+    kernels::softmax_pack_rows(kr(t), p.Dp, kTileK, k, b, h, j0, count, 1.0f);
+  }
+};
+
+// The backward's query side of one head, per query tile t: qs [kTileQ, Dp] = scale · q,
+// dos [kTileQ, Ep] = dO, delta [kTileQ] = rowsum(dO ∘ O).
+struct QueryPack {
+  int64_t qs_size = 0, dos_size = 0, tile_size = 0;
+  hwy::AlignedFreeUniquePtr<float[]> memory;
+
+  explicit QueryPack(const Plan& p)
+      : qs_size(kTileQ * p.Dp),
+        dos_size(kTileQ * p.Ep),
+        tile_size(qs_size + dos_size + kTileQ),
+        memory(zeros(p.q_tiles * tile_size)) {}
+  float* qs(int64_t t) const { return memory.get() + t * tile_size; }
+  float* dos(int64_t t) const { return qs(t) + qs_size; }
+  float* delta(int64_t t) const { return dos(t) + dos_size; }
+
+  // o_scratch: [kTileQ, Ep].
+  void pack(ConstTensorView q, ConstTensorView dout, ConstTensorView out, const Plan& p, int64_t b, int64_t h,
+            int64_t t, float* o_scratch) const {
+    const int64_t i0 = t * kTileQ, rows = p.query_rows(t);
+    kernels::softmax_pack_rows(qs(t), p.Dp, kTileQ, q, b, h, i0, rows, p.scale);
+    kernels::softmax_pack_rows(dos(t), p.Ep, kTileQ, dout, b, h, i0, rows, 1.0f);
+    kernels::softmax_pack_rows(o_scratch, p.Ep, kTileQ, out, b, h, i0, rows, 1.0f);
+    kernels::softmax_row_dot(delta(t), dos(t), o_scratch, p.Ep, rows, p.Ep);
+  }
+};
+
+// Per-thread tiles of the forward.
+struct ForwardScratch {
+  hwy::AlignedFreeUniquePtr<float[]> memory;
+  float *qs, *s, *o, *row_max, *row_sum;
+  int32_t key_end[kTileQ];
+
+  explicit ForwardScratch(const Plan& p) : memory(zeros(kTileQ * (p.Dp + kTileK + p.Ep + 2))) {
+    qs = memory.get();            // [kTileQ, Dp] scale · q
+    s = qs + kTileQ * p.Dp;       // [kTileQ, kTileK] scores, then probabilities
+    o = s + kTileQ * kTileK;      // [kTileQ, Ep] running output
+    row_max = o + kTileQ * p.Ep;  // [kTileQ]
+    row_sum = row_max + kTileQ;   // [kTileQ]
+  }
+};
+
+// Rows of query tile t of (b, h): out and lse, over the key tiles it sees, with an online softmax.
+void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                        const KeyPack& keys, const Plan& p, int64_t b, int64_t h, int64_t t, ForwardScratch& w) {
+  const int64_t i0 = t * kTileQ, rows = p.query_rows(t);
+  kernels::softmax_pack_rows(w.qs, p.Dp, rows, q, b, h, i0, rows, p.scale);
+  std::fill_n(w.o, kTileQ * p.Ep, 0.0f);
+  std::fill_n(w.row_max, kTileQ, -kInf);
+  std::fill_n(w.row_sum, kTileQ, 0.0f);
+  for (int64_t kt = 0; kt < p.key_tiles_seen(b, t); ++kt) {
+    const int64_t j0 = kt * kTileK, count = p.key_rows(kt);
+    if (keys.streaming) keys.pack(k, v, p, b, h, kt);
+    for (int64_t r = 0; r < rows; ++r) w.key_end[r] = int32_t(std::clamp(p.key_end(b, i0 + r) - j0, int64_t(0), count));
+    // s = (scale · q) kᵀ
+    kernels::softmax_tile_matmul(w.s, kTileK, w.qs, p.Dp, 1, keys.kt(kt), kTileK, nullptr, nullptr, rows, kTileK, p.D,
+                                 false);
+    kernels::softmax_forward_tile(w.s, kTileK, w.o, p.Ep, w.row_max, w.row_sum, w.key_end, rows, kTileK, p.Ep);
+    // o += p v, over each row's visible keys only
+    kernels::softmax_tile_matmul(w.o, p.Ep, w.s, kTileK, 1, keys.v(kt), p.Ep, nullptr, w.key_end, rows, p.Ep, count,
+                                 true);
+  }
+  kernels::softmax_forward_finish(w.o, p.Ep, lse + (b * p.H + h) * p.Nq + i0, w.row_max, w.row_sum, rows, p.Ep);
+  kernels::softmax_unpack_rows(out, w.o, p.Ep, b, h, i0, rows, 1.0f);
+}
+
+// Per-thread tiles of the backward, with dk and dv accumulators for `key_tiles` key tiles.
+struct BackwardScratch {
+  int64_t dk_tile = 0, dv_tile = 0, key_tiles = 0;
+  hwy::AlignedFreeUniquePtr<float[]> memory;
+  float *s, *dp, *o, *dq, *dk_all, *dv_all;
+  int32_t key_end[kTileQ], query_begin[kTileK], query_end[kTileK];
+
+  BackwardScratch(const Plan& p, int64_t key_tiles_)
+      : dk_tile(kTileK * p.Dp),
+        dv_tile(kTileK * p.Ep),
+        key_tiles(key_tiles_),
+        memory(zeros(2 * kTileQ * kTileK + kTileQ * (p.Ep + p.Dp) + key_tiles * (dk_tile + dv_tile))) {
+    s = memory.get();                       // [kTileQ, kTileK] scores, then p
+    dp = s + kTileQ * kTileK;               // [kTileQ, kTileK] dO vᵀ, then ds
+    o = dp + kTileQ * kTileK;               // [kTileQ, Ep] O, while packing
+    dq = o + kTileQ * p.Ep;                 // [kTileQ, Dp]
+    dk_all = dq + kTileQ * p.Dp;            // [key_tiles · kTileK, Dp]
+    dv_all = dk_all + key_tiles * dk_tile;  // [key_tiles · kTileK, Ep]
+  }
+  float* dk(int64_t t) const { return dk_all + t * dk_tile; }
+  float* dv(int64_t t) const { return dv_all + t * dv_tile; }
+  void clear_dk_dv() const { std::fill_n(dk_all, key_tiles * (dk_tile + dv_tile), 0.0f); }
+};
+
+// One (query tile qt, key tile kt) pair of (b, ·): recomputes p and ds, then accumulates
+// dq += ds k (rows of qt), dv += pᵀ dO and dk += dsᵀ (scale · q) (rows of kt); a null target is
+// skipped. Each product runs over the visible pairs only.
+void backward_pair(float* dq, float* dk, float* dv, const QueryPack& queries, const KeyPack& keys, const float* lse,
+                   const Plan& p, int64_t b, int64_t qt, int64_t kt, BackwardScratch& w) {
+  const int64_t i0 = qt * kTileQ, rows = p.query_rows(qt), j0 = kt * kTileK, count = p.key_rows(kt);
+  for (int64_t r = 0; r < rows; ++r) w.key_end[r] = int32_t(std::clamp(p.key_end(b, i0 + r) - j0, int64_t(0), count));
+  const float* qs = queries.qs(qt);
+  const float* dos = queries.dos(qt);
+  // s = (scale · q) kᵀ; dp = dO vᵀ; then p = exp(s − lse), ds = p ∘ (dp − delta)
+  kernels::softmax_tile_matmul(w.s, kTileK, qs, p.Dp, 1, keys.kt(kt), kTileK, nullptr, nullptr, rows, kTileK, p.D,
+                               false);
+  kernels::softmax_tile_matmul(w.dp, kTileK, dos, p.Ep, 1, keys.v(kt), kTileK, nullptr, nullptr, rows, kTileK, p.E,
+                               false);
+  kernels::softmax_backward_tile(w.s, w.dp, kTileK, lse + i0, queries.delta(qt), w.key_end, rows, kTileK);
+  if (dq)
+    kernels::softmax_tile_matmul(dq, p.Dp, w.dp, kTileK, 1, keys.kr(kt), p.Dp, nullptr, w.key_end, rows, p.Dp, count,
+                                 true);
+  if (!dk) return;
+  for (int64_t c = 0; c < count; ++c) {
+    const int64_t begin = p.query_begin(b, j0 + c);
+    w.query_begin[c] = int32_t(std::clamp(begin - i0, int64_t(0), rows));
+    w.query_end[c] = begin < p.Nq ? int32_t(rows) : 0;
+  }
+  kernels::softmax_tile_matmul(dv, p.Ep, w.s, 1, kTileK, dos, p.Ep, w.query_begin, w.query_end, count, p.Ep, rows,
+                               true);
+  kernels::softmax_tile_matmul(dk, p.Dp, w.dp, 1, kTileK, qs, p.Dp, w.query_begin, w.query_end, count, p.Dp, rows,
+                               true);
+}
+
+}  // namespace
+
+void softmax_attention_forward(TensorView out, std::span<float> lse, ConstTensorView q, ConstTensorView k,
+                               ConstTensorView v, const SoftmaxAttentionOptions& options) {
+  const char* op = kForward;
+  const Plan p = make_plan(op, q, k, v, lse.size(), options);
+  detail::check_view(op, "out", out);
+  detail::check_extent(op, "out", out, 0, p.B, "q's batch");
+  detail::check_extent(op, "out", out, 1, p.Nq, "q's sequence length");
+  detail::check_extent(op, "out", out, 2, p.H, "q's heads");
+  detail::check_extent(op, "out", out, 3, p.E, "v's value dim");
+  const ConstTensorView lse_view = span_view(lse);
+  for (auto [name, in] : {std::pair{"q", q}, std::pair{"k", k}, std::pair{"v", v}}) {
+    detail::check_no_alias(op, "out", out, name, in);
+    detail::check_no_alias(op, "lse", lse_view, name, in);
+  }
+  detail::check_no_alias(op, "lse", lse_view, "out", out);
+  check_distinct_elements(op, "out", out);
+
+  const int threads = omp_get_max_threads();
+  std::vector<ForwardScratch> scratch;
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(p);
+  if (p.items_per_head(false)) {
+    std::vector<KeyPack> keys;  // one per thread
+    for (int t = 0; t < threads; ++t) keys.emplace_back(p, false, p.q_tiles == 1);
+#pragma omp parallel
+    {
+      const int thread = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+        const int64_t b = bh / p.H, h = bh % p.H;
+        for (int64_t t = 0; t < p.k_tiles && !keys[thread].streaming; ++t) keys[thread].pack(k, v, p, b, h, t);
+        for (int64_t t = 0; t < p.q_tiles; ++t)
+          forward_query_tile(out, lse.data(), q, k, v, keys[thread], p, b, h, t, scratch[thread]);
+      }
+    }
+    return;
+  }
+  const KeyPack keys(p, false);  // shared, one head at a time
+#pragma omp parallel
+  {
+    const int thread = omp_get_thread_num();
+    for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+      const int64_t b = bh / p.H, h = bh % p.H;
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < p.k_tiles; ++t) keys.pack(k, v, p, b, h, t);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t t = 0; t < p.q_tiles; ++t)
+        forward_query_tile(out, lse.data(), q, k, v, keys, p, b, h, t, scratch[thread]);
+    }
+  }
+}
+
+void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                                ConstTensorView k, ConstTensorView v, ConstTensorView out, std::span<const float> lse,
+                                const SoftmaxAttentionOptions& options) {
+  const char* op = kBackward;
+  const Plan p = make_plan(op, q, k, v, lse.size(), options);
+  for (auto [name, x] : {std::pair{"out", out}, std::pair{"dout", dout}}) {
+    detail::check_view(op, name, x);
+    detail::check_extent(op, name, x, 0, p.B, "q's batch");
+    detail::check_extent(op, name, x, 1, p.Nq, "q's sequence length");
+    detail::check_extent(op, name, x, 2, p.H, "q's heads");
+    detail::check_extent(op, name, x, 3, p.E, "v's value dim");
+  }
+  const std::pair<const char*, ConstTensorView> grads[] = {{"dq", dq}, {"dk", dk}, {"dv", dv}};
+  const std::pair<const char*, ConstTensorView> inputs[] = {{"q", q}, {"k", k}, {"v", v}, {"out", out}, {"dout", dout}};
+  for (int g = 0; g < 3; ++g) {
+    const auto [name, x] = grads[g];
+    const ConstTensorView& like = inputs[g].second;
+    detail::check_view(op, name, x);
+    for (int axis = 0; axis < 4; ++axis) {
+      const std::string because = std::string(inputs[g].first) + "'s " + detail::axis_name(axis);
+      detail::check_extent(op, name, x, axis, like.extent[axis], because.c_str());
+    }
+  }
+  const ConstTensorView lse_view = span_view(lse);
+  for (int g = 0; g < 3; ++g) {
+    for (const auto& [in_name, in] : inputs) detail::check_no_alias(op, grads[g].first, grads[g].second, in_name, in);
+    detail::check_no_alias(op, grads[g].first, grads[g].second, "lse", lse_view);
+    for (int other = g + 1; other < 3; ++other)
+      detail::check_no_alias(op, grads[g].first, grads[g].second, grads[other].first, grads[other].second);
+    check_distinct_elements(op, grads[g].first, grads[g].second);
+  }
+
+  const int threads = omp_get_max_threads();
+  if (p.items_per_head(true)) {
+    // One thread per head: query tiles ascending, and within each the key tiles it sees ascending;
+    // dk and dv of the whole head stay in scratch until the last query tile.
+    std::vector<KeyPack> keys;
+    std::vector<QueryPack> queries;
+    std::vector<BackwardScratch> scratch;
+    for (int t = 0; t < threads; ++t) {
+      keys.emplace_back(p, true);
+      queries.emplace_back(p);
+      scratch.emplace_back(p, p.k_tiles);
+    }
+#pragma omp parallel
+    {
+      const int thread = omp_get_thread_num();
+      const KeyPack& kp = keys[thread];
+      const QueryPack& qp = queries[thread];
+      BackwardScratch& w = scratch[thread];
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+        const int64_t b = bh / p.H, h = bh % p.H;
+        const float* lse_rows = lse.data() + bh * p.Nq;
+        for (int64_t t = 0; t < p.k_tiles; ++t) kp.pack(k, v, p, b, h, t);
+        for (int64_t t = 0; t < p.q_tiles; ++t) qp.pack(q, dout, out, p, b, h, t, w.o);
+        w.clear_dk_dv();
+        for (int64_t qt = 0; qt < p.q_tiles; ++qt) {
+          std::fill_n(w.dq, kTileQ * p.Dp, 0.0f);
+          for (int64_t kt = 0; kt < p.key_tiles_seen(b, qt); ++kt)
+            backward_pair(w.dq, w.dk(kt), w.dv(kt), qp, kp, lse_rows, p, b, qt, kt, w);
+          kernels::softmax_unpack_rows(dq, w.dq, p.Dp, b, h, qt * kTileQ, p.query_rows(qt), p.scale);
+        }
+        kernels::softmax_unpack_rows(dk, w.dk_all, p.Dp, b, h, 0, p.Nk, 1.0f);
+        kernels::softmax_unpack_rows(dv, w.dv_all, p.Ep, b, h, 0, p.Nk, 1.0f);
+      }
+    }
+    return;
+  }
+  // Heads one after another; within a head, each query tile's dq (key tiles ascending) and each key
+  // tile's dk, dv (query tiles ascending) are items of their own.
+  const KeyPack kp(p, true);
+  const QueryPack qp(p);
+  std::vector<BackwardScratch> scratch;
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, 1);
+#pragma omp parallel
+  {
+    BackwardScratch& w = scratch[omp_get_thread_num()];
+    for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+      const int64_t b = bh / p.H, h = bh % p.H;
+      const float* lse_rows = lse.data() + bh * p.Nq;
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < p.k_tiles + p.q_tiles; ++t) {
+        if (t < p.k_tiles)
+          kp.pack(k, v, p, b, h, t);
+        else
+          qp.pack(q, dout, out, p, b, h, t - p.k_tiles, w.o);
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t item = 0; item < p.q_tiles + p.k_tiles; ++item) {
+        if (item < p.q_tiles) {
+          const int64_t qt = item;
+          std::fill_n(w.dq, kTileQ * p.Dp, 0.0f);
+          for (int64_t kt = 0; kt < p.key_tiles_seen(b, qt); ++kt)
+            backward_pair(w.dq, nullptr, nullptr, qp, kp, lse_rows, p, b, qt, kt, w);
+          kernels::softmax_unpack_rows(dq, w.dq, p.Dp, b, h, qt * kTileQ, p.query_rows(qt), p.scale);
+        } else {
+          const int64_t kt = item - p.q_tiles;
+          w.clear_dk_dv();
+          for (int64_t qt = p.first_query_tile(b, kt); qt < p.q_tiles; ++qt)
+            backward_pair(nullptr, w.dk(0), w.dv(0), qp, kp, lse_rows, p, b, qt, kt, w);
+          kernels::softmax_unpack_rows(dk, w.dk(0), p.Dp, b, h, kt * kTileK, p.key_rows(kt), 1.0f);
+          kernels::softmax_unpack_rows(dv, w.dv(0), p.Ep, b, h, kt * kTileK, p.key_rows(kt), 1.0f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace linattn

@@ -1,0 +1,136 @@
+// Generation: the recurrent state (linear, favor) and the KV cache (softmax) give the logits of the
+// parallel forward, token by token, after a prompt block, and across block boundaries.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "linattn/model/generate.hpp"
+#include "linattn/model/transformer.hpp"
+#include "support/tensors.hpp"
+
+namespace linattn::model {
+namespace {
+
+Transformer<float> random_model(AttentionKind kind) {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.d_model = 48;
+  c.heads = 3;
+  c.layers = 2;
+  c.mlp_hidden = 64;
+  c.attention = kind;
+  c.favor_features = 32;
+  c.chunk_size = 16;
+  Transformer<float> model(c);
+  // Larger weights than the initial 0.02 so that attention patterns are far from uniform.
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> n(0.0f, 0.15f);
+  for (float& p : model.params()) p += n(rng);
+  return model;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> tokens(n);
+  for (auto& t : tokens) t = int32_t(rng() % uint64_t(vocab));
+  return tokens;
+}
+
+// max |got − want| / max |want|, in fp64.
+double error(std::span<const float> got, std::span<const float> want) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(double(got[i]) - double(want[i])));
+    ref = std::max(ref, std::abs(double(want[i])));
+  }
+  return diff / ref;
+}
+
+class ModelGenerate : public ::testing::TestWithParam<AttentionKind> {};
+
+TEST_P(ModelGenerate, StepByStepMatchesParallelForward) {
+  Transformer<float> model = random_model(GetParam());
+  const int64_t T = 70, V = model.config().vocab_size;  // crosses the chunk size and a 64-token tile
+  const std::vector<int32_t> tokens = random_tokens(T, V, 1);
+  model.forward(tokens.data(), nullptr, nullptr, 1, T);
+  const std::vector<float> want(model.logits(), model.logits() + T * V);
+
+  Generator one_by_one(model);
+  std::vector<float> got;
+  for (int64_t t = 0; t < T; ++t) {
+    const auto logits = one_by_one.feed({tokens.data() + t, 1});
+    got.insert(got.end(), logits.begin(), logits.end());
+  }
+  EXPECT_EQ(one_by_one.position(), T);
+  EXPECT_LT(error(got, want), 1e-4) << attention_name(GetParam());
+
+  // A prompt block, then single steps: the same logits.
+  Generator prompted(model);
+  std::vector<float> mixed;
+  const auto block = prompted.feed({tokens.data(), 41});
+  mixed.assign(block.begin(), block.end());
+  for (int64_t t = 41; t < T; ++t) {
+    const auto logits = prompted.feed({tokens.data() + t, 1});
+    mixed.insert(mixed.end(), logits.begin(), logits.end());
+  }
+  EXPECT_LT(error(mixed, want), 1e-4) << attention_name(GetParam());
+
+  // After reset, the generator starts from nothing again.
+  prompted.reset();
+  const auto again = prompted.feed({tokens.data(), 5});
+  EXPECT_LT(error(again, {want.data(), size_t(5 * V)}), 1e-4);
+}
+
+// A prompt longer than one internal block (1024 tokens) is fed in blocks, carrying the state.
+TEST_P(ModelGenerate, LongPromptMatchesParallelForward) {
+  Transformer<float> model = random_model(GetParam());
+  const int64_t T = 1100, V = model.config().vocab_size;
+  const std::vector<int32_t> tokens = random_tokens(T, V, 2);
+  model.forward(tokens.data(), nullptr, nullptr, 1, T);
+  Generator generator(model);
+  const auto got = generator.feed(tokens);
+  EXPECT_LT(error(got, {model.logits(), size_t(T * V)}), 2e-4) << attention_name(GetParam());
+}
+
+// Linear and favor hold constant state per token; softmax's cache grows by 2·C floats per layer.
+TEST_P(ModelGenerate, StateMemory) {
+  Transformer<float> model = random_model(GetParam());
+  const ModelConfig& c = model.config();
+  Generator generator(model);
+  const std::vector<int32_t> tokens = random_tokens(10, c.vocab_size, 3);
+  generator.feed({tokens.data(), 1});
+  const int64_t after_one = generator.state_bytes();
+  generator.feed({tokens.data() + 1, 9});
+  if (GetParam() == AttentionKind::softmax) {
+    EXPECT_EQ(generator.state_bytes() - after_one, 9 * 2 * c.d_model * c.layers * int64_t(sizeof(float)));
+  } else {
+    EXPECT_EQ(generator.state_bytes(), after_one);
+    EXPECT_GT(after_one, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, ModelGenerate,
+                         ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor),
+                         [](const ::testing::TestParamInfo<AttentionKind>& p) {
+                           return std::string(attention_name(p.param));
+                         });
+
+TEST(ModelSample, TemperatureZeroIsArgmaxAndSamplingFollowsSoftmax) {
+  const std::vector<float> logits = {0.0f, std::log(3.0f), 0.0f, -1e30f};
+  EXPECT_EQ(sample_token(logits, 0.0, 0.99), 1);
+  // p = (1/5, 3/5, 1/5, 0): u splits [0, 1) into those intervals.
+  EXPECT_EQ(sample_token(logits, 1.0, 0.0), 0);
+  EXPECT_EQ(sample_token(logits, 1.0, 0.19), 0);
+  EXPECT_EQ(sample_token(logits, 1.0, 0.21), 1);
+  EXPECT_EQ(sample_token(logits, 1.0, 0.79), 1);
+  EXPECT_EQ(sample_token(logits, 1.0, 0.81), 2);
+  EXPECT_EQ(sample_token(logits, 1.0, 0.999999), 2);
+  // A high temperature flattens: p(1) = 3^(1/100) / (2 + 3^(1/100)) ≈ 0.337.
+  EXPECT_EQ(sample_token(logits, 100.0, 0.30), 0);
+  EXPECT_EQ(sample_token(logits, 100.0, 0.40), 1);
+}
+
+}  // namespace
+}  // namespace linattn::model

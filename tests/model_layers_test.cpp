@@ -1,0 +1,255 @@
+// Every layer's backward against central finite differences in fp64, and the fp32 attention layer
+// (linattn's operators) against the fp64 one (the reference), over awkward shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "linattn/model/layers.hpp"
+#include "linattn/model/transformer.hpp"
+#include "support/tensors.hpp"
+
+namespace linattn::model {
+namespace {
+
+std::vector<double> random_vector(int64_t n, std::mt19937_64& rng, double lo = -1, double hi = 1) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> x(n);
+  for (double& v : x) v = u(rng);
+  return x;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// max |analytic − numeric| / max |numeric| over every element of x, with numeric the central
+// difference of loss() in x.
+double fd_error(std::vector<double>& x, const std::vector<double>& analytic, const std::function<double()>& loss,
+                double h = 1e-5) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = loss();
+    x[i] = saved - h;
+    const double down = loss();
+    x[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    max_diff = std::max(max_diff, std::abs(analytic[i] - numeric));
+    max_ref = std::max(max_ref, std::abs(numeric));
+  }
+  return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+constexpr double kTol = 1e-6;
+
+TEST(ModelLayers, MatmulBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(1);
+  for (auto [N, C, OC] : {std::array<int64_t, 3>{1, 1, 1}, {7, 5, 3}, {4, 16, 9}}) {
+    auto inp = random_vector(N * C, rng), w = random_vector(C * OC, rng), bias = random_vector(OC, rng),
+         dout = random_vector(N * OC, rng);
+    std::vector<double> out(N * OC), dinp(N * C, 7.0), dw(C * OC, 0.0), dbias(OC, 0.0);
+    auto loss = [&] {
+      matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+      return dot(out, dout);
+    };
+    matmul_backward(dinp.data(), dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    EXPECT_LT(fd_error(inp, dinp, loss), kTol) << N << "x" << C << "x" << OC;
+    EXPECT_LT(fd_error(w, dw, loss), kTol);
+    EXPECT_LT(fd_error(bias, dbias, loss), kTol);
+  }
+}
+
+TEST(ModelLayers, LayernormBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(2);
+  for (auto [N, C] : {std::array<int64_t, 2>{1, 2}, {5, 7}, {3, 64}}) {
+    auto inp = random_vector(N * C, rng, -2, 3), gamma = random_vector(C, rng), beta = random_vector(C, rng),
+         dout = random_vector(N * C, rng);
+    std::vector<double> out(N * C), mean(N), rstd(N), dinp(N * C, 0.0), dgamma(C, 0.0), dbeta(C, 0.0);
+    auto loss = [&] {
+      layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), gamma.data(), beta.data(), N, C);
+      return dot(out, dout);
+    };
+    loss();
+    layernorm_backward(dinp.data(), dgamma.data(), dbeta.data(), dout.data(), inp.data(), gamma.data(), mean.data(),
+                       rstd.data(), N, C);
+    EXPECT_LT(fd_error(inp, dinp, loss), kTol) << N << "x" << C;
+    EXPECT_LT(fd_error(gamma, dgamma, loss), kTol);
+    EXPECT_LT(fd_error(beta, dbeta, loss), kTol);
+  }
+}
+
+TEST(ModelLayers, GeluBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(3);
+  auto inp = random_vector(97, rng, -4, 4), dout = random_vector(97, rng);
+  std::vector<double> out(97), dinp(97);
+  auto loss = [&] {
+    gelu_forward(out.data(), inp.data(), 97);
+    return dot(out, dout);
+  };
+  gelu_backward(dinp.data(), dout.data(), inp.data(), 97);
+  EXPECT_LT(fd_error(inp, dinp, loss), kTol);
+}
+
+// fp32 GELU (vector tanh) against the fp64 formula, with tails of every length around the vector width.
+TEST(ModelLayers, GeluFp32MatchesFp64) {
+  std::mt19937_64 rng(9);
+  for (int64_t n : {1, 7, 15, 16, 17, 63, 1000, 70000}) {
+    auto inp = random_vector(n, rng, -12, 12), dout = random_vector(n, rng);
+    std::vector<double> out(n), dinp(n);
+    gelu_forward(out.data(), inp.data(), n);
+    gelu_backward(dinp.data(), dout.data(), inp.data(), n);
+    std::vector<float> inp32(inp.begin(), inp.end()), dout32(dout.begin(), dout.end()), out32(n), dinp32(n);
+    gelu_forward(out32.data(), inp32.data(), n);
+    gelu_backward(dinp32.data(), dout32.data(), inp32.data(), n);
+    EXPECT_LT(testing::relative_error(out32, out), 1e-6) << n;
+    EXPECT_LT(testing::relative_error(dinp32, dinp), 4e-6) << n;
+  }
+}
+
+TEST(ModelLayers, EmbeddingBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(4);
+  const int64_t B = 2, T = 5, C = 6, V = 4;
+  const std::vector<int32_t> tokens = {0, 3, 3, 1, 0, 2, 2, 2, 0, 3};  // repeats: gradients must add up
+  auto wte = random_vector(V * C, rng), dout = random_vector(B * T * C, rng);
+  std::vector<double> out(B * T * C), dwte(V * C, 0.0);
+  auto loss = [&] {
+    embedding_forward(out.data(), tokens.data(), wte.data(), B, T, C, 5);
+    return dot(out, dout);
+  };
+  embedding_backward(dwte.data(), dout.data(), tokens.data(), B, T, C);
+  EXPECT_LT(fd_error(wte, dwte, loss), kTol);
+  // Positions: row (b, t) minus its token's embedding is the sinusoid of position 5 + t.
+  loss();
+  std::vector<double> pe(C);
+  sinusoid_position(pe.data(), 5 + 3, C);
+  for (int64_t c = 0; c < C; ++c) EXPECT_NEAR(out[(1 * T + 3) * C + c] - wte[tokens[1 * T + 3] * C + c], pe[c], 1e-12);
+}
+
+TEST(ModelLayers, CrossEntropyBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(5);
+  const int64_t N = 6, V = 5;
+  auto logits = random_vector(N * V, rng, -3, 3);
+  const std::vector<int32_t> targets = {0, 4, 2, 2, 1, 3};
+  const std::vector<double> weights = {1, 0, 2, 1, 0.5, 0};
+  std::vector<double> probs(N * V), dlogits(N * V);
+  auto loss = [&] { return cross_entropy_forward(probs.data(), logits.data(), targets.data(), weights.data(), N, V); };
+  const double value = loss();
+  cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), weights.data(), N, V);
+  EXPECT_LT(fd_error(logits, dlogits, loss), kTol);
+  // The value itself, straight from the definition.
+  double want = 0, total = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(logits[i * V + v]);
+    want += weights[i] * -std::log(std::exp(logits[i * V + targets[i]]) / sum);
+    total += weights[i];
+  }
+  EXPECT_NEAR(value, want / total, 1e-12);
+  // All weights zero: no loss and no gradient.
+  const std::vector<double> zero(N, 0.0);
+  EXPECT_EQ(cross_entropy_forward(probs.data(), logits.data(), targets.data(), zero.data(), N, V), 0.0);
+  cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), zero.data(), N, V);
+  for (double d : dlogits) EXPECT_EQ(d, 0.0);
+}
+
+ModelConfig small_config(AttentionKind kind, int64_t C = 6, int64_t H = 2) {
+  ModelConfig c;
+  c.vocab_size = 7;
+  c.d_model = C;
+  c.heads = H;
+  c.layers = 2;
+  c.mlp_hidden = 10;
+  c.attention = kind;
+  c.favor_features = 8;
+  c.chunk_size = 4;
+  return c;
+}
+
+class ModelAttention : public ::testing::TestWithParam<AttentionKind> {};
+
+TEST_P(ModelAttention, BackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(6);
+  const ModelConfig config = small_config(GetParam());
+  const AttentionSpec spec{config.attention, config.heads, feature_map_for(config, 0), config.chunk_size};
+  for (auto [B, T] : {std::array<int64_t, 2>{1, 1}, {2, 7}, {1, 9}}) {
+    const int64_t C = config.d_model;
+    auto qkv = random_vector(B * T * 3 * C, rng), dout = random_vector(B * T * C, rng);
+    std::vector<double> out(B * T * C), lse(B * config.heads * T), dqkv(B * T * 3 * C);
+    auto loss = [&] {
+      attention_forward(out.data(), lse.data(), qkv.data(), spec, B, T, C);
+      return dot(out, dout);
+    };
+    loss();
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), spec, B, T, C);
+    EXPECT_LT(fd_error(qkv, dqkv, loss), kTol) << attention_name(GetParam()) << " B=" << B << " T=" << T;
+  }
+}
+
+// fp32 attention (linattn's operators, strided views into qkv) against fp64 (the reference).
+TEST_P(ModelAttention, Fp32MatchesFp64Reference) {
+  std::mt19937_64 rng(7);
+  struct Shape {
+    int64_t B, T, H, hd;
+  };
+  for (const Shape s : {Shape{1, 1, 1, 16}, Shape{3, 65, 3, 16}, Shape{1, 130, 2, 59}, Shape{2, 97, 1, 64}}) {
+    ModelConfig config = small_config(GetParam(), s.H * s.hd, s.H);
+    config.chunk_size = 64;
+    const AttentionSpec spec{config.attention, s.H, feature_map_for(config, 0), config.chunk_size};
+    const int64_t C = config.d_model, n = s.B * s.T;
+    auto qkv = random_vector(n * 3 * C, rng), dout = random_vector(n * C, rng);
+    std::vector<double> out(n * C), lse(s.B * s.H * s.T), dqkv(n * 3 * C);
+    attention_forward(out.data(), lse.data(), qkv.data(), spec, s.B, s.T, C);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), spec, s.B, s.T, C);
+    std::vector<float> qkv32(qkv.begin(), qkv.end()), dout32(dout.begin(), dout.end()), out32(n * C), lse32(lse.size()),
+        dqkv32(n * 3 * C);
+    attention_forward(out32.data(), lse32.data(), qkv32.data(), spec, s.B, s.T, C);
+    attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse32.data(), spec, s.B, s.T, C);
+    const std::string where = std::string(attention_name(GetParam())) + " B=" + std::to_string(s.B) +
+                              " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) + " hd=" + std::to_string(s.hd);
+    EXPECT_LT(testing::relative_error(out32, out), 2e-5) << where;
+    EXPECT_LT(testing::relative_error(dqkv32, dqkv), 5e-5) << where;
+  }
+}
+
+// The whole model in fp64: every parameter's gradient against finite differences.
+TEST_P(ModelAttention, ModelBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(8);
+  Transformer<double> model(small_config(GetParam()));
+  const int64_t B = 2, T = 5;
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (auto& t : tokens) t = int32_t(rng() % 7);
+  for (auto& t : targets) t = int32_t(rng() % 7);
+  const std::vector<double> weights = {1, 1, 0, 1, 2, 1, 0.5, 1, 1, 0};
+  // Move parameters off their initial values (zero biases, unit gains) so that every term matters.
+  for (double& p : model.params()) p += 0.3 * std::uniform_real_distribution<double>(-1, 1)(rng);
+  model.zero_grad();
+  model.forward(tokens.data(), targets.data(), weights.data(), B, T);
+  model.backward();
+  const std::vector<double> analytic = model.grads();
+  auto loss = [&] { return model.forward(tokens.data(), targets.data(), weights.data(), B, T); };
+  for (const ParamTensor& t : param_tensors(model.config())) {
+    std::vector<double> x(model.params().begin() + t.offset, model.params().begin() + t.offset + t.size);
+    std::vector<double> a(analytic.begin() + t.offset, analytic.begin() + t.offset + t.size);
+    auto tensor_loss = [&] {
+      std::copy(x.begin(), x.end(), model.params().begin() + t.offset);
+      return loss();
+    };
+    EXPECT_LT(fd_error(x, a, tensor_loss), kTol) << attention_name(GetParam()) << " " << t.name;
+    std::copy(x.begin(), x.end(), model.params().begin() + t.offset);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, ModelAttention,
+                         ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor),
+                         [](const ::testing::TestParamInfo<AttentionKind>& p) {
+                           return std::string(attention_name(p.param));
+                         });
+
+}  // namespace
+}  // namespace linattn::model

@@ -1,0 +1,106 @@
+// linattn bench: measures one configuration (docs/cli.md has the flop counts and the memory method).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common/command.hpp"
+#include "common/measure.hpp"
+#include "common/memory.hpp"
+#include "common/table.hpp"
+
+namespace linattn::cli {
+namespace {
+
+struct BenchArgs {
+  Problem problem;
+  int64_t value_dim = 0;
+  MeasureOptions measure;
+  bool json = false;
+};
+
+int bench(BenchArgs& args) {
+  Problem& p = args.problem;
+  p.value_dim = args.value_dim > 0 ? args.value_dim : p.dim;
+  if (args.measure.backward && !has_backward(p.op))
+    throw UsageError(std::string("--backward: --op ") + op_name(p.op) + " has no backward (it serves generation)");
+  if (p.causal && p.op != Op::softmax) throw UsageError("--causal applies to --op softmax only");
+  args.measure.forward = !args.measure.backward;
+  check_memory(estimated_bytes(p, args.measure.backward), std::string("bench --op ") + op_name(p.op));
+  warn_if_busy();  // after the refusal, so that an error stays one line
+  const Measurement m = measure(p, args.measure);
+  const Timing& t = args.measure.backward ? *m.forward_backward : *m.forward;
+  const double flops = forward_flops(p) + (args.measure.backward ? backward_flops(p) : 0);
+  const int64_t peak = args.measure.backward ? m.peak_total_bytes : m.peak_forward_bytes;
+  const double tokens_per_second = double(p.batch) * double(p.seq) / t.median;
+  if (args.json) {
+    nlohmann::json j = {{"op", op_name(p.op)},
+                        {"batch", p.batch},
+                        {"heads", p.heads},
+                        {"seq", p.seq},
+                        {"dim", p.dim},
+                        {"value_dim", p.value_dim},
+                        {"feature_dim", feature_dim(p)},
+                        {"causal", p.causal || is_causal(p.op)},
+                        {"threads", m.threads},
+                        {"backward", args.measure.backward},
+                        {"seconds", t.median},
+                        {"seconds_min", t.min},
+                        {"repetitions", t.repetitions},
+                        {"flops", flops},
+                        {"gflops", flops / t.median * 1e-9},
+                        {"tokens_per_second", tokens_per_second},
+                        {"peak_bytes", peak >= 0 ? nlohmann::json(peak) : nlohmann::json(nullptr)},
+                        {"estimated_bytes", estimated_bytes(p, args.measure.backward)}};
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
+  std::printf("%s%s B=%lld H=%lld N=%lld D=%lld E=%lld, threads=%d, %s\n", op_name(p.op), p.causal ? " (causal)" : "",
+              (long long)p.batch, (long long)p.heads, (long long)p.seq, (long long)p.dim, (long long)p.value_dim,
+              m.threads, args.measure.backward ? "forward+backward" : "forward");
+  std::printf("  time       %s median, %s min, %d repetitions\n", format_seconds(t.median).c_str(),
+              format_seconds(t.min).c_str(), t.repetitions);
+  std::printf("  throughput %.4g GFLOP/s (%.4g GFLOP), %.4g tokens/s\n", flops / t.median * 1e-9, flops * 1e-9,
+              tokens_per_second);
+  std::printf("  peak       %s resident growth (estimate %s)\n", peak >= 0 ? format_bytes(double(peak)).c_str() : "?",
+              format_bytes(estimated_bytes(p, args.measure.backward)).c_str());
+  return kExitOk;
+}
+
+const Registrar registrar{
+    {"bench", "Measure one operator configuration: median time, GFLOP/s, peak memory", 30, [](CLI::App& app) {
+       auto args = std::make_shared<BenchArgs>();
+       Problem& p = args->problem;
+       app.add_option("--op", p.op, "softmax, linear, causal, recurrent, performer or linformer")
+           ->required()
+           ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
+           ->option_text("OP REQUIRED");
+       app.add_option("--batch", p.batch, "B")->required()->check(CLI::PositiveNumber);
+       app.add_option("--heads", p.heads, "H")->required()->check(CLI::PositiveNumber);
+       app.add_option("--seq", p.seq, "N, the sequence length")->required()->check(CLI::PositiveNumber);
+       app.add_option("--dim", p.dim, "D, the query/key head dim")->required()->check(CLI::PositiveNumber);
+       app.add_option("--value-dim", args->value_dim, "E, the value head dim (default: D)")->check(CLI::PositiveNumber);
+       app.add_option("--threads", args->measure.threads, "Threads (linattn::set_num_threads); 0: the default")
+           ->check(CLI::NonNegativeNumber);
+       app.add_flag("--backward", args->measure.backward, "Time forward+backward");
+       app.add_flag("--causal", p.causal, "Causal mask (softmax)");
+       app.add_option("--features", p.features, "Performer: random features M (0: default)")
+           ->check(CLI::NonNegativeNumber);
+       app.add_option("--projected", p.projected, "Linformer: projected length k (0: min(N, 256))")
+           ->check(CLI::NonNegativeNumber);
+       app.add_option("--seed", p.seed, "Seed of the N(0,1) inputs and random features");
+       app.add_option("--budget", args->measure.budget_seconds,
+                      "Seconds of repetitions after the warm-up (at least --min-reps)")
+           ->check(CLI::NonNegativeNumber);
+       app.add_option("--min-reps", args->measure.min_reps, "Fewest repetitions")->check(CLI::Range(1, 1000));
+       app.add_flag("--json", args->json, "Print one JSON object");
+       app.footer(
+           "seconds: median over repetitions after one warm-up. gflops: the documented flop "
+           "count (docs/cli.md) / seconds. peak_bytes: growth of the resident set's high-water "
+           "mark (VmHWM) in a forked child that allocates the inputs and runs the operator. "
+           "A configuration whose estimated memory exceeds MemAvailable exits with code 3.");
+       return [args] { return bench(*args); };
+     }}};
+
+}  // namespace
+}  // namespace linattn::cli

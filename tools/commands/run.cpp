@@ -1,0 +1,303 @@
+// linattn run: Q, K, V (and optionally dO) from .npy files through one operator, or through the
+// fp64 oracle with --reference; writes the output (and dq, dk, dv) as .npy, each file atomically.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/command.hpp"
+#include "common/memory.hpp"
+#include "common/tensor_files.hpp"
+#include "common/workload.hpp"
+#include "linattn/error.hpp"
+#include "linattn/linear_attention.hpp"
+#include "linattn/npy.hpp"
+#include "linattn/performer.hpp"
+#include "linattn/reference.hpp"
+#include "linattn/softmax_attention.hpp"
+#include "linattn/threads.hpp"
+
+namespace linattn::cli {
+namespace {
+
+struct RunArgs {
+  std::string q, k, v, out, dout, dq, dk, dv, lse;
+  Op op = Op::softmax;
+  std::string feature_map = "elu";
+  bool causal = false;
+  std::vector<int64_t> key_lengths;
+  std::optional<float> scale;
+  float eps = 1e-6f;
+  bool normalize = true;
+  int64_t chunk_size = 64;
+  Layout layout = Layout::bnhd;
+  bool reference = false;
+  int threads = 0;
+  int64_t features = 0;  // performer
+  uint64_t seed = 0;
+};
+
+// The tensors of one run; gradients only when dout is given.
+struct Tensors {
+  FileTensor q, k, v, out;
+  std::optional<FileTensor> dout, dq, dk, dv;
+  std::vector<float> lse;  // softmax: [B, H, Nq]
+};
+
+// The shape in a file's header, read without loading the data (for the memory estimate).
+std::vector<int64_t> header_shape(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(1 << 16, '\0');
+  in.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(in.gcount()));
+  try {
+    return npy::parse_header(head).shape;
+  } catch (const Error&) {
+    return {};  // load() reports the problem with the path in its message
+  }
+}
+
+double elements(const std::vector<int64_t>& shape) {
+  double n = 1;
+  for (int64_t e : shape) n *= double(e);
+  return n;
+}
+
+void check_same(const FileTensor& t, int axis, int64_t expected, const std::string& because) {
+  static const char* axes[] = {"batch B", "sequence N", "heads H", "head dim"};
+  if (t.extent()[size_t(axis)] != expected)
+    throw Error(t.name + " " + t.path.string() + ": " + axes[axis] + " is " + std::to_string(t.extent()[size_t(axis)]) +
+                ", expected " + std::to_string(expected) + " (" + because + ")");
+}
+
+void check_shapes(const RunArgs& a, const Tensors& t) {
+  const auto [B, Nq, H, D] = t.q.extent();
+  check_same(t.k, 0, B, "--q's batch");
+  check_same(t.k, 2, H, "--q's heads");
+  check_same(t.k, 3, D, "--q's head dim");
+  check_same(t.v, 0, B, "--q's batch");
+  check_same(t.v, 1, t.k.extent()[1], "--k's sequence length");
+  check_same(t.v, 2, H, "--q's heads");
+  const bool causal_linear = a.op != Op::softmax && (a.causal || a.op == Op::causal || a.op == Op::recurrent);
+  if (causal_linear) check_same(t.k, 1, Nq, "causal linear attention needs as many keys as queries");
+  if (t.dout) {
+    check_same(*t.dout, 0, B, "--q's batch");
+    check_same(*t.dout, 1, Nq, "--q's sequence length");
+    check_same(*t.dout, 2, H, "--q's heads");
+    check_same(*t.dout, 3, t.v.extent()[3], "--v's head dim");
+  }
+  if (!a.key_lengths.empty()) {
+    if (int64_t(a.key_lengths.size()) != B)
+      throw UsageError("--key-lengths has " + std::to_string(a.key_lengths.size()) + " values, expected " +
+                       std::to_string(B) + " (one per batch)");
+    for (int64_t length : a.key_lengths)
+      if (length < 0 || length > t.k.extent()[1])
+        throw UsageError("--key-lengths value " + std::to_string(length) + " is outside [0, " +
+                         std::to_string(t.k.extent()[1]) + "] (the key count)");
+  }
+}
+
+// dim: the head dim D, which the Performer map is drawn for.
+LinearAttentionOptions linear_options(const RunArgs& a, int64_t dim) {
+  LinearAttentionOptions o;
+  o.feature_map = a.op == Op::performer ? favor_feature_map(dim, FavorOptions{a.features, a.seed, true})
+                                        : feature_map_by_name(a.feature_map);
+  o.eps = a.eps;
+  o.normalize = a.normalize;
+  o.causal = a.causal || a.op == Op::causal || a.op == Op::recurrent;
+  o.key_lengths = a.key_lengths;
+  o.chunk_size = a.chunk_size;
+  return o;
+}
+
+SoftmaxAttentionOptions softmax_options(const RunArgs& a) {
+  SoftmaxAttentionOptions o;
+  o.scale = a.scale;
+  o.causal = a.causal;
+  o.key_lengths = a.key_lengths;
+  return o;
+}
+
+void run_fast(const RunArgs& a, Tensors& t) {
+  const LinearAttentionOptions linear = linear_options(a, t.q.extent()[3]);
+  switch (a.op) {
+    case Op::softmax:
+      softmax_attention_forward(t.out.view, t.lse, t.q.view, t.k.view, t.v.view, softmax_options(a));
+      if (t.dout)
+        softmax_attention_backward(t.dq->view, t.dk->view, t.dv->view, t.dout->view, t.q.view, t.k.view, t.v.view,
+                                   t.out.view, t.lse, softmax_options(a));
+      return;
+    case Op::linear:
+    case Op::performer:
+    case Op::causal:
+      if (linear.causal) {
+        causal_linear_attention_forward(t.out.view, t.q.view, t.k.view, t.v.view, linear);
+        if (t.dout)
+          causal_linear_attention_backward(t.dq->view, t.dk->view, t.dv->view, t.dout->view, t.q.view, t.k.view,
+                                           t.v.view, linear);
+      } else {
+        linear_attention_forward(t.out.view, t.q.view, t.k.view, t.v.view, linear);
+        if (t.dout)
+          linear_attention_backward(t.dq->view, t.dk->view, t.dv->view, t.dout->view, t.q.view, t.k.view, t.v.view,
+                                    linear);
+      }
+      return;
+    case Op::recurrent: {
+      const auto e = t.q.extent();
+      RecurrentState state(e[0], e[2], linear.feature_map->feature_dim(e[3]), t.v.extent()[3],
+                           linear.feature_map->name());
+      recurrent_forward(t.out.view, t.q.view, t.k.view, t.v.view, state, linear);
+      return;
+    }
+    case Op::linformer:
+      break;
+  }
+  throw UsageError(std::string("--op ") + op_name(a.op) + " is not available in linattn run");
+}
+
+void copy_from(FileTensor& dst, const reference::Tensor& src) {
+  const auto& e = src.extent;
+  for (int64_t b = 0; b < e[0]; ++b)
+    for (int64_t n = 0; n < e[1]; ++n)
+      for (int64_t h = 0; h < e[2]; ++h)
+        for (int64_t d = 0; d < e[3]; ++d) dst.view(b, n, h, d) = float(src(b, n, h, d));
+}
+
+void run_reference(const RunArgs& a, Tensors& t) {
+  const reference::Tensor q = reference::to_double(t.q.view), k = reference::to_double(t.k.view),
+                          v = reference::to_double(t.v.view);
+  std::optional<reference::Tensor> dout;
+  if (t.dout) dout = reference::to_double(t.dout->view);
+  std::optional<reference::Gradients> grads;
+  if (a.op == Op::softmax) {
+    std::vector<double> lse;
+    copy_from(t.out, reference::softmax_attention_forward(q, k, v, softmax_options(a), &lse));
+    t.lse.assign(lse.begin(), lse.end());
+    if (dout) grads = reference::softmax_attention_backward(*dout, q, k, v, softmax_options(a));
+  } else if (a.op != Op::linformer) {
+    const LinearAttentionOptions linear = linear_options(a, q.extent[3]);
+    copy_from(t.out, reference::linear_attention_forward(q, k, v, linear));
+    if (dout) grads = reference::linear_attention_backward(*dout, q, k, v, linear);
+  } else {
+    throw UsageError(std::string("--op ") + op_name(a.op) + " has no --reference in linattn run");
+  }
+  if (grads) {
+    copy_from(*t.dq, grads->dq);
+    copy_from(*t.dk, grads->dk);
+    copy_from(*t.dv, grads->dv);
+  }
+}
+
+std::string sibling(const std::string& out, const char* name) {
+  return (std::filesystem::path(out).parent_path() / name).string();
+}
+
+int run(RunArgs& a) {
+  if (a.op == Op::linformer)
+    throw UsageError("--op linformer is not available in linattn run (it would need the projections E and F)");
+  if (a.op == Op::performer && a.feature_map != "elu") throw UsageError("--feature-map: --op performer uses favor");
+  if (a.causal && a.op == Op::linear) a.op = Op::causal;
+  if (a.op == Op::recurrent && !a.dout.empty()) throw UsageError("--dout: --op recurrent has no backward");
+  if (a.op == Op::recurrent && !a.key_lengths.empty())
+    throw UsageError("--key-lengths: not supported by --op recurrent");
+  if (a.op == Op::softmax && a.feature_map != "elu") throw UsageError("--feature-map applies to the linear operators");
+  if (a.op != Op::performer && (a.features != 0 || a.seed != 0))
+    throw UsageError("--features and --seed apply to --op performer");
+  if (a.op != Op::softmax && a.scale) throw UsageError("--scale applies to --op softmax");
+  if (a.op != Op::softmax && !a.lse.empty()) throw UsageError("--lse applies to --op softmax");
+  if (a.dout.empty() && (!a.dq.empty() || !a.dk.empty() || !a.dv.empty()))
+    throw UsageError("--dq/--dk/--dv need --dout");
+  set_num_threads(a.threads);
+
+  // Refuse up front: inputs, output, gradients, and fp64 copies of all of them for --reference.
+  const std::vector<int64_t> sq = header_shape(a.q), sk = header_shape(a.k), sv = header_shape(a.v);
+  double floats = 2 * (elements(sq) + elements(sk) + elements(sv)) +
+                  elements(sq) / double(sq.empty() ? 1 : sq.back()) * double(sv.empty() ? 1 : sv.back());
+  if (a.reference) floats *= 3;
+  check_memory(floats * 4 + 64.0 * (1 << 20), "linattn run on " + a.q + ", " + a.k + ", " + a.v);
+
+  Tensors t;
+  t.q = load_tensor("--q", a.q, a.layout);
+  t.k = load_tensor("--k", a.k, a.layout);
+  t.v = load_tensor("--v", a.v, a.layout);
+  if (!a.dout.empty()) t.dout = load_tensor("--dout", a.dout, a.layout);
+  check_shapes(a, t);
+  const auto [B, Nq, H, D] = t.q.extent();
+  const int64_t Nk = t.k.extent()[1], E = t.v.extent()[3];
+  t.out = make_tensor("--out", a.out, a.layout, {B, Nq, H, E});
+  if (a.op == Op::softmax) t.lse.assign(size_t(B * H * Nq), 0.0f);
+  if (t.dout) {
+    t.dq = make_tensor("--dq", a.dq.empty() ? sibling(a.out, "dq.npy") : a.dq, a.layout, {B, Nq, H, D});
+    t.dk = make_tensor("--dk", a.dk.empty() ? sibling(a.out, "dk.npy") : a.dk, a.layout, {B, Nk, H, D});
+    t.dv = make_tensor("--dv", a.dv.empty() ? sibling(a.out, "dv.npy") : a.dv, a.layout, {B, Nk, H, E});
+  }
+  if (a.reference)
+    run_reference(a, t);
+  else
+    run_fast(a, t);
+
+  // Written only once everything has been computed: a failure above leaves no output behind.
+  save_tensor(t.out);
+  if (!a.lse.empty()) npy::save(a.lse, std::vector<int64_t>{B, H, Nq}, t.lse);
+  if (t.dout) {
+    save_tensor(*t.dq);
+    save_tensor(*t.dk);
+    save_tensor(*t.dv);
+  }
+  return kExitOk;
+}
+
+const Registrar registrar{
+    {"run", "Run one operator (or the fp64 oracle) on Q, K, V .npy files; write out (and dq, dk, dv) .npy", 40,
+     [](CLI::App& app) {
+       auto a = std::make_shared<RunArgs>();
+       app.add_option("--q", a->q, "Queries .npy, float32 [B, Nq, H, D] (see --layout)")->required();
+       app.add_option("--k", a->k, "Keys .npy, float32 [B, Nk, H, D]")->required();
+       app.add_option("--v", a->v, "Values .npy, float32 [B, Nk, H, E]")->required();
+       app.add_option("--out", a->out, "Output .npy, float32 [B, Nq, H, E]")->required();
+       app.add_option("--dout", a->dout,
+                      "Gradient of the loss w.r.t. the output, [B, Nq, H, E]: also write dq, dk, dv");
+       app.add_option("--dq", a->dq, "Where dq goes (default: dq.npy beside --out)");
+       app.add_option("--dk", a->dk, "Where dk goes (default: dk.npy beside --out)");
+       app.add_option("--dv", a->dv, "Where dv goes (default: dv.npy beside --out)");
+       app.add_option("--lse", a->lse, "Softmax: also write the log-sum-exp of each row, [B, H, Nq]");
+       app.add_option("--op", a->op,
+                      "softmax, linear, causal (causal linear), recurrent (token by token) or performer (linear "
+                      "attention with FAVOR+ features)")
+           ->capture_default_str()
+           ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
+           ->option_text("OP");
+       app.add_option("--feature-map", a->feature_map, "Linear attention's φ: elu (elu+1), relu or identity")
+           ->capture_default_str()
+           ->check(CLI::IsMember({"elu", "relu", "identity"}));
+       app.add_option("--features", a->features, "Performer: random features m (0: default for D)")
+           ->check(CLI::NonNegativeNumber);
+       app.add_option("--seed", a->seed, "Performer: seed of the random features");
+       app.add_flag("--causal", a->causal, "Causal mask, aligned bottom-right (softmax; with linear: causal linear)");
+       app.add_option("--key-lengths", a->key_lengths, "Per-batch key lengths, comma-separated (B values)")
+           ->delimiter(',');
+       app.add_option("--scale", a->scale, "Softmax: scale of q·k (default 1/sqrt(D))");
+       app.add_option("--eps", a->eps, "Linear: added to the normaliser")->capture_default_str();
+       app.add_flag("!--no-normalize", a->normalize, "Linear: out = φ(q)ᵀS without the normaliser");
+       app.add_option("--chunk-size", a->chunk_size, "Causal linear: tokens per chunk")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       app.add_option("--layout", a->layout, "Axis order of every file: bnhd [B, N, H, D] or bhnd [B, H, N, D]")
+           ->transform(CLI::CheckedTransformer(
+               std::map<std::string, Layout>{{"bnhd", Layout::bnhd}, {"bhnd", Layout::bhnd}}, CLI::ignore_case))
+           ->option_text("bnhd|bhnd");
+       app.add_flag("--reference", a->reference, "Run the fp64 oracle (O(N²), slow) instead of the fast operator");
+       app.add_option("--threads", a->threads, "Threads; 0: the default")->check(CLI::NonNegativeNumber);
+       app.footer(
+           "Exit codes: 0 done, 1 a bad or mismatched input file (message names the flag and path), 2 a bad flag, "
+           "3 the inputs would need more memory than MemAvailable. Outputs are written only after everything is "
+           "computed, each atomically.");
+       return [a] { return run(*a); };
+     }}};
+
+}  // namespace
+}  // namespace linattn::cli

@@ -1,0 +1,21 @@
+#pragma once
+// Result files: every file is written whole or not at all (linattn::write_file_atomically).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace linattn::cli {
+
+// Creates the folder (and parents); throws std::runtime_error naming it on failure.
+void make_folder(const std::filesystem::path& folder);
+
+// One CSV field: quoted when it holds a comma, a quote or a line break.
+std::string csv_field(const std::string& value);
+
+// Runs gnuplot on `script` inside `folder` (names in the script are relative to it); the script
+// must write its plot to `temp_png`, which is then renamed over `png`. Returns an empty string on
+// success, else why not (gnuplot missing or failed): the plot is optional.
+std::string run_gnuplot(const std::filesystem::path& folder, const std::string& script, const std::string& temp_png,
+                        const std::string& png);
+
+}  // namespace linattn::cli

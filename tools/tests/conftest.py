@@ -1,0 +1,44 @@
+"""Shared helpers for the `linattn` command's end-to-end tests.
+
+The binary comes from $LINATTN_BIN (scripts/test.sh sets it); without it, build/tools/linattn.
+"""
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def binary():
+    path = os.environ.get("LINATTN_BIN") or str(REPO / "build" / "tools" / "linattn")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"linattn binary not found at {path}: build it and set LINATTN_BIN")
+    return path
+
+
+def run_cli(*args, timeout=120):
+    """Runs `linattn ARGS`; returns the CompletedProcess (text stdout/stderr)."""
+    return subprocess.run([binary(), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(proc, code):
+    """The process exited with `code` (not a signal) and said why in one stderr line."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("linattn: error: "), proc.stderr
+    return lines[0]
+
+
+def relative_error(got, want):
+    """max|got - want| / max|want|, the suite's measure."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-300))
+
+
+@pytest.fixture
+def cli():
+    return run_cli
