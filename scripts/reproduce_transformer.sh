@@ -24,7 +24,7 @@ text_train=(--task text --data data/devils_dictionary.txt --batch 16 --seq-len 1
             --warmup 100 --eval-every 250 --eval-batches 1000)
 # Generation speed: single-token steps after these contexts.
 contexts=${CONTEXTS:-1024,4096,16384,65536}
-speed_tokens=64
+speed_tokens=256
 if [[ $quick == 1 ]]; then
   copy_steps=20 text_steps=20 contexts=256,1024 speed_tokens=8 out=${OUT:-out/transformer-quick}
 fi

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "linattn/error.hpp"
 #include "linattn/model/generate.hpp"
 #include "linattn/model/transformer.hpp"
 #include "support/tensors.hpp"
@@ -116,6 +117,25 @@ INSTANTIATE_TEST_SUITE_P(Kinds, ModelGenerate,
                          [](const ::testing::TestParamInfo<AttentionKind>& p) {
                            return std::string(attention_name(p.param));
                          });
+
+TEST(ModelGenerateErrors, TokensOutsideTheVocabularyAreRejected) {
+  Transformer<float> model = random_model(AttentionKind::linear);
+  Generator generator(model);
+  const std::vector<int32_t> bad = {1, 11, 2};
+  try {
+    generator.feed(bad);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokens[1] is 11, expected a token in [0, 11)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(generator.position(), 0);
+  const std::vector<int32_t> good = {1, 2, 3}, negative = {0, -1, 0};
+  EXPECT_THROW(model.forward(bad.data(), nullptr, nullptr, 1, 3), Error);
+  EXPECT_THROW(model.forward(good.data(), negative.data(), nullptr, 1, 3), Error);
+  EXPECT_THROW(model.forward(good.data(), nullptr, nullptr, 0, 3), Error);
+  EXPECT_NO_THROW(model.forward(good.data(), good.data(), nullptr, 1, 3));
+}
 
 TEST(ModelSample, TemperatureZeroIsArgmaxAndSamplingFollowsSoftmax) {
   const std::vector<float> logits = {0.0f, std::log(3.0f), 0.0f, -1e30f};

@@ -11,7 +11,7 @@ int main() {
   for (size_t i = 0; i < q.size(); ++i) {
     q[i] = std::sin(0.3f * float(i));
     k[i] = std::cos(0.7f * float(i));
-    v[i] = 0.1f * float(i % 7);
+    v[i] = 0.1f * float(i % 7) + 0.05f;
   }
   auto Q = linattn::bnhd<const float>(q.data(), B, N, H, D), K = linattn::bnhd<const float>(k.data(), B, N, H, D);
   auto V = linattn::bnhd<const float>(v.data(), B, N, H, D);

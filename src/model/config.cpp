@@ -52,6 +52,13 @@ void check_config(const ModelConfig& c) {
                 "), expected a small model");
 }
 
+void check_tokens(const char* what, const int32_t* tokens, int64_t n, int64_t vocab_size) {
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab_size)
+      throw Error(std::string("linattn::model: ") + what + "[" + std::to_string(i) + "] is " +
+                  std::to_string(tokens[i]) + ", expected a token in [0, " + std::to_string(vocab_size) + ")");
+}
+
 namespace {
 FeatureMapPtr favor_map(int64_t head_dim, int64_t features, uint64_t seed) {
 #ifdef LINATTN_MODEL_HAS_FAVOR

@@ -27,6 +27,7 @@ void Generator::reset() {
   states_.clear();
   keys_.assign(c.layers, {});
   values_.assign(c.layers, {});
+  capacity_ = 0;
   if (c.attention == AttentionKind::softmax) return;
   for (int64_t l = 0; l < c.layers; ++l) {
     const FeatureMapPtr& map = model_.attention(l).feature_map;
@@ -37,12 +38,30 @@ void Generator::reset() {
 int64_t Generator::state_bytes() const {
   int64_t bytes = 0;
   for (const RecurrentState& s : states_) bytes += int64_t((s.S().size() + s.z().size()) * sizeof(float));
-  for (const auto& k : keys_) bytes += 2 * int64_t(k.size() * sizeof(float));
+  // The KV cache in use (its capacity runs up to twice that).
+  if (model_.config().attention == AttentionKind::softmax)
+    bytes += 2 * model_.config().layers * position_ * model_.config().d_model * int64_t(sizeof(float));
   return bytes;
+}
+
+void Generator::grow_cache(int64_t keys) {
+  if (keys <= capacity_) return;
+  const ModelConfig& c = model_.config();
+  const int64_t hd = c.head_dim(), capacity = std::max({keys, 2 * capacity_, int64_t(256)});
+  for (auto* cache : {&keys_, &values_})
+    for (std::vector<float>& layer : *cache) {
+      std::vector<float> grown(c.heads * capacity * hd);
+      for (int64_t h = 0; h < c.heads && capacity_ > 0; ++h)
+        std::copy(layer.begin() + h * capacity_ * hd, layer.begin() + (h * capacity_ + position_) * hd,
+                  grown.begin() + h * capacity * hd);
+      layer = std::move(grown);
+    }
+  capacity_ = capacity;
 }
 
 std::span<const float> Generator::feed(std::span<const int32_t> tokens) {
   const int64_t V = model_.config().vocab_size, n = int64_t(tokens.size());
+  check_tokens("tokens", tokens.data(), n, V);
   logits_.resize(n * V);
   for (int64_t start = 0; start < n; start += kMaxBlock) {
     const int64_t count = std::min(kMaxBlock, n - start);
@@ -80,25 +99,31 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
       const ConstTensorView v{qkv + 2 * C, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
       const TensorView out = bnhd(atty, 1, n, H, hd);
       if (c.attention == AttentionKind::softmax) {
-        std::vector<float>& K = keys_[l];
-        std::vector<float>& Vc = values_[l];
-        for (int64_t i = 0; i < n; ++i) {
-          K.insert(K.end(), qkv + i * 3 * C + C, qkv + i * 3 * C + 2 * C);
-          Vc.insert(Vc.end(), qkv + i * 3 * C + 2 * C, qkv + i * 3 * C + 3 * C);
-        }
         const int64_t keys = position_ + n;
+        grow_cache(keys);
+        // Cache layout [H, capacity, hd]: each head's keys are contiguous, for the decode's streaming reads.
+        float* K = keys_[l].data();
+        float* Vc = values_[l].data();
+        const int64_t head_stride = capacity_ * hd;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t h = 0; h < H; ++h) {
+            const float* row = qkv + i * 3 * C + h * hd;
+            std::copy(row + C, row + C + hd, K + h * head_stride + (position_ + i) * hd);
+            std::copy(row + 2 * C, row + 2 * C + hd, Vc + h * head_stride + (position_ + i) * hd);
+          }
         if (n == 1) {
           // One query sees every cached key: O(keys·hd) per head.
           scores_.resize(keys);
           for (int64_t h = 0; h < H; ++h)
-            simd::softmax_decode_head(atty + h * hd, qkv + h * hd, K.data() + h * hd, Vc.data() + h * hd, C, keys, hd,
-                                      1.0f / std::sqrt(float(hd)), scores_.data());
+            simd::softmax_decode_head(atty + h * hd, qkv + h * hd, K + h * head_stride, Vc + h * head_stride, hd, keys,
+                                      hd, 1.0f / std::sqrt(float(hd)), scores_.data());
           return;
         }
+        const ConstTensorView kc{K, {1, keys, H, hd}, {H * head_stride, hd, head_stride, 1}};
+        const ConstTensorView vc{Vc, {1, keys, H, hd}, {H * head_stride, hd, head_stride, 1}};
         SoftmaxAttentionOptions options;
         options.causal = true;  // bottom-right: row i sees the cache and rows ≤ i
-        softmax_attention_forward(out, lse, q, bnhd<const float>(K.data(), 1, keys, H, hd),
-                                  bnhd<const float>(Vc.data(), 1, keys, H, hd), options);
+        softmax_attention_forward(out, lse, q, kc, vc, options);
         return;
       }
       LinearAttentionOptions options;

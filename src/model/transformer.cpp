@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "linattn/error.hpp"
 #include "model/block.hpp"
 #include "model/random.hpp"
 
@@ -96,6 +97,11 @@ void Transformer<T>::resize(int64_t B, int64_t T_len) {
 
 template <class T>
 T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T* weights, int64_t B, int64_t T_len) {
+  if (B < 1 || T_len < 1)
+    throw Error("linattn::model: batch is " + std::to_string(B) + " x " + std::to_string(T_len) +
+                " tokens, expected at least 1 x 1");
+  check_tokens("tokens", tokens, B * T_len, config_.vocab_size);
+  if (targets) check_tokens("targets", targets, B * T_len, config_.vocab_size);
   resize(B, T_len);
   const int64_t BT = B * T_len, C = config_.d_model, L = config_.layers, F = config_.mlp_hidden, V = config_.vocab_size,
                 H = config_.heads;

@@ -33,6 +33,10 @@ struct ModelConfig {
 // Throws linattn::Error naming the first bad field (non-positive sizes, C not divisible by H, ...).
 void check_config(const ModelConfig& config);
 
+// Every one of the n tokens lies in [0, vocab_size); else linattn::Error naming `what`, the index and the
+// value. The model's entry points check their token inputs with it.
+void check_tokens(const char* what, const int32_t* tokens, int64_t n, int64_t vocab_size);
+
 // φ for layer `layer` (null for softmax): elu + 1, or layer's FAVOR+ draw.
 FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer);
 

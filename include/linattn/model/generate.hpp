@@ -31,10 +31,13 @@ class Generator {
   const Transformer<float>& model_;
   int64_t position_ = 0;
   std::vector<RecurrentState> states_;             // per layer (linear, favor)
-  std::vector<std::vector<float>> keys_, values_;  // per layer [position, C] (softmax)
+  std::vector<std::vector<float>> keys_, values_;  // per layer [H, capacity_, hd] (softmax)
+  int64_t capacity_ = 0;                           // cached positions room is allocated for
   std::vector<float> buffers_, logits_, scores_;
 
   void feed_block(const int32_t* tokens, int64_t n);
+  // Makes room for `keys` cached positions (doubling), keeping the first position_ of each head.
+  void grow_cache(int64_t keys);
 };
 
 // A token drawn from softmax(logits / temperature) with the uniform number u ∈ [0, 1);
