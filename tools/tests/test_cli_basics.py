@@ -126,15 +126,33 @@ def test_explain_prints_real_shapes_flops_and_memory():
     assert "1.98 M" in text and "960 k" in text and "154 k" in text
 
 
-def test_accuracy_tables():
+def test_accuracy_tables(tmp_path):
     proc = run_cli("accuracy", "--method", "linformer", "--seq", 64, "--sizes", "8,64", "--trials", 1, "--dim", 16,
-                   "--value-dim", 8, "--input", "peaked")
+                   "--value-dim", 8, "--input", "peaked", "--out", tmp_path / "a", "--no-plot")
     assert proc.returncode == 0, proc.stderr
     rows = {line.split("|")[1].strip(): [float(x) for x in line.split("|")[2:4]]
             for line in proc.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()}
     assert set(rows) == {"8", "64"}
     assert rows["64"][0] == 0  # mean pooling over P = N segments is the identity: exactly softmax
     assert rows["8"][0] > 0 and rows["8"][1] > 0
-    proc = run_cli("accuracy", "--seq", 64, "--sizes", "16,32", "--trials", 1, "--dim", 16)
+    proc = run_cli("accuracy", "--seq", 64, "--sizes", "16,32", "--trials", 1, "--dim", 16, "--out", tmp_path / "b",
+                   "--no-plot")
     assert proc.returncode == 0, proc.stderr
     assert "FAVOR+ orthogonal" in proc.stdout and "| 32 |" in proc.stdout
+
+
+def test_accuracy_writes_curves_for_both_inputs_and_a_plot(tmp_path):
+    out = tmp_path / "acc"
+    proc = run_cli("accuracy", "--seq", 64, "--sizes", "16,64", "--trials", 1, "--dim", 16, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "random inputs" in proc.stdout and "peaked inputs" in proc.stdout
+    lines = (out / "accuracy.csv").read_text().splitlines()
+    assert lines[0] == "method,variant,input,size,mean_error,max_error"
+    rows = [line.split(",") for line in lines[1:]]
+    # 2 variants × 2 inputs × 2 sizes, every error finite and positive
+    assert len(rows) == 8
+    assert {(r[2], r[3]) for r in rows} == {("random", "16"), ("random", "64"), ("peaked", "16"), ("peaked", "64")}
+    assert all(0 < float(r[4]) < float("inf") for r in rows)
+    png = (out / "accuracy.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "accuracy.png.tmp").exists()
