@@ -106,15 +106,7 @@ int accuracy(const AccuracyArgs& a) {
   make_folder(folder);
   write_file_atomically(folder / "accuracy.csv", csv(a.method, all));
   std::printf("wrote %s\n", (folder / "accuracy.csv").c_str());
-  if (a.plot) {
-    write_file_atomically(folder / "accuracy.gp", plot_script(a.method, all, q));
-    std::fflush(stdout);
-    const std::string why = run_gnuplot(folder, "accuracy.gp", "accuracy.png.tmp", "accuracy.png");
-    if (why.empty())
-      std::printf("wrote %s\n", (folder / "accuracy.png").c_str());
-    else
-      std::fprintf(stderr, "linattn: warning: no plot: %s\n", why.c_str());
-  }
+  if (a.plot) write_plot(folder, "accuracy", plot_script(a.method, all, q));
   return kExitOk;
 }
 

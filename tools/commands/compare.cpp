@@ -338,16 +338,7 @@ int compare(const CompareArgs& a) {
   write_file_atomically(folder / "compare.json", document.dump(2) + "\n");
   write_file_atomically(folder / "compare.csv", csv(results));
   std::printf("wrote %s, %s\n", (folder / "compare.json").c_str(), (folder / "compare.csv").c_str());
-  if (a.plot) {
-    write_file_atomically(folder / "compare.gp", plot_script(a, ops, "compare.csv", "compare.png.tmp", threads));
-    // gnuplot runs in the folder so that the script's relative names work when rerun by hand.
-    std::fflush(stdout);
-    const std::string why = run_gnuplot(folder, "compare.gp", "compare.png.tmp", "compare.png");
-    if (why.empty())
-      std::printf("wrote %s\n", (folder / "compare.png").c_str());
-    else
-      std::fprintf(stderr, "linattn: warning: no plot: %s\n", why.c_str());
-  }
+  if (a.plot) write_plot(folder, "compare", plot_script(a, ops, "compare.csv", "compare.png.tmp", threads));
   return kExitOk;
 }
 

@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
+
+#include "linattn/file_io.hpp"
 
 extern char** environ;
 
@@ -60,6 +63,17 @@ std::string run_gnuplot(const std::filesystem::path& folder, const std::string& 
     return "cannot rename the plot to " + (folder / png).string() + ": " + error.message();
   }
   return "";
+}
+
+void write_plot(const std::filesystem::path& folder, const std::string& stem, const std::string& script) {
+  write_file_atomically(folder / (stem + ".gp"), script);
+  // gnuplot runs in the folder so that the script's relative names work when rerun by hand.
+  std::fflush(stdout);
+  const std::string why = run_gnuplot(folder, stem + ".gp", stem + ".png.tmp", stem + ".png");
+  if (why.empty())
+    std::printf("wrote %s\n", (folder / (stem + ".png")).c_str());
+  else
+    std::fprintf(stderr, "linattn: warning: no plot: %s\n", why.c_str());
 }
 
 }  // namespace linattn::cli

@@ -18,4 +18,8 @@ std::string csv_field(const std::string& value);
 std::string run_gnuplot(const std::filesystem::path& folder, const std::string& script, const std::string& temp_png,
                         const std::string& png);
 
+// Writes `script` to folder/STEM.gp and runs it (it must write STEM.png.tmp), leaving folder/STEM.png;
+// says "wrote ..." on stdout, or warns on stderr why there is no plot.
+void write_plot(const std::filesystem::path& folder, const std::string& stem, const std::string& script);
+
 }  // namespace linattn::cli
