@@ -1,6 +1,6 @@
 // The tile kernels of exact softmax attention against plain fp64 loops: the tile product (both A
 // layouts, per-row ranges, every column-block width, accumulate or not), the online-softmax step,
-// the backward's p and ds, and delta's summation order.
+// the backward's p and ds, delta's summation order, and the decoding scores.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/softmax_decode.hpp"
 #include "kernels/softmax_tile_matmul.hpp"
 #include "kernels/softmax_tile_rows.hpp"
 
@@ -175,6 +176,41 @@ TEST(SoftmaxRowDot, SumsInTheTileProductsOrder) {
     float delta = 0;
     softmax_row_dot(&delta, dout.data(), v.data(), ep, 1, ep);
     EXPECT_EQ(dp[0], delta) << e;
+  }
+}
+
+// Decoding scores: s[r, j] = q_r · k_j within 1e-6 of Σ|q·k| of the fp64 sum, k read in place with
+// a row stride; k past each row's depth and past `count` holds NaN (never read), and s past `count`
+// keeps its NaN (never written).
+TEST(SoftmaxDecodeScores, MatchesPlainSums) {
+  std::mt19937_64 rng(5);
+  for (int64_t depth : {1, 16, 17, 59, 64, 130}) {
+    for (int64_t rows : {1, 3, 16}) {
+      const int64_t count = 61, lds = 64, ldq = (depth + 15) / 16 * 16, k_stride = depth + 5;
+      std::vector<float> q = uniform(size_t(rows * ldq), rng), k = uniform(size_t(64 * k_stride), rng);
+      for (int64_t r = 0; r < rows; ++r) std::fill(q.begin() + r * ldq + depth, q.begin() + (r + 1) * ldq, 0.0f);
+      for (int64_t j = 0; j < 64; ++j)
+        for (int64_t d = 0; d < k_stride; ++d)
+          if (j >= count || d >= depth) k[size_t(j * k_stride + d)] = kNaN;
+      std::vector<float> s(size_t(rows * lds), kNaN);
+      softmax_decode_scores(s.data(), lds, q.data(), ldq, rows, k.data(), k_stride, count, depth);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < lds; ++j) {
+          const float got = s[size_t(r * lds + j)];
+          if (j >= count) {
+            EXPECT_TRUE(std::isnan(got)) << r << " " << j;
+            continue;
+          }
+          double want = 0, magnitude = 0;
+          for (int64_t d = 0; d < depth; ++d) {
+            const double p = double(q[size_t(r * ldq + d)]) * double(k[size_t(j * k_stride + d)]);
+            want += p;
+            magnitude += std::abs(p);
+          }
+          EXPECT_NEAR(got, want, 1e-6 * magnitude) << "depth " << depth << " row " << r << " key " << j;
+        }
+      }
+    }
   }
 }
 

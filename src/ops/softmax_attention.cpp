@@ -1,5 +1,6 @@
 // Exact softmax attention, forward and backward (FlashAttention-2 style): boundary checks, the
-// tiling plan, threads and scratch. The arithmetic is in kernels/softmax_tile_*.
+// tiling plan, threads and scratch. The arithmetic is in kernels/softmax_tile_* and
+// kernels/softmax_decode.
 //
 // The keys and values of one (b, h) are packed once per call into per-tile buffers (KeyPack), and
 // in the backward the queries and dO too (QueryPack). Two ways to spread work over threads:
@@ -8,6 +9,10 @@
 // Either way every result element is computed by one thread, by the same kernel calls in the same
 // order (dq over key tiles ascending, dk and dv over query tiles ascending), so results are bitwise
 // identical for every thread count and either way. Nothing is N × N.
+//
+// A forward with few queries (Nq ≤ kDecodeRows: decoding against a KV cache) takes a third way
+// (decode_forward): items are (head, fixed chunk of keys), k and v are read unpacked, and each
+// head's chunk partials are merged in chunk order, so it too is bitwise the same for any thread count.
 #include "linattn/softmax_attention.hpp"
 
 #include <hwy/aligned_allocator.h>
@@ -22,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/softmax_decode.hpp"
 #include "kernels/softmax_pack.hpp"
 #include "kernels/softmax_tile_matmul.hpp"
 #include "kernels/softmax_tile_rows.hpp"
@@ -35,6 +41,14 @@ constexpr const char* kBackward = "softmax_attention_backward";
 constexpr int64_t kTileQ = 64;  // query rows per tile
 constexpr int64_t kTileK = 64;  // key rows per tile (a multiple of kernels::kTileLanes)
 constexpr float kInf = std::numeric_limits<float>::infinity();
+// Decoding (Nq ≤ kDecodeRows, e.g. one token against a KV cache): the keys of a head are split into
+// chunks of kDecodeChunk keys, a number fixed by Nk alone (never by the thread count).
+constexpr int64_t kDecodeRows = 16;     // at most kTileLanes: the queries are the columns of one vector
+constexpr int64_t kDecodeChunk = 2048;  // keys per chunk (a multiple of kTileK)
+// Up to this many queries, scores are dot products along each key's row (a lane sum per query and
+// key); beyond, the tile product's broadcast FMAs, which form 16 queries' scores at once, cost less.
+constexpr int64_t kDecodeDotRows = 2;
+static_assert(kDecodeRows <= kernels::kTileLanes && kDecodeChunk % kTileK == 0);
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t ceil_div(int64_t x, int64_t to) { return (x + to - 1) / to; }
@@ -139,8 +153,8 @@ hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t floats) {
 
 // k and v of one head, per key tile t: kt [Dp, kTileK] = kᵀ; v [kTileK, Ep] (forward) or
 // vt [Ep, kTileK] = vᵀ and kr [kTileK, Dp] = k (backward). Zero-padded past Nk, D and E.
-// A streaming pack (a forward with one query tile, e.g. decoding a token against a long cache,
-// where each key tile is used once) holds one tile, packed just before its use.
+// A streaming pack (a forward with one query tile of more than kDecodeRows queries, where each key
+// tile is used once) holds one tile, packed just before its use.
 struct KeyPack {
   bool backward = false, streaming = false;
   int64_t kt_size = 0, v_size = 0, kr_size = 0, tile_size = 0;
@@ -235,6 +249,133 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
   kernels::softmax_unpack_rows(out, w.o, p.Ep, b, h, i0, rows, 1.0f);
 }
 
+// Decoding: few queries (Nq ≤ kDecodeRows) against many keys. Flash-decoding: the items are
+// (head, key chunk); each chunk runs the online softmax over its key tiles into a partial
+// (max m, sum l, unnormalised output o) per row, and a second pass merges a head's partials in chunk
+// order. k and v are read where they lie, unpacked: the scores by kernels::softmax_decode_scores
+// (a dot product per key along its contiguous row; Nq ≤ kDecodeDotRows), or else as
+// sᵀ = k · (scale · q)ᵀ by the tile product with k as its strided A operand and the queries as the
+// columns, then transposed. o += p v takes v as the tile product's B operand when its rows are
+// contiguous and E is a multiple of kTileLanes (else each v tile is packed).
+struct DecodeScratch {
+  hwy::AlignedFreeUniquePtr<float[]> memory;
+  float *qs, *qt, *st, *s, *o, *vp, *row_max, *row_sum;
+  int32_t key_end[kDecodeRows];
+
+  explicit DecodeScratch(const Plan& p)
+      : memory(zeros(2 * p.Dp * kDecodeRows + 2 * kTileK * kDecodeRows + kDecodeRows * p.Ep + kTileK * p.Ep +
+                     2 * kDecodeRows)) {
+    qs = memory.get();                // [kDecodeRows, Dp] scale · q
+    qt = qs + kDecodeRows * p.Dp;     // [Dp, kDecodeRows] (scale · q)ᵀ
+    st = qt + p.Dp * kDecodeRows;     // [kTileK, kDecodeRows] scores, key-major (strided head dim only)
+    s = st + kTileK * kDecodeRows;    // [kDecodeRows, kTileK] scores, then probabilities
+    o = s + kDecodeRows * kTileK;     // [kDecodeRows, Ep] running output
+    vp = o + kDecodeRows * p.Ep;      // [kTileK, Ep] a packed v tile, when v cannot be read in place
+    row_max = vp + kTileK * p.Ep;     // [kDecodeRows]
+    row_sum = row_max + kDecodeRows;  // [kDecodeRows]
+  }
+};
+
+// Partials of one (b, h, chunk): per row m, l and o [Ep], laid out [rows][Ep + 2].
+void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTensorView v, const Plan& p, int64_t b,
+                  int64_t h, int64_t chunk, DecodeScratch& w) {
+  const int64_t rows = p.Nq, ld = p.Ep + 2;
+  std::fill_n(w.o, kDecodeRows * p.Ep, 0.0f);
+  std::fill_n(w.row_max, kDecodeRows, -kInf);
+  std::fill_n(w.row_sum, kDecodeRows, 0.0f);
+  const int64_t c0 = chunk * kDecodeChunk;
+  const int64_t c1 = std::min(p.Nk, std::min(c0 + kDecodeChunk, p.key_end(b, rows - 1)));  // the last row sees most
+  if (c0 < c1) {
+    const bool k_rows = k.stride[3] == 1 && rows <= kDecodeDotRows, v_in_place = v.stride[3] == 1 && p.E == p.Ep;
+    kernels::softmax_pack_rows(w.qs, p.Dp, rows, q, b, h, 0, rows, p.scale);
+    if (!k_rows) {  // qt[d, r] = qs[r, d]; columns r ≥ Nq are 0
+      std::fill_n(w.qt, p.Dp * kDecodeRows, 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t d = 0; d < p.D; ++d) w.qt[d * kDecodeRows + r] = w.qs[r * p.Dp + d];
+    }
+    for (int64_t j0 = c0; j0 < c1; j0 += kTileK) {
+      const int64_t count = std::min(kTileK, p.Nk - j0);
+      for (int64_t r = 0; r < rows; ++r) w.key_end[r] = int32_t(std::clamp(p.key_end(b, r) - j0, int64_t(0), count));
+      // s[r, j] = Σ_d qs[r, d] · k(b, j0 + j, h, d), over the tile's real keys only
+      if (k_rows) {
+        kernels::softmax_decode_scores(w.s, kTileK, w.qs, p.Dp, rows, k.row(b, j0, h), k.stride[1], count, p.D);
+      } else {
+        kernels::softmax_tile_matmul(w.st, kDecodeRows, k.row(b, j0, h), k.stride[1], k.stride[3], w.qt, kDecodeRows,
+                                     nullptr, nullptr, count, kDecodeRows, p.D, false);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < count; ++j) w.s[r * kTileK + j] = w.st[j * kDecodeRows + r];
+      }
+      for (int64_t r = 0; r < rows; ++r) std::fill(w.s + r * kTileK + count, w.s + (r + 1) * kTileK, 0.0f);
+      kernels::softmax_forward_tile(w.s, kTileK, w.o, p.Ep, w.row_max, w.row_sum, w.key_end, rows, kTileK, p.Ep);
+      // o += p v, over each row's visible keys only
+      const float* vt = w.vp;
+      int64_t ldv = p.Ep;
+      if (v_in_place) {
+        vt = v.row(b, j0, h);
+        ldv = v.stride[1];
+      } else {
+        kernels::softmax_pack_rows(w.vp, p.Ep, count, v, b, h, j0, count, 1.0f);
+      }
+      kernels::softmax_tile_matmul(w.o, p.Ep, w.s, kTileK, 1, vt, ldv, nullptr, w.key_end, rows, p.Ep, count, true);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* pr = partial + r * ld;
+    pr[0] = w.row_max[r];
+    pr[1] = w.row_sum[r];
+    std::copy_n(w.o + r * p.Ep, p.Ep, pr + 2);
+  }
+}
+
+// Merges the chunk partials of (b, h) in chunk order (a fixed order, whatever the thread count):
+// m = max m_c, l = Σ l_c·exp(m_c − m), o = Σ o_c·exp(m_c − m); then out = o / l, lse = m + log l.
+// A chunk that saw no key (l_c = 0) is skipped, so a row that sees none keeps m = −∞, l = 0.
+void decode_merge(TensorView out, float* lse, const float* partials, const Plan& p, int64_t b, int64_t h,
+                  int64_t chunks, DecodeScratch& w) {
+  const int64_t rows = p.Nq, ld = p.Ep + 2, stride = rows * ld;
+  std::fill_n(w.o, kDecodeRows * p.Ep, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = -kInf, l = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float* pr = partials + c * stride + r * ld;
+      if (pr[1] != 0.0f) m = m > pr[0] ? m : pr[0];
+    }
+    float* o = w.o + r * p.Ep;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float* pr = partials + c * stride + r * ld;
+      if (pr[1] == 0.0f) continue;
+      const float f = std::exp(pr[0] - m);  // one scalar exp per row and chunk
+      l += pr[1] * f;
+      for (int64_t e = 0; e < p.Ep; ++e) o[e] += pr[2 + e] * f;
+    }
+    w.row_max[r] = m;
+    w.row_sum[r] = l;
+  }
+  kernels::softmax_forward_finish(w.o, p.Ep, lse + (b * p.H + h) * p.Nq, w.row_max, w.row_sum, rows, p.Ep);
+  kernels::softmax_unpack_rows(out, w.o, p.Ep, b, h, 0, rows, 1.0f);
+}
+
+void decode_forward(TensorView out, std::span<float> lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                    const Plan& p) {
+  const int threads = omp_get_max_threads();
+  const int64_t chunks = ceil_div(p.Nk, kDecodeChunk), heads = p.B * p.H, stride = p.Nq * (p.Ep + 2);
+  const auto partials = zeros(heads * chunks * stride);
+  std::vector<DecodeScratch> scratch;
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(p);
+#pragma omp parallel
+  {
+    DecodeScratch& w = scratch[omp_get_thread_num()];
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < heads * chunks; ++item) {
+      const int64_t bh = item / chunks;
+      decode_chunk(partials.get() + item * stride, q, k, v, p, bh / p.H, bh % p.H, item % chunks, w);
+    }
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < heads; ++bh)
+      decode_merge(out, lse.data(), partials.get() + bh * chunks * stride, p, bh / p.H, bh % p.H, chunks, w);
+  }
+}
+
 // Per-thread tiles of the backward, with dk and dv accumulators for `key_tiles` key tiles.
 struct BackwardScratch {
   int64_t dk_tile = 0, dv_tile = 0, key_tiles = 0;
@@ -308,6 +449,10 @@ void softmax_attention_forward(TensorView out, std::span<float> lse, ConstTensor
   detail::check_no_alias(op, "lse", lse_view, "out", out);
   check_distinct_elements(op, "out", out);
 
+  if (p.Nq <= kDecodeRows) {
+    decode_forward(out, lse, q, k, v, p);
+    return;
+  }
   const int threads = omp_get_max_threads();
   std::vector<ForwardScratch> scratch;
   for (int t = 0; t < threads; ++t) scratch.emplace_back(p);
