@@ -22,12 +22,18 @@ struct ChunkScratch {
   std::vector<float> phi_q, phi_k, val, g;  // [C, Mp], [C, Mp], [C, Ep], [C, Ep]
   const float* V = nullptr;                 // the chunk's values: val, or v's own rows (pitch ldv)
   int64_t ldv = 0;
-  std::vector<float> num, P;             // [C, Ep], [C, Mp]
-  std::vector<float> A, W;               // [C, Cp]
-  std::vector<float> T;                  // transposes: [max(M, E), max(Cp, Mp)]
-  std::vector<float> S, z, St;           // [M, Ep], [Mp], [E, Mp]
+  std::vector<float> num, P;  // [C, Ep], [C, Mp]
+  std::vector<float> A, W;    // [C, Cp], backward only
+  std::vector<float> T;       // transposes: [max(M, E), max(Cp, Mp)]
+  // The forward's output product out = [φ(Q) | A] [S; V] in one pass: X: [C, Kp] holds φ(Q) in its
+  // first Mp columns and A after them; SV: [Mp + C, Ep] holds the state S in its first M rows (the
+  // state lives there in both directions), zero rows up to Mp, then the chunk's values.
+  int64_t Kp;
+  std::vector<float> X, SV;
+  std::vector<float> z, St;              // [Mp], [E, Mp]
   std::vector<float> den, dden, rowvec;  // [C], [C], [Mp]
-  ChunkScratch(const LinearProblem& p, int64_t chunk)
+  // forward: X for the output product; backward: A and W (each pass allocates only what it uses).
+  ChunkScratch(const LinearProblem& p, int64_t chunk, bool forward)
       : C(chunk),
         Cp(kernels::padded(chunk)),
         features(p, chunk),
@@ -37,29 +43,33 @@ struct ChunkScratch {
         g(size_t(C * p.Ep)),
         num(size_t(C * p.Ep)),
         P(size_t(C * p.Mp)),
-        A(size_t(C * Cp)),
-        W(size_t(C * Cp)),
+        A(forward ? 0 : size_t(C * Cp)),
+        W(forward ? 0 : size_t(C * Cp)),
         T(size_t(std::max(p.M, p.E) * std::max(Cp, p.Mp))),
-        S(size_t(p.M * p.Ep)),
+        Kp(p.Mp + Cp),
+        X(forward ? size_t(C * Kp) : 0),
+        SV(size_t((p.Mp + C) * p.Ep), 0.0f),
         z(size_t(p.Mp)),
         St(size_t(p.E * p.Mp)),
         den(size_t(C)),
         dden(size_t(C)),
         rowvec(size_t(p.Mp)) {}
 
+  // The state S: [M, Ep].
+  float* S() { return SV.data(); }
   // S, z = the initial state of head bh, or 0.
-  void start(const PackedState* initial, int64_t bh) {
+  void start(const LinearProblem& p, const PackedState* initial, int64_t bh) {
     if (initial) {
-      std::copy_n(initial->S_of(bh), S.size(), S.data());
+      std::copy_n(initial->S_of(bh), p.M * p.Ep, S());
       std::copy_n(initial->z_of(bh), z.size(), z.data());
     } else {
-      std::fill(S.begin(), S.end(), 0.0f);
+      std::fill_n(S(), p.M * p.Ep, 0.0f);
       std::fill(z.begin(), z.end(), 0.0f);
     }
   }
   // S += φ(K)ᵀ V, z += Σ φ(K) over the chunk's n tokens.
   void advance(const LinearProblem& p, int64_t n) {
-    kernels::gemm_acc(S.data(), p.Ep, phi_k.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep);
+    kernels::gemm_acc(S(), p.Ep, phi_k.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep);
     kernels::add_weighted_rows(z.data(), phi_k.data(), p.Mp, nullptr, n, p.M);
   }
   // φ(Q), φ(K), V of tokens [t, t + n) of head (b, h); keys from `valid` on are 0.
@@ -82,21 +92,22 @@ struct ChunkScratch {
 // multiply-adds of a 64-token chunk.
 constexpr int64_t kStrip = kernels::kPad;
 
-// x: [n, ld] = 0 where the column is later than the row (j > i), for lower = true; where it is
-// earlier (j < i) for lower = false.
-void mask_triangle(float* x, int64_t ld, int64_t n, bool lower) {
+// x: [n, width] (pitch ld) = 0 where the column is later than the row (j > i), for lower = true;
+// where it is earlier (j < i) for lower = false.
+void mask_triangle(float* x, int64_t ld, int64_t width, int64_t n, bool lower) {
   for (int64_t i = 0; i < n; ++i) {
     float* row = x + i * ld;
     if (lower)
-      std::fill(row + i + 1, row + ld, 0.0f);
+      std::fill(row + i + 1, row + width, 0.0f);
     else
       std::fill(row, row + i, 0.0f);
   }
 }
 
-// A: [n, Cp] = mask(X Yᵀ) (lower: j ≤ i; upper: j ≥ i), X, Y: [n, depth] (pitches ldx, ldy), via T = Yᵀ.
-void masked_product(float* A, int64_t Cp, const float* X, int64_t ldx, const float* Y, int64_t ldy, int64_t n,
-                    int64_t depth, float* T, bool lower) {
+// A: [n, Cp] (pitch lda) = mask(X Yᵀ) (lower: j ≤ i; upper: j ≥ i), X, Y: [n, depth] (pitches ldx,
+// ldy), via T = Yᵀ ([depth, Cp]).
+void masked_product(float* A, int64_t lda, int64_t Cp, const float* X, int64_t ldx, const float* Y, int64_t ldy,
+                    int64_t n, int64_t depth, float* T, bool lower) {
   const int64_t np = kernels::padded(n);
   kernels::transpose(T, Cp, Y, ldy, n, depth);
   for (int64_t r = 0; r < depth; ++r) std::fill(T + r * Cp + n, T + r * Cp + np, 0.0f);
@@ -105,9 +116,9 @@ void masked_product(float* A, int64_t Cp, const float* X, int64_t ldx, const flo
     // Columns [c0, c1) hold the strip's part of the triangle; kStrip is a multiple of kPad. The
     // columns left out are exactly those mask_triangle zeroes below.
     const int64_t c0 = lower ? 0 : r, c1 = lower ? kernels::padded(r + rows) : np;
-    kernels::gemm_set(A + r * Cp + c0, Cp, X + r * ldx, ldx, 1, T + c0, Cp, rows, depth, c1 - c0);
+    kernels::gemm_set(A + r * lda + c0, lda, X + r * ldx, ldx, 1, T + c0, Cp, rows, depth, c1 - c0);
   }
-  mask_triangle(A, Cp, n, lower);
+  mask_triangle(A, lda, Cp, n, lower);
 }
 
 // C: [n, cols] += A B with A: [n, n] triangular (lower: A[i, j] = 0 for j > i; upper: for j < i), B: [n, cols].
@@ -127,34 +138,49 @@ void causal_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
   const int64_t N = p.Nq, BH = p.B * p.H, C = std::clamp<int64_t>(chunk, 1, std::min(N, kMaxChunk));
 #pragma omp parallel
   {
-    ChunkScratch w(p, C);
+    ChunkScratch w(p, C, true);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < BH; ++bh) {
       const int64_t b = bh / p.H, h = bh % p.H;
-      w.start(initial, bh);
-      float* S = w.S.data();
+      w.start(p, initial, bh);
+      float* S = w.S();
       float* z = w.z.data();
       for (int64_t t = 0; t < N; t += C) {
         const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
         w.load(p, q, k, v, b, h, t, n, valid);
-        masked_product(w.A.data(), w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
+        // The chunk's values below the state: SV = [S; 0; V].
+        float* sv_v = w.SV.data() + p.Mp * p.Ep;
+        for (int64_t r = 0; r < n; ++r) std::copy_n(w.V + r * w.ldv, p.Ep, sv_v + r * p.Ep);
+        w.V = sv_v, w.ldv = p.Ep;
+        // X = [φ(Q) | A], A = mask(φ(Q) φ(K)ᵀ)
+        float* X = w.X.data();
+        float* A = X + p.Mp;
+        const int64_t Kp = w.Kp;
+        masked_product(A, Kp, w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
         if (p.normalize) {
           // den = φ(Q) z + rowsum(mask(φ(Q) φ(K)ᵀ)) + eps; out = (φ(Q) S + A V) / den, with the division
           // applied to the rows of φ(Q) and A (M + n values) instead of the E outputs.
           kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, z, n, p.M);
-          kernels::row_sums(w.dden.data(), w.A.data(), w.Cp, n, n);
+          kernels::row_sums(w.dden.data(), A, Kp, n, n);
           for (int64_t r = 0; r < n; ++r) {
             const float inv = 1.0f / (w.den[r] + w.dden[r] + p.eps);  // one division per row, not M + n
-            for (int64_t m = 0; m < p.M; ++m) w.phi_q[r * p.Mp + m] *= inv;
-            for (int64_t j = 0; j <= r; ++j) w.A[r * w.Cp + j] *= inv;
+            const float* ph = w.phi_q.data() + r * p.Mp;
+            float* xr = X + r * Kp;
+            for (int64_t m = 0; m < p.Mp; ++m) xr[m] = ph[m] * inv;
+            for (int64_t j = 0; j <= r; ++j) xr[p.Mp + j] *= inv;
           }
+        } else {
+          for (int64_t r = 0; r < n; ++r) std::copy_n(w.phi_q.data() + r * p.Mp, p.Mp, X + r * Kp);
         }
-        // out = φ(Q) S + mask(φ(Q) φ(K)ᵀ) V, written in place when out's rows allow it
+        // out = [φ(Q) | A] [S; 0; V], one product written once, in strips of kStrip rows each only as
+        // deep as the triangle reaches; in place when out's rows allow it.
         const bool direct = rows_in_place(out);
         float* o = direct ? head_rows(out, b, h).at(t) : w.num.data();
         const int64_t ldo = direct ? out.stride[1] : p.Ep;
-        gemm_set(o, ldo, w.phi_q.data(), p.Mp, 1, S, p.Ep, n, p.M, p.Ep);
-        triangular_acc(o, ldo, w.A.data(), w.Cp, w.V, w.ldv, n, p.Ep, true);
+        for (int64_t r = 0; r < n; r += kStrip) {
+          const int64_t rows = std::min(kStrip, n - r);
+          gemm_set(o + r * ldo, ldo, X + r * Kp, Kp, 1, w.SV.data(), p.Ep, rows, p.Mp + r + rows, p.Ep);
+        }
         if (!direct) store_rows(head_rows(out, b, h), t, n, n, w.num.data(), p.Ep, p.E);
         // S += φ(K)ᵀ V, z += Σ φ(K)
         w.advance(p, n);
@@ -173,14 +199,14 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
   const int64_t N = p.Nq, BH = p.B * p.H, C = std::clamp<int64_t>(chunk, 1, std::min(N, kMaxChunk));
 #pragma omp parallel
   {
-    ChunkScratch w(p, C);
+    ChunkScratch w(p, C, false);
     std::vector<float> den_all(N), dden_all(N);  // per row, from the forward sweep
     std::vector<float> G(size_t(p.M * p.Ep)), g(size_t(p.Mp));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < BH; ++bh) {
       const int64_t b = bh / p.H, h = bh % p.H;
-      w.start(initial, bh);
-      float* S = w.S.data();
+      w.start(p, initial, bh);
+      float* S = w.S();
       float* z = w.z.data();
       // Forward sweep: with S_i, z_i the state that row i sees,
       //   P_i = S_i dout_i, dden_i = −φ(q_i)·P_i / den_i², dφ(q_i) = P_i / den_i + z_i dden_i.
@@ -191,12 +217,11 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
         load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
         // P = dout Sᵀ + mask(dout Vᵀ) φ(K)
         kernels::transpose(w.St.data(), p.Mp, S, p.Ep, p.M, p.E);
-        std::fill(w.P.begin(), w.P.begin() + n * p.Mp, 0.0f);
-        gemm_acc(w.P.data(), p.Mp, w.g.data(), p.Ep, 1, w.St.data(), p.Mp, n, p.E, p.Mp);
-        masked_product(w.W.data(), w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
+        gemm_set(w.P.data(), p.Mp, w.g.data(), p.Ep, 1, w.St.data(), p.Mp, n, p.E, p.Mp);
+        masked_product(w.W.data(), w.Cp, w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
         triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true);
         if (p.normalize) {
-          masked_product(w.A.data(), w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
+          masked_product(w.A.data(), w.Cp, w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
           kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, z, n, p.M);
           kernels::row_sums(w.dden.data(), w.A.data(), w.Cp, n, n);
           std::copy_n(z, p.Mp, w.rowvec.data());  // z_i: z plus the chunk's keys up to i
@@ -239,15 +264,14 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
         for (int64_t r = 0; r < n; ++r) std::copy_n(g.data(), p.Mp, w.P.data() + r * p.Mp);
         kernels::transpose(w.St.data(), p.Mp, G.data(), p.Ep, p.M, p.E);
         gemm_acc(w.P.data(), p.Mp, w.V, w.ldv, 1, w.St.data(), p.Mp, n, p.E, p.Mp);
-        masked_product(w.W.data(), w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
+        masked_product(w.W.data(), w.Cp, w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
         if (p.normalize)
           for (int64_t j = 0; j < n; ++j)
             for (int64_t i = j; i < n; ++i) w.W[j * w.Cp + i] += dden[i];
         triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_q.data(), p.Mp, n, p.Mp, false);
         // dV = φ(K) G + mask_{i ≥ j}(φ(K) φ(Q)ᵀ) dnum
-        std::fill(w.num.begin(), w.num.begin() + n * p.Ep, 0.0f);
-        gemm_acc(w.num.data(), p.Ep, w.phi_k.data(), p.Mp, 1, G.data(), p.Ep, n, p.M, p.Ep);
-        masked_product(w.A.data(), w.Cp, w.phi_k.data(), p.Mp, w.phi_q.data(), p.Mp, n, p.M, w.T.data(), false);
+        gemm_set(w.num.data(), p.Ep, w.phi_k.data(), p.Mp, 1, G.data(), p.Ep, n, p.M, p.Ep);
+        masked_product(w.A.data(), w.Cp, w.Cp, w.phi_k.data(), p.Mp, w.phi_q.data(), p.Mp, n, p.M, w.T.data(), false);
         triangular_acc(w.num.data(), p.Ep, w.A.data(), w.Cp, w.g.data(), p.Ep, n, p.Ep, false);
         store_feature_grad(head_rows(dk, b, h), w.features, p, FeatureRole::key, w.P.data(), w.phi_k.data(),
                            head_rows(k, b, h), t, n, valid);
