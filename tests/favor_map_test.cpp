@@ -11,6 +11,7 @@
 
 #include "linattn/error.hpp"
 #include "linattn/performer.hpp"
+#include "support/finite_difference.hpp"
 #include "support/temp_dir.hpp"
 
 namespace linattn {
@@ -48,25 +49,6 @@ int64_t longest_row(std::span<const double> omega, int64_t m, int64_t dim) {
     if (dot(&omega[i * dim], &omega[i * dim], dim) > dot(&omega[longest * dim], &omega[longest * dim], dim))
       longest = i;
   return longest;
-}
-
-// {max |central difference of loss − grad|, max |grad|} over the entries of x (each restored), with
-// steps 1e-6·max(1, |xᵢ|).
-template <class Loss>
-std::pair<double, double> finite_difference_error(std::vector<double>& x, const std::vector<double>& grad,
-                                                  const Loss& loss) {
-  double err = 0, mag = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i], h = 1e-6 * std::max(1.0, std::abs(keep));
-    x[i] = keep + h;
-    const double up = loss();
-    x[i] = keep - h;
-    const double down = loss();
-    x[i] = keep;
-    err = std::max(err, std::abs((up - down) / (2 * h) - grad[i]));
-    mag = std::max(mag, std::abs(grad[i]));
-  }
-  return {err, mag};
 }
 
 double softmax_kernel(const std::vector<double>& q, const std::vector<double>& k) {
@@ -354,7 +336,7 @@ TEST(FavorMap, CappedKeyAndShiftedQueryGradients) {
       for (int64_t i = 0; i < m; ++i) sum += i == longest ? 0.0 : phi[size_t(i)] * dphi[size_t(i)];
       return sum;
     };
-    const auto [err, mag] = finite_difference_error(x, dx, loss);
+    const auto [err, mag] = testing::finite_difference_error(x, dx, loss, 1e-6, true);
     EXPECT_GT(mag, 0.0);
     EXPECT_LT(err, 1e-6 * mag) << "role " << int(role);
 
@@ -408,7 +390,7 @@ TEST(FavorMap, OracleBackwardMatchesFiniteDifferences) {
           map->forward_reference(phi.data(), x.data(), 3, dim, role);
           return dot(phi.data(), dphi.data(), 3 * m);
         };
-        const auto [err, mag] = finite_difference_error(x, dx, loss);
+        const auto [err, mag] = testing::finite_difference_error(x, dx, loss, 1e-6, true);
         EXPECT_LT(err, 1e-6 * std::max(mag, 1e-300) + 1e-300) << "dim " << dim << " scale " << scale;
       }
     }

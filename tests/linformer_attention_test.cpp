@@ -11,6 +11,7 @@
 #include "linattn/linformer.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "linattn/threads.hpp"
+#include "support/finite_difference.hpp"
 #include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
 
@@ -143,17 +144,7 @@ TEST(LinformerAttention, OracleBackwardMatchesFiniteDifferences) {
       return sum;
     };
     const auto check = [&](std::vector<double>& x, const std::vector<double>& grad, const char* name) {
-      double err = 0, mag = 0;
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double keep = x[i], h = 1e-6;
-        x[i] = keep + h;
-        const double up = loss();
-        x[i] = keep - h;
-        const double down = loss();
-        x[i] = keep;
-        err = std::max(err, std::abs((up - down) / (2 * h) - grad[i]));
-        mag = std::max(mag, std::abs(grad[i]));
-      }
+      const auto [err, mag] = testing::finite_difference_error(x, grad, loss);
       EXPECT_GT(mag, 0.0) << name;
       EXPECT_LT(err, 1e-7 * std::max(mag, 1.0)) << name << " mode " << mode;
     };
