@@ -8,6 +8,7 @@
 // Must follow foreach_target.h.
 #include "hwy/highway.h"
 #include "kernels/feature_map_elementwise.hpp"
+#include "kernels/feature_map_ops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace linattn::kernels {
@@ -15,65 +16,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
-
-// e^x for x ≤ 0 (elu only needs that half): Cody–Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, Cephes'
-// degree-5 polynomial for e^r (≤ 2 ulp), and 2^n put into the exponent. Below ln(FLT_MIN) the result
-// is flushed to 0 (the true value is < 1.2e-38, below every feature that matters). Fewer operations
-// than the general hn::Exp, which handles the whole range and denormals.
-HWY_INLINE V ExpNonPositive(D d, V x) {
-  const hn::RebindToSigned<D> di;
-  const V lowest = hn::Set(d, -87.33654f);  // ln(FLT_MIN)
-  const V n = hn::Round(hn::Mul(hn::Max(x, lowest), hn::Set(d, 1.44269504088896341f)));
-  V r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), x);
-  r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);
-  V p = hn::Set(d, 1.9875691500e-4f);
-  p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
-  p = hn::MulAdd(p, r, hn::Set(d, 8.3334519073e-3f));
-  p = hn::MulAdd(p, r, hn::Set(d, 4.1665795894e-2f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
-  p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
-  const V er = hn::MulAdd(hn::Mul(p, r), r, hn::Add(r, hn::Set(d, 1.0f)));
-  const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
-  return hn::IfThenZeroElse(hn::Lt(x, lowest), hn::Mul(er, scale));
-}
-
-// Scalar spec: x > 0 ? x + 1 : exp(x). exp sees min(x, 0) only, so large inputs never overflow;
-// NaN is passed through explicitly.
-struct EluForward {
-  HWY_INLINE V operator()(D d, V x, V) const {
-    const V zero = hn::Zero(d);
-    const V e = ExpNonPositive(d, hn::Min(x, zero));
-    const V y = hn::IfThenElse(hn::Gt(x, zero), hn::Add(x, hn::Set(d, 1.0f)), e);
-    return hn::IfThenElse(hn::IsNaN(x), x, y);
-  }
-};
-// Scalar spec: dφ · (x > 0 ? 1 : exp(x)).
-struct EluBackward {
-  HWY_INLINE V operator()(D d, V x, V dphi) const {
-    const V zero = hn::Zero(d);
-    const V slope = hn::IfThenElse(hn::Gt(x, zero), hn::Set(d, 1.0f), ExpNonPositive(d, hn::Min(x, zero)));
-    return hn::Mul(dphi, hn::IfThenElse(hn::IsNaN(x), x, slope));
-  }
-};
-// Scalar spec: x > 0 || isnan(x) ? x : 0.
-struct ReluForward {
-  HWY_INLINE V operator()(D d, V x, V) const { return hn::IfThenZeroElse(hn::Le(x, hn::Zero(d)), x); }
-};
-// Scalar spec: x > 0 ? dφ : 0.
-struct ReluBackward {
-  HWY_INLINE V operator()(D d, V x, V dphi) const { return hn::IfThenElseZero(hn::Gt(x, hn::Zero(d)), dphi); }
-};
-
-// Scalar spec (from φ = elu(x) + 1): dφ · (φ > 1 ? 1 : φ); a NaN φ passes through.
-struct EluBackwardFromPhi {
-  HWY_INLINE V operator()(D d, V phi, V dphi) const {
-    return hn::Mul(dphi, hn::IfThenElse(hn::Gt(phi, hn::Set(d, 1.0f)), hn::Set(d, 1.0f), phi));
-  }
-};
-// Scalar spec (from φ = max(x, 0)): φ > 0 ? dφ : 0.
-struct ReluBackwardFromPhi {
-  HWY_INLINE V operator()(D d, V phi, V dphi) const { return hn::IfThenElseZero(hn::Gt(phi, hn::Zero(d)), dphi); }
-};
 
 // y[i] = f(x[i], g[i]) (g may be null); the tail goes through a padded buffer so that it gets the
 // same vector arithmetic as the body.

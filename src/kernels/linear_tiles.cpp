@@ -7,6 +7,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // Must follow foreach_target.h.
 #include "hwy/highway.h"
+#include "kernels/feature_map_ops-inl.h"
 #include "kernels/linear_tiles.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -20,10 +21,85 @@ using V = hn::Vec<D>;
 constexpr int kRows = 6;
 constexpr int kVecs = HWY_LANES(float) >= 16 ? 4 : 2;
 
-// c[0:R, 0:NV·L] += a(0:R, 0:depth) · b[0:depth, 0:NV·L]; the accumulators stay in registers.
+HWY_INLINE V MapOf(D d, TileMap map, V x) {
+  switch (map) {
+    case TileMap::elu:
+      return EluForward()(d, x, x);
+    case TileMap::relu:
+      return ReluForward()(d, x, x);
+    default:
+      return x;
+  }
+}
+
+void FeatureTileNow(const FeatureTile& t) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const float* x = t.x + r * t.ldx;
+    float* phi = t.phi + r * t.ldp;
+    V dot = hn::Zero(d);
+    for (int64_t c = 0; c < t.ldp; c += L) {
+      V y;
+      if (c + L <= t.cols) {
+        y = MapOf(d, t.map, hn::LoadU(d, x + c));
+      } else {
+        // The ragged end of a row: through a buffer, so that nothing past the row is read.
+        HWY_ALIGN float buf[HWY_LANES(float)] = {};
+        const int64_t n = std::max<int64_t>(0, t.cols - c);
+        std::copy_n(x + c, n, buf);
+        y = hn::IfThenElseZero(hn::FirstN(d, size_t(n)), MapOf(d, t.map, hn::Load(d, buf)));
+      }
+      hn::StoreU(y, d, phi + c);
+      if (t.sum) hn::StoreU(hn::Add(hn::LoadU(d, t.sum + c), y), d, t.sum + c);
+      if (t.dots) dot = hn::MulAdd(y, hn::LoadU(d, t.dot + c), dot);
+    }
+    if (t.dots) t.dots[r] = hn::GetLane(hn::SumOfLanes(d, dot));
+  }
+}
+
+// The cache lines of a RowsAhead, one per Tick.
+class Prefetcher {
+ public:
+  explicit Prefetcher(const RowsAhead* ahead) {
+    if (!ahead || !ahead->rows[0] || ahead->count <= 0) return;
+    ahead_ = ahead;
+    Start(0);
+  }
+  HWY_INLINE void Tick() {
+    if (rows_left_ == 0) return;
+    if (write_)
+      __builtin_prefetch(row_ + offset_, 1, 2);
+    else
+      __builtin_prefetch(row_ + offset_, 0, 2);
+    offset_ += 64;
+    if (offset_ < row_bytes_) return;
+    offset_ = 0, row_ += pitch_;
+    if (--rows_left_ == 0 && region_ == 0 && ahead_->rows[1]) Start(1);
+  }
+
+ private:
+  void Start(int region) {
+    region_ = region;
+    row_ = reinterpret_cast<const char*>(ahead_->rows[region]);
+    pitch_ = ahead_->ld[region] * int64_t(sizeof(float));
+    write_ = ahead_->write[region];
+    row_bytes_ = ahead_->cols[region] * int64_t(sizeof(float));
+    rows_left_ = ahead_->count, offset_ = 0;
+  }
+  const RowsAhead* ahead_ = nullptr;
+  const char* row_ = nullptr;
+  int64_t row_bytes_ = 0, pitch_ = 0, rows_left_ = 0, offset_ = 0;
+  int region_ = 0;
+  bool write_ = false;
+};
+
+// c[0:R, 0:NV·L] (+)= diag(scale) · a(0:R, 0:depth) · b[0:depth, 0:NV·L]; the accumulators stay in
+// registers; one prefetch per depth step.
 template <int R, int NV, bool kAcc>
 HWY_INLINE void GemmBlock(float* HWY_RESTRICT c, int64_t ldc, const float* HWY_RESTRICT a, int64_t a_rs, int64_t a_ks,
-                          const float* HWY_RESTRICT b, int64_t ldb, int64_t depth) {
+                          const float* HWY_RESTRICT b, int64_t ldb, int64_t depth, const float* HWY_RESTRICT scale,
+                          Prefetcher& prefetch) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
   V acc[R][NV];
@@ -38,37 +114,43 @@ HWY_INLINE void GemmBlock(float* HWY_RESTRICT c, int64_t ldc, const float* HWY_R
       const V av = hn::Set(d, ak[r * a_rs]);
       for (int j = 0; j < NV; ++j) acc[r][j] = hn::MulAdd(av, bv[j], acc[r][j]);
     }
+    prefetch.Tick();
   }
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
+    const V sr = scale ? hn::Set(d, scale[r]) : hn::Set(d, 1.0f);
     for (int j = 0; j < NV; ++j) {
       float* cr = c + r * ldc + j * L;
-      hn::StoreU(kAcc ? hn::Add(hn::LoadU(d, cr), acc[r][j]) : acc[r][j], d, cr);
+      const V sum = scale ? hn::Mul(acc[r][j], sr) : acc[r][j];
+      hn::StoreU(kAcc ? hn::Add(hn::LoadU(d, cr), sum) : sum, d, cr);
     }
+  }
 }
 
 template <int NV, bool kAcc>
 HWY_INLINE void GemmColumns(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b,
-                            int64_t ldb, int64_t rows, int64_t depth) {
+                            int64_t ldb, int64_t rows, int64_t depth, const float* scale, Prefetcher& prefetch) {
   int64_t r = 0;
   for (; r + kRows <= rows; r += kRows)
-    GemmBlock<kRows, NV, kAcc>(c + r * ldc, ldc, a + r * a_rs, a_rs, a_ks, b, ldb, depth);
+    GemmBlock<kRows, NV, kAcc>(c + r * ldc, ldc, a + r * a_rs, a_rs, a_ks, b, ldb, depth, scale ? scale + r : nullptr,
+                               prefetch);
   float* cr = c + r * ldc;
   const float* ar = a + r * a_rs;
+  const float* sr = scale ? scale + r : nullptr;
   switch (rows - r) {
     case 1:
-      GemmBlock<1, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      GemmBlock<1, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth, sr, prefetch);
       break;
     case 2:
-      GemmBlock<2, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      GemmBlock<2, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth, sr, prefetch);
       break;
     case 3:
-      GemmBlock<3, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      GemmBlock<3, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth, sr, prefetch);
       break;
     case 4:
-      GemmBlock<4, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      GemmBlock<4, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth, sr, prefetch);
       break;
     case 5:
-      GemmBlock<5, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth);
+      GemmBlock<5, NV, kAcc>(cr, ldc, ar, a_rs, a_ks, b, ldb, depth, sr, prefetch);
       break;
     default:
       break;
@@ -77,21 +159,22 @@ HWY_INLINE void GemmColumns(float* c, int64_t ldc, const float* a, int64_t a_rs,
 
 template <bool kAcc>
 HWY_INLINE void Gemm(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
-                     int64_t rows, int64_t depth, int64_t cols) {
+                     int64_t rows, int64_t depth, int64_t cols, const float* scale, const RowsAhead* ahead) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
+  Prefetcher prefetch(ahead);
   int64_t col = 0;
   for (; col + kVecs * L <= cols; col += kVecs * L)
-    GemmColumns<kVecs, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth);
+    GemmColumns<kVecs, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth, scale, prefetch);
   switch ((cols - col) / L) {
     case 1:
-      GemmColumns<1, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth);
+      GemmColumns<1, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth, scale, prefetch);
       break;
     case 2:
-      GemmColumns<2, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth);
+      GemmColumns<2, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth, scale, prefetch);
       break;
     case 3:
-      GemmColumns<3, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth);
+      GemmColumns<3, kAcc>(c + col, ldc, a, a_rs, a_ks, b + col, ldb, rows, depth, scale, prefetch);
       break;
     default:
       break;
@@ -99,12 +182,12 @@ HWY_INLINE void Gemm(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_
 }
 
 void GemmAcc(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
-             int64_t rows, int64_t depth, int64_t cols) {
-  Gemm<true>(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols);
+             int64_t rows, int64_t depth, int64_t cols, const RowsAhead* ahead) {
+  Gemm<true>(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols, nullptr, ahead);
 }
 void GemmSet(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
-             int64_t rows, int64_t depth, int64_t cols) {
-  Gemm<false>(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols);
+             int64_t rows, int64_t depth, int64_t cols, const float* row_scale, const RowsAhead* ahead) {
+  Gemm<false>(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols, row_scale, ahead);
 }
 
 // Σ_k a[k]·x[k] (x null: Σ_k a[k]) in a fixed order: lanes, then the scalar tail.
@@ -211,6 +294,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace linattn::kernels {
 
+HWY_EXPORT(FeatureTileNow);
 HWY_EXPORT(GemmAcc);
 HWY_EXPORT(GemmSet);
 HWY_EXPORT(RowDots);
@@ -219,13 +303,14 @@ HWY_EXPORT(AddWeightedRows);
 HWY_EXPORT(RankOneUpdateReadout);
 HWY_EXPORT(Transpose);
 
+void feature_tile(const FeatureTile& tile) { HWY_DYNAMIC_DISPATCH(FeatureTileNow)(tile); }
 void gemm_acc(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
-              int64_t rows, int64_t depth, int64_t cols) {
-  HWY_DYNAMIC_DISPATCH(GemmAcc)(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols);
+              int64_t rows, int64_t depth, int64_t cols, const RowsAhead* ahead) {
+  HWY_DYNAMIC_DISPATCH(GemmAcc)(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols, ahead);
 }
 void gemm_set(float* c, int64_t ldc, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
-              int64_t rows, int64_t depth, int64_t cols) {
-  HWY_DYNAMIC_DISPATCH(GemmSet)(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols);
+              int64_t rows, int64_t depth, int64_t cols, const float* row_scale, const RowsAhead* ahead) {
+  HWY_DYNAMIC_DISPATCH(GemmSet)(c, ldc, a, a_rs, a_ks, b, ldb, rows, depth, cols, row_scale, ahead);
 }
 void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols) {
   HWY_DYNAMIC_DISPATCH(RowDots)(out, a, lda, x, rows, cols);

@@ -2,6 +2,8 @@
 // out_i = φ(q_i)ᵀ S / (φ(q_i)ᵀ z + eps) tile by tile. With options.causal it runs the chunked causal
 // core; a causal cross-attention (Nq ≠ Nk, bottom-right) first folds the keys before the diagonal
 // into an initial state, or gives 0 to the rows that see no key.
+#include <omp.h>
+
 #include <algorithm>
 
 #include "ops/linear_common.hpp"
@@ -11,38 +13,42 @@ namespace linattn {
 namespace detail {
 namespace {
 
-// out: [B, Nq, H, E] = φ(Q) S / (φ(Q) z + eps), per tile of 64 tokens × all heads.
+// out: [B, Nq, H, E] = φ(Q) S / (φ(Q) z + eps), tile by tile; each thread takes one contiguous run of
+// the (batch, head, tile) items, in TileWalk order.
 void queries_forward(TensorView out, ConstTensorView q, const PackedState& state, const LinearProblem& p) {
-  const int64_t tiles = (p.Nq + kTile - 1) / kTile;
+  const bool fused = feature_tile_applies(p, q);
+  const TileWalk walk{p.H, 0, p.Nq, heads_outer(q)};
+  const int64_t items = p.B * walk.count();
 #pragma omp parallel
   {
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int64_t first = items * thread / threads, last = items * (thread + 1) / threads;
     FeatureScratch w(p, kTile);
-    std::vector<float> phi(size_t(kTile * p.Mp)), num(size_t(kTile * p.Ep)), den(kTile);
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < p.B * tiles; ++item) {
-      const int64_t b = item / tiles, i = (item % tiles) * kTile, n = std::min(kTile, p.Nq - i);
-      for (int64_t h = 0; h < p.H; ++h) {
-        const int64_t bh = b * p.H + h;
-        // The next head's rows (or the next tile's first head), one head ahead of the arithmetic.
-        const int64_t next_h = h + 1 < p.H ? h + 1 : 0, next_i = h + 1 < p.H ? i : i + kTile;
-        prefetch_rows(q, b, next_h, next_i, kTile);
-        prefetch_rows(out, b, next_h, next_i, kTile, true);
+    std::vector<float> phi(size_t(kTile * p.Mp)), num(size_t(kTile * p.Ep)), den(kTile), scale(kTile);
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t b = item / walk.count(), t = item % walk.count();
+      const int64_t h = walk.head(t), i = walk.token(t), n = walk.rows(t), bh = b * p.H + h;
+      // φ(Q) of the tile, and den_i = φ(q_i)·z
+      if (fused) {
+        kernels::FeatureTile f = feature_tile_of(p, head_rows(q, b, h), i, n, phi.data());
+        if (p.normalize) f.dot = state.z_of(bh), f.dots = den.data();
+        kernels::feature_tile(f);
+      } else {
         load_features(phi.data(), w, p, FeatureRole::query, head_rows(q, b, h), i, n, n);
-        if (p.normalize) {
-          // out_i = (φ(q_i) / den_i)ᵀ S: the division scales the M features instead of the E outputs.
-          kernels::row_dots(den.data(), phi.data(), p.Mp, state.z_of(bh), n, p.M);
-          for (int64_t r = 0; r < n; ++r) {
-            const float inv = 1.0f / (den[r] + p.eps);  // one division per row, not M
-            for (int64_t m = 0; m < p.M; ++m) phi[r * p.Mp + m] *= inv;
-          }
-        }
-        if (rows_in_place(out)) {
-          kernels::gemm_set(head_rows(out, b, h).at(i), out.stride[1], phi.data(), p.Mp, 1, state.S_of(bh), p.Ep, n,
-                            p.M, p.Ep);
-        } else {
-          kernels::gemm_set(num.data(), p.Ep, phi.data(), p.Mp, 1, state.S_of(bh), p.Ep, n, p.M, p.Ep);
-          store_rows(head_rows(out, b, h), i, n, n, num.data(), p.Ep, p.E);
-        }
+        if (p.normalize) kernels::row_dots(den.data(), phi.data(), p.Mp, state.z_of(bh), n, p.M);
+      }
+      // out_i = (φ(q_i)ᵀ S) / den_i: one division per row, the scaling in the GEMM's store.
+      if (p.normalize)
+        for (int64_t r = 0; r < n; ++r) scale[r] = 1.0f / (den[r] + p.eps);
+      const float* row_scale = p.normalize ? scale.data() : nullptr;
+      // Meanwhile the next item's q rows are fetched, and its out rows (to be written).
+      const kernels::RowsAhead next = rows_ahead(walk, q, out, true, b, t);
+      if (rows_in_place(out)) {
+        kernels::gemm_set(head_rows(out, b, h).at(i), out.stride[1], phi.data(), p.Mp, 1, state.S_of(bh), p.Ep, n, p.M,
+                          p.Ep, row_scale, &next);
+      } else {
+        kernels::gemm_set(num.data(), p.Ep, phi.data(), p.Mp, 1, state.S_of(bh), p.Ep, n, p.M, p.Ep, row_scale, &next);
+        store_rows(head_rows(out, b, h), i, n, n, num.data(), p.Ep, p.E);
       }
     }
   }

@@ -260,8 +260,58 @@ void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProbl
   store_rows(dx, n0, n, valid, w.dx.data(), p.D, p.D);
 }
 
+bool feature_tile_applies(const LinearProblem& p, ConstTensorView x) {
+  return p.builtin != LinearProblem::Builtin::none && x.stride[3] == 1;
+}
+
+kernels::FeatureTile feature_tile_of(const LinearProblem& p, HeadRows<const float> x, int64_t n0, int64_t n,
+                                     float* phi) {
+  kernels::FeatureTile t;
+  t.x = x.at(n0), t.ldx = x.row, t.phi = phi, t.ldp = p.Mp, t.rows = n, t.cols = p.D;
+  t.map = p.builtin == LinearProblem::Builtin::elu    ? kernels::TileMap::elu
+          : p.builtin == LinearProblem::Builtin::relu ? kernels::TileMap::relu
+                                                      : kernels::TileMap::identity;
+  return t;
+}
+
+namespace {
+// Rows [n0, n0 + n) of every head of x are one dense stretch of n·H·D floats.
+bool tokens_dense(ConstTensorView x) {
+  return x.stride[3] == 1 && x.stride[2] == x.dim() && x.stride[1] == x.heads() * x.dim();
+}
+}  // namespace
+
+kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
+                              int64_t t) {
+  kernels::RowsAhead a;
+  const ConstTensorView xy[2] = {x, y};
+  if (!walk.heads_outer && tokens_dense(x) && (!y.data || tokens_dense(y))) {
+    const int64_t n0 = walk.token(t) + kTile, n = std::min(kTile, walk.end - n0), h = walk.head(t);
+    if (n <= 0) return a;
+    for (int i = 0; i < 2; ++i) {
+      if (!xy[i].data) continue;
+      const int64_t D = xy[i].dim();
+      a.rows[i] = xy[i].data + b * xy[i].stride[0] + n0 * xy[i].stride[1] + h * n * D;
+      a.ld[i] = D, a.cols[i] = D;
+    }
+    a.count = n;
+  } else {
+    if (t + 1 >= walk.count()) return a;
+    const int64_t n0 = walk.token(t + 1), h = walk.head(t + 1);
+    for (int i = 0; i < 2; ++i) {
+      if (!xy[i].data || xy[i].stride[3] != 1) continue;
+      a.rows[i] = head_rows(xy[i], b, h).at(n0), a.ld[i] = xy[i].stride[1], a.cols[i] = xy[i].dim();
+    }
+    if (!a.rows[0]) a.rows[0] = a.rows[1], a.ld[0] = a.ld[1], a.cols[0] = a.cols[1], a.rows[1] = nullptr;
+    a.count = walk.rows(t + 1);
+  }
+  a.write[1] = for_write;
+  return a;
+}
+
 void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const LinearProblem& p) {
   const int64_t Nk = k.seq(), blocks = reduction_blocks(p.B, Nk);
+  const bool fused = feature_tile_applies(p, k);
   Partials partial_S(p.B, blocks, p.H, p.M * p.Ep), partial_z(p.B, blocks, p.H, p.Mp);
 #pragma omp parallel
   {
@@ -270,27 +320,30 @@ void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const Li
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < p.B * blocks; ++item) {
       const int64_t b = item / blocks, blk = item % blocks;
-      const int64_t j1 = std::min(block_begin(blk + 1, blocks, Nk), p.lengths[b]);
-      // Token tiles outside, heads inside: one tile of all heads is one contiguous stretch of memory.
-      for (int64_t j = block_begin(blk, blocks, Nk); j < j1; j += kTile) {
-        const int64_t n = std::min(kTile, j1 - j);
-        for (int64_t h = 0; h < p.H; ++h) {
-          const int64_t next_h = h + 1 < p.H ? h + 1 : 0, next_j = h + 1 < p.H ? j : j + kTile;
-          prefetch_rows(k, b, next_h, next_j, kTile);
-          prefetch_rows(v, b, next_h, next_j, kTile);
-          float* S = blk == 0 ? state.S_of(b * p.H + h) : partial_S.at(b, blk, h);
-          float* z = blk == 0 ? state.z_of(b * p.H + h) : partial_z.at(b, blk, h);
+      const TileWalk walk{p.H, block_begin(blk, blocks, Nk), std::min(block_begin(blk + 1, blocks, Nk), p.lengths[b]),
+                          heads_outer(k)};
+      for (int64_t t = 0; t < walk.count(); ++t) {
+        const int64_t h = walk.head(t), j = walk.token(t), n = walk.rows(t);
+        float* S = blk == 0 ? state.S_of(b * p.H + h) : partial_S.at(b, blk, h);
+        float* z = blk == 0 ? state.z_of(b * p.H + h) : partial_z.at(b, blk, h);
+        // φ(K) of the tile, and z += Σ_j φ(k_j)
+        if (fused) {
+          kernels::FeatureTile f = feature_tile_of(p, head_rows(k, b, h), j, n, phi.data());
+          f.sum = z;
+          kernels::feature_tile(f);
+        } else {
           load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, n, n);
-          const float* V = head_rows(v, b, h).at(j);
-          int64_t ldv = v.stride[1];
-          if (!rows_in_place(v)) {
-            load_rows(val.data(), p.Ep, head_rows(v, b, h), j, n, n, p.E);
-            V = val.data(), ldv = p.Ep;
-          }
-          // S += φ(K)ᵀ V, z += Σ_j φ(k_j)
-          kernels::gemm_acc(S, p.Ep, phi.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep);
           kernels::add_weighted_rows(z, phi.data(), p.Mp, nullptr, n, p.M);
         }
+        const float* V = head_rows(v, b, h).at(j);
+        int64_t ldv = v.stride[1];
+        if (!rows_in_place(v)) {
+          load_rows(val.data(), p.Ep, head_rows(v, b, h), j, n, n, p.E);
+          V = val.data(), ldv = p.Ep;
+        }
+        // S += φ(K)ᵀ V, while the next tile's k and v rows are fetched.
+        const kernels::RowsAhead next = rows_ahead(walk, k, v, false, b, t);
+        kernels::gemm_acc(S, p.Ep, phi.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep, &next);
       }
     }
 #pragma omp for schedule(static)

@@ -120,6 +120,34 @@ struct FeatureScratch {
   FeatureScratch(const LinearProblem& p, int64_t rows);
 };
 
+// The order in which a pass visits the (head, tile) pairs of tokens [begin, end): heads outer when each
+// head's rows are one stretch of memory ([B, H, N, D]: the hardware prefetcher streams a head through),
+// tiles outer otherwise ([B, N, H, D]: one tile of all heads is one contiguous stretch).
+struct TileWalk {
+  int64_t H, begin, end;
+  bool heads_outer;
+  int64_t tiles() const { return (end - begin + kTile - 1) / kTile; }
+  int64_t count() const { return H * tiles(); }
+  int64_t head(int64_t index) const { return heads_outer ? index / tiles() : index % H; }
+  int64_t token(int64_t index) const { return begin + (heads_outer ? index % tiles() : index / H) * kTile; }
+  int64_t rows(int64_t index) const { return std::min(kTile, end - token(index)); }
+};
+template <class T>
+bool heads_outer(View4<T> x) {
+  return x.stride[2] >= x.seq() * x.stride[1];
+}
+// Whether φ of x's tiles can go through kernels::feature_tile: a built-in map on contiguous rows.
+bool feature_tile_applies(const LinearProblem& p, ConstTensorView x);
+// The FeatureTile of rows [n0, n0 + n) of head rows x into phi: [n, Mp].
+kernels::FeatureTile feature_tile_of(const LinearProblem& p, HeadRows<const float> x, int64_t n0, int64_t n,
+                                     float* phi);
+// What a GEMM on item t of walk (batch b) prefetches: the rows that the pass reads after it, from x and
+// y (y may be empty; for_write: y is written). Heads outer: the next item's rows. Tiles outer with
+// [B, N, H, D] rows dense: the H-th part of the next tile of all heads (one contiguous stretch), so
+// that memory is streamed in order. Other layouts: the next item's rows.
+kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
+                              int64_t t);
+
 // dst: [n, ld] = rows [n0, n0 + n) of src (cols values each); rows from `valid` on, and the padding, are 0.
 void load_rows(float* dst, int64_t ld, HeadRows<const float> src, int64_t n0, int64_t n, int64_t valid, int64_t cols);
 // Rows [n0, n0 + n) of dst = src: [n, ld] (cols values each); rows from `valid` on are 0.
