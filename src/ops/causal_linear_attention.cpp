@@ -67,9 +67,9 @@ struct ChunkScratch {
       std::fill(z.begin(), z.end(), 0.0f);
     }
   }
-  // S += φ(K)ᵀ V, z += Σ φ(K) over the chunk's n tokens.
-  void advance(const LinearProblem& p, int64_t n) {
-    kernels::gemm_acc(S(), p.Ep, phi_k.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep);
+  // S += φ(K)ᵀ V, z += Σ φ(K) over the chunk's n tokens (prefetching `ahead` meanwhile).
+  void advance(const LinearProblem& p, int64_t n, const kernels::RowsAhead& ahead) {
+    kernels::gemm_acc(S(), p.Ep, phi_k.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep, &ahead);
     kernels::add_weighted_rows(z.data(), phi_k.data(), p.Mp, nullptr, n, p.M);
   }
   // φ(Q), φ(K), V of tokens [t, t + n) of head (b, h); keys from `valid` on are 0.
@@ -174,16 +174,20 @@ void causal_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
         }
         // out = [φ(Q) | A] [S; 0; V], one product written once, in strips of kStrip rows each only as
         // deep as the triangle reaches; in place when out's rows allow it.
+        // The next chunk's rows are fetched during the two largest products: q and out during the
+        // last strip, k and v during the state update.
         const bool direct = rows_in_place(out);
         float* o = direct ? head_rows(out, b, h).at(t) : w.num.data();
         const int64_t ldo = direct ? out.stride[1] : p.Ep;
+        const kernels::RowsAhead next_q = head_rows_ahead(q, out, true, b, h, t + C, C);
         for (int64_t r = 0; r < n; r += kStrip) {
           const int64_t rows = std::min(kStrip, n - r);
-          gemm_set(o + r * ldo, ldo, X + r * Kp, Kp, 1, w.SV.data(), p.Ep, rows, p.Mp + r + rows, p.Ep);
+          gemm_set(o + r * ldo, ldo, X + r * Kp, Kp, 1, w.SV.data(), p.Ep, rows, p.Mp + r + rows, p.Ep, nullptr,
+                   r + kStrip >= n ? &next_q : nullptr);
         }
         if (!direct) store_rows(head_rows(out, b, h), t, n, n, w.num.data(), p.Ep, p.E);
         // S += φ(K)ᵀ V, z += Σ φ(K)
-        w.advance(p, n);
+        w.advance(p, n, head_rows_ahead(k, v, false, b, h, t + C, C));
       }
       if (final_state) {
         std::copy_n(S, p.M * p.Ep, final_state->S_of(bh));
@@ -212,12 +216,12 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
       //   P_i = S_i dout_i, dden_i = −φ(q_i)·P_i / den_i², dφ(q_i) = P_i / den_i + z_i dden_i.
       for (int64_t t = 0; t < N; t += C) {
         const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
-        for (const ConstTensorView& x : {q, k, v, dout}) prefetch_rows(x, b, h, t + C, C);
         w.load(p, q, k, v, b, h, t, n, valid);
         load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
-        // P = dout Sᵀ + mask(dout Vᵀ) φ(K)
+        // P = dout Sᵀ + mask(dout Vᵀ) φ(K); meanwhile the next chunk's q and k rows are fetched
         kernels::transpose(w.St.data(), p.Mp, S, p.Ep, p.M, p.E);
-        gemm_set(w.P.data(), p.Mp, w.g.data(), p.Ep, 1, w.St.data(), p.Mp, n, p.E, p.Mp);
+        const kernels::RowsAhead next_qk = head_rows_ahead(q, k, false, b, h, t + C, C);
+        gemm_set(w.P.data(), p.Mp, w.g.data(), p.Ep, 1, w.St.data(), p.Mp, n, p.E, p.Mp, nullptr, &next_qk);
         masked_product(w.W.data(), w.Cp, w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
         triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true);
         if (p.normalize) {
@@ -238,7 +242,7 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
         }
         store_feature_grad(head_rows(dq, b, h), w.features, p, FeatureRole::query, w.P.data(), w.phi_q.data(),
                            head_rows(q, b, h), t, n, n);
-        w.advance(p, n);
+        w.advance(p, n, head_rows_ahead(v, dout, false, b, h, t + C, C));
       }
       // Backward sweep, G = Σ_{later i} φ(q_i) dnum_iᵀ, g = Σ_{later i} φ(q_i) dden_i:
       //   dφ(k_j) = G v_j + g + Σ_{i ≥ j in chunk} (dnum_i·v_j + dden_i) φ(q_i),
@@ -248,8 +252,10 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
       const int64_t last = (N - 1) / C * C;
       for (int64_t t = last; t >= 0; t -= C) {
         const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
-        if (t >= C)
-          for (const ConstTensorView& x : {q, k, v, dout}) prefetch_rows(x, b, h, t - C, C);
+        // The previous chunk's rows, fetched during the two products with G.
+        const kernels::RowsAhead prev_qk = t >= C ? head_rows_ahead(q, k, false, b, h, t - C, C) : kernels::RowsAhead{};
+        const kernels::RowsAhead prev_vg =
+            t >= C ? head_rows_ahead(v, dout, false, b, h, t - C, C) : kernels::RowsAhead{};
         w.load(p, q, k, v, b, h, t, n, valid);
         load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
         float* dden = w.dden.data();
@@ -263,14 +269,14 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
         // dφ(K) = g + V Gᵀ + (mask_{i ≥ j}(V dnumᵀ) + dden) φ(Q)
         for (int64_t r = 0; r < n; ++r) std::copy_n(g.data(), p.Mp, w.P.data() + r * p.Mp);
         kernels::transpose(w.St.data(), p.Mp, G.data(), p.Ep, p.M, p.E);
-        gemm_acc(w.P.data(), p.Mp, w.V, w.ldv, 1, w.St.data(), p.Mp, n, p.E, p.Mp);
+        gemm_acc(w.P.data(), p.Mp, w.V, w.ldv, 1, w.St.data(), p.Mp, n, p.E, p.Mp, &prev_qk);
         masked_product(w.W.data(), w.Cp, w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
         if (p.normalize)
           for (int64_t j = 0; j < n; ++j)
             for (int64_t i = j; i < n; ++i) w.W[j * w.Cp + i] += dden[i];
         triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_q.data(), p.Mp, n, p.Mp, false);
         // dV = φ(K) G + mask_{i ≥ j}(φ(K) φ(Q)ᵀ) dnum
-        gemm_set(w.num.data(), p.Ep, w.phi_k.data(), p.Mp, 1, G.data(), p.Ep, n, p.M, p.Ep);
+        gemm_set(w.num.data(), p.Ep, w.phi_k.data(), p.Mp, 1, G.data(), p.Ep, n, p.M, p.Ep, nullptr, &prev_vg);
         masked_product(w.A.data(), w.Cp, w.Cp, w.phi_k.data(), p.Mp, w.phi_q.data(), p.Mp, n, p.M, w.T.data(), false);
         triangular_acc(w.num.data(), p.Ep, w.A.data(), w.Cp, w.g.data(), p.Ep, n, p.Ep, false);
         store_feature_grad(head_rows(dk, b, h), w.features, p, FeatureRole::key, w.P.data(), w.phi_k.data(),

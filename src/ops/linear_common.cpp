@@ -295,17 +295,27 @@ kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTens
       a.ld[i] = D, a.cols[i] = D;
     }
     a.count = n;
-  } else {
-    if (t + 1 >= walk.count()) return a;
-    const int64_t n0 = walk.token(t + 1), h = walk.head(t + 1);
-    for (int i = 0; i < 2; ++i) {
-      if (!xy[i].data || xy[i].stride[3] != 1) continue;
-      a.rows[i] = head_rows(xy[i], b, h).at(n0), a.ld[i] = xy[i].stride[1], a.cols[i] = xy[i].dim();
-    }
-    if (!a.rows[0]) a.rows[0] = a.rows[1], a.ld[0] = a.ld[1], a.cols[0] = a.cols[1], a.rows[1] = nullptr;
-    a.count = walk.rows(t + 1);
+    a.write[1] = for_write;
+    return a;
   }
-  a.write[1] = for_write;
+  if (t + 1 >= walk.count()) return a;
+  return head_rows_ahead(x, y, for_write, b, walk.head(t + 1), walk.token(t + 1), walk.rows(t + 1));
+}
+
+kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t h,
+                                   int64_t n0, int64_t n) {
+  kernels::RowsAhead a;
+  n = std::min(n, x.seq() - n0);
+  if (n <= 0) return a;
+  const ConstTensorView xy[2] = {x, y};
+  int region = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (!xy[i].data || xy[i].stride[3] != 1) continue;
+    a.rows[region] = head_rows(xy[i], b, h).at(n0), a.ld[region] = xy[i].stride[1], a.cols[region] = xy[i].dim();
+    a.write[region] = for_write && i == 1;
+    ++region;
+  }
+  a.count = n;
   return a;
 }
 

@@ -147,6 +147,10 @@ kernels::FeatureTile feature_tile_of(const LinearProblem& p, HeadRows<const floa
 // that memory is streamed in order. Other layouts: the next item's rows.
 kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
                               int64_t t);
+// Rows [n0, n0 + n) of head (b, h) of x and y (y may be empty), clamped to the sequence; a view whose
+// rows are not contiguous is left out.
+kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t h,
+                                   int64_t n0, int64_t n);
 
 // dst: [n, ld] = rows [n0, n0 + n) of src (cols values each); rows from `valid` on, and the padding, are 0.
 void load_rows(float* dst, int64_t ld, HeadRows<const float> src, int64_t n0, int64_t n, int64_t valid, int64_t cols);
