@@ -171,7 +171,7 @@ TEST(FavorLinear, RecurrentStepsMatchCausalOracle) {
   const int64_t M = o.feature_map->feature_dim(D);
   auto q = random_tensor({B, N, H, D}, Layout::bnhd, rng), k = random_tensor({B, N, H, D}, Layout::bnhd, rng),
        v = random_tensor({B, N, H, E}, Layout::bnhd, rng);
-  RecurrentState state(B, H, M, E, "favor");
+  RecurrentState state(B, H, M, E, o.feature_map->name());
   std::vector<float> out(size_t(B * N * H * E));
   const auto out_view = bnhd(out.data(), B, N, H, E);
   for (int64_t t = 0; t < N; ++t) {

@@ -62,7 +62,7 @@ TEST(FavorMap, DefaultFeatureCountIsDLogD) {
   EXPECT_EQ(default_favor_features(64), 267);
   EXPECT_EQ(default_favor_features(128), 622);
   EXPECT_EQ(favor_feature_map(64)->feature_dim(64), 267);
-  EXPECT_EQ(favor_feature_map(64)->name(), "favor");
+  EXPECT_EQ(favor_feature_map(64)->name(), "favor(d=64,m=267,seed=0,orthogonal)");
   EXPECT_EQ(favor_feature_map(16, {.n_features = 7})->feature_dim(16), 7);
 }
 

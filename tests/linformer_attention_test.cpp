@@ -309,7 +309,7 @@ TEST(LinformerAttention, EveryShapeAndAliasCheckTrips) {
   EXPECT_NE(forward(out, k, bnhd<const float>(vd.data(), 1, N, H, D), o).find("v.extent[0] (batch) is 1, expected 2"),
             std::string::npos);
   EXPECT_NE(forward(out, k, bnhd<const float>(vd.data(), B, N - 1, H, D), o)
-                .find("v.extent[1] (sequence) is 5, expected 6 (k's sequence)"),
+                .find("v.extent[1] (sequence) is 5, expected 6 (k's sequence length)"),
             std::string::npos);
   EXPECT_NE(forward(out, k, bnhd<const float>(vd.data(), B, N, 1, D), o).find("v.extent[2] (heads) is 1, expected 2"),
             std::string::npos);

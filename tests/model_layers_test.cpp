@@ -9,6 +9,7 @@
 
 #include "linattn/model/layers.hpp"
 #include "linattn/model/transformer.hpp"
+#include "support/finite_difference.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::model {
@@ -28,22 +29,9 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 // max |analytic − numeric| / max |numeric| over every element of x, with numeric the central
-// difference of loss() in x.
-double fd_error(std::vector<double>& x, const std::vector<double>& analytic, const std::function<double()>& loss,
-                double h = 1e-5) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const double up = loss();
-    x[i] = saved - h;
-    const double down = loss();
-    x[i] = saved;
-    const double numeric = (up - down) / (2 * h);
-    max_diff = std::max(max_diff, std::abs(analytic[i] - numeric));
-    max_ref = std::max(max_ref, std::abs(numeric));
-  }
-  return max_ref > 0 ? max_diff / max_ref : max_diff;
+// difference of loss() in x (step 1e-5).
+double fd_error(std::vector<double>& x, const std::vector<double>& analytic, const std::function<double()>& loss) {
+  return testing::finite_difference_relative_error(x, analytic, loss, 1e-5);
 }
 
 constexpr double kTol = 1e-6;

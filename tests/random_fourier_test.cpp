@@ -120,12 +120,12 @@ TEST(RandomFourier, Fp32MatchesOracleAndOracleMatchesFiniteDifferences) {
 TEST(RandomFourier, DrawsFollowTheSeed) {
   const auto a = random_fourier_feature_map(16, 64, 5), b = random_fourier_feature_map(16, 64, 5);
   const auto& ra = as_random_feature_map(*a);
-  EXPECT_EQ(a->name(), "random_fourier");
+  EXPECT_EQ(a->name(), "random_fourier(d=16,m=64,seed=5)");
   ASSERT_EQ(ra.omega().size(), 32u * 16u);  // m/2 frequencies
   const auto ob = as_random_feature_map(*b).omega();
   EXPECT_TRUE(std::equal(ra.omega().begin(), ra.omega().end(), ob.begin()));
   const auto c = ra.redraw(6);
-  EXPECT_EQ(c->name(), "random_fourier");
+  EXPECT_EQ(c->name(), "random_fourier(d=16,m=64,seed=6)");
   EXPECT_EQ(c->feature_dim(16), 64);
   const auto oc = as_random_feature_map(*c).omega();
   EXPECT_FALSE(std::equal(ra.omega().begin(), ra.omega().end(), oc.begin()));

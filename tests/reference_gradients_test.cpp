@@ -6,6 +6,7 @@
 #include <random>
 
 #include "linattn/reference.hpp"
+#include "support/finite_difference.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn {
@@ -34,24 +35,14 @@ double inner(const Tensor& a, const Tensor& b) {
   return sum;
 }
 
-// Central differences of loss() with respect to every element of x.
-Tensor finite_difference(Tensor& x, const std::function<double()>& loss) {
-  const double h = 1e-6;
-  Tensor grad(x.extent);
-  for (size_t i = 0; i < x.data.size(); ++i) {
-    const double saved = x.data[i];
-    x.data[i] = saved + h;
-    const double plus = loss();
-    x.data[i] = saved - h;
-    const double minus = loss();
-    x.data[i] = saved;
-    grad.data[i] = (plus - minus) / (2 * h);
-  }
-  return grad;
-}
-
-// Central differences are accurate to O(h²) plus roundoff ~1e-16/h: about 1e-9 relative here.
+// Central differences (step 1e-6) are accurate to O(h²) plus roundoff ~1e-16/h: about 1e-9
+// relative here.
 constexpr double kFiniteDifferenceBound = 1e-6;
+
+// max |grad − numeric| / max |numeric| over every element of x.
+double fd_error(Tensor& x, const Tensor& grad, const std::function<double()>& loss) {
+  return testing::finite_difference_relative_error(x.data, grad.data, loss);
+}
 
 struct Case {
   int64_t B, Nq, Nk, H, D, E;
@@ -72,9 +63,9 @@ TEST_P(SoftmaxReferenceGradient, MatchesFiniteDifferences) {
   options.scale = 0.7f;
   const auto loss = [&] { return inner(dout, reference::softmax_attention_forward(q, k, v, options)); };
   const reference::Gradients g = reference::softmax_attention_backward(dout, q, k, v, options);
-  EXPECT_LT(testing::relative_error(g.dq, finite_difference(q, loss)), kFiniteDifferenceBound);
-  EXPECT_LT(testing::relative_error(g.dk, finite_difference(k, loss)), kFiniteDifferenceBound);
-  EXPECT_LT(testing::relative_error(g.dv, finite_difference(v, loss)), kFiniteDifferenceBound);
+  EXPECT_LT(fd_error(q, g.dq, loss), kFiniteDifferenceBound);
+  EXPECT_LT(fd_error(k, g.dk, loss), kFiniteDifferenceBound);
+  EXPECT_LT(fd_error(v, g.dv, loss), kFiniteDifferenceBound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SoftmaxReferenceGradient,
@@ -82,8 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SoftmaxReferenceGradient,
                                                               Case{1, 3, 7, 1, 5, 2}, Case{2, 7, 3, 1, 4, 4}),
                                             ::testing::Bool(), ::testing::Bool()));
 
-class LinearReferenceGradient
-    : public ::testing::TestWithParam<std::tuple<Case, bool, const char*, bool>> {};
+class LinearReferenceGradient : public ::testing::TestWithParam<std::tuple<Case, bool, const char*, bool>> {};
 
 TEST_P(LinearReferenceGradient, MatchesFiniteDifferences) {
   const auto [c, causal, map_name, normalize] = GetParam();
@@ -110,23 +100,19 @@ TEST_P(LinearReferenceGradient, MatchesFiniteDifferences) {
   const auto loss = [&] { return inner(dout, reference::linear_attention_forward(q, k, v, options, state())); };
   reference::State dinitial;
   const reference::Gradients g = reference::linear_attention_backward(dout, q, k, v, options, state(), &dinitial);
-  EXPECT_LT(testing::relative_error(g.dq, finite_difference(q, loss)), kFiniteDifferenceBound);
-  EXPECT_LT(testing::relative_error(g.dk, finite_difference(k, loss)), kFiniteDifferenceBound);
-  EXPECT_LT(testing::relative_error(g.dv, finite_difference(v, loss)), kFiniteDifferenceBound);
+  EXPECT_LT(fd_error(q, g.dq, loss), kFiniteDifferenceBound);
+  EXPECT_LT(fd_error(k, g.dk, loss), kFiniteDifferenceBound);
+  EXPECT_LT(fd_error(v, g.dv, loss), kFiniteDifferenceBound);
   if (causal) {
-    Tensor dS0(S0.extent), dz0(z0.extent);
-    dS0.data = dinitial.S;
-    dz0.data = dinitial.z;
-    EXPECT_LT(testing::relative_error(dS0, finite_difference(S0, loss)), kFiniteDifferenceBound);
-    EXPECT_LT(testing::relative_error(dz0, finite_difference(z0, loss)), kFiniteDifferenceBound);
+    EXPECT_LT(testing::finite_difference_relative_error(S0.data, dinitial.S, loss), kFiniteDifferenceBound);
+    EXPECT_LT(testing::finite_difference_relative_error(z0.data, dinitial.z, loss), kFiniteDifferenceBound);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, LinearReferenceGradient,
-                         ::testing::Combine(::testing::Values(Case{1, 1, 1, 1, 1, 1}, Case{2, 5, 5, 2, 3, 4},
-                                                              Case{1, 6, 6, 1, 5, 2}),
-                                            ::testing::Bool(), ::testing::Values("elu", "relu", "identity"),
-                                            ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LinearReferenceGradient,
+    ::testing::Combine(::testing::Values(Case{1, 1, 1, 1, 1, 1}, Case{2, 5, 5, 2, 3, 4}, Case{1, 6, 6, 1, 5, 2}),
+                       ::testing::Bool(), ::testing::Values("elu", "relu", "identity"), ::testing::Bool()));
 
 TEST(LinearReferenceGradient, CrossAttentionNonCausalAndCausal) {
   for (const bool causal : {false, true}) {
@@ -137,9 +123,9 @@ TEST(LinearReferenceGradient, CrossAttentionNonCausalAndCausal) {
     options.causal = causal;
     const auto loss = [&] { return inner(dout, reference::linear_attention_forward(q, k, v, options)); };
     const reference::Gradients g = reference::linear_attention_backward(dout, q, k, v, options);
-    EXPECT_LT(testing::relative_error(g.dq, finite_difference(q, loss)), kFiniteDifferenceBound);
-    EXPECT_LT(testing::relative_error(g.dk, finite_difference(k, loss)), kFiniteDifferenceBound);
-    EXPECT_LT(testing::relative_error(g.dv, finite_difference(v, loss)), kFiniteDifferenceBound);
+    EXPECT_LT(fd_error(q, g.dq, loss), kFiniteDifferenceBound);
+    EXPECT_LT(fd_error(k, g.dk, loss), kFiniteDifferenceBound);
+    EXPECT_LT(fd_error(v, g.dv, loss), kFiniteDifferenceBound);
   }
 }
 
@@ -147,7 +133,8 @@ TEST(LinearReferenceGradient, CrossAttentionNonCausalAndCausal) {
 // is not available, but causal softmax at N = 1 is the value itself, and a fully masked row is 0.
 TEST(ReferenceSemantics, SoftmaxFullyMaskedRowIsZeroWithMinusInfinityLse) {
   std::mt19937_64 rng(5);
-  Tensor q = random_double({1, 3, 1, 2}, rng), k = random_double({1, 2, 1, 2}, rng), v = random_double({1, 2, 1, 2}, rng);
+  Tensor q = random_double({1, 3, 1, 2}, rng), k = random_double({1, 2, 1, 2}, rng),
+         v = random_double({1, 2, 1, 2}, rng);
   SoftmaxAttentionOptions options;
   options.causal = true;  // Nq = 3 > Nk = 2: query 0 sees j ≤ 0 + (2 − 3) = −1, i.e. nothing
   std::vector<double> lse;

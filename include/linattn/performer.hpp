@@ -3,6 +3,7 @@
 // Fourier features for the Gaussian kernel. Both plug into LinearAttentionOptions::feature_map.
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "linattn/feature_map.hpp"
 
@@ -36,7 +37,9 @@ int64_t default_favor_features(int64_t dim);
 // cancels in the normalised output up to eps. The key side is data-independent (no max over keys),
 // so no key ever changes another token's output: the same map is safe in non-causal, causal and
 // recurrent modes. docs/performer-linformer.md explains the choice.
-// name() is "favor", feature_dim(D) is m; using it with another head dim throws linattn::Error.
+// name() names the draw, "favor(d=D,m=m,seed=S,orthogonal)" (or ",iid)"), so that a recurrent state
+// summed under one draw is refused by a map with another; kind() is "favor". feature_dim(D) is m;
+// using it with another head dim throws linattn::Error.
 FeatureMapPtr favor_feature_map(int64_t dim, const FavorOptions& options = {});
 
 inline constexpr double kFavorKeyCap = 30.0;
@@ -47,7 +50,7 @@ inline constexpr double kFavorQueryBand = 30.0;
 // φ(x) = √(2/m) [cos(ω₁ᵀx̂) … cos(ω_{m/2}ᵀx̂), sin(ω₁ᵀx̂) … sin(ω_{m/2}ᵀx̂)], ωᵢ i.i.d. N(0, I).
 // n_features = m must be even. Features can be negative, so the normalised linear attention
 // normaliser is not guaranteed positive: use it with normalize = false, or as a kernel estimate.
-// name() is "random_fourier"; role-independent.
+// name() is "random_fourier(d=D,m=m,seed=S)", kind() is "random_fourier"; role-independent.
 FeatureMapPtr random_fourier_feature_map(int64_t dim, int64_t n_features, uint64_t seed);
 
 // What the random maps share: their draws, for tests and inspection, and an explicit redraw.
@@ -56,6 +59,8 @@ class RandomFeatureMap : public FeatureMap {
   // D, the head dim the map was drawn for.
   virtual int64_t input_dim() const = 0;
   virtual uint64_t seed() const = 0;
+  // The family without its draw: "favor" or "random_fourier" (name() adds D, m, seed, options).
+  virtual std::string kind() const = 0;
   // ω: [rows, D] row-major in fp64 (the fp32 path uses its rounding); rows = m for FAVOR+, m/2 for
   // random Fourier features.
   virtual std::span<const double> omega() const = 0;

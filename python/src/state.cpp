@@ -26,7 +26,8 @@ class State {
     if (dim <= 0) throw py::value_error("dim: expected ≥ 1, got " + std::to_string(dim));
     options_.feature_map = feature_map_arg(feature_map, dim, n_features, seed);
     options_.eps = eps;
-    state_ = RecurrentState(batch, heads, options_.feature_map->feature_dim(dim), value_dim, feature_map);
+    state_ =
+        RecurrentState(batch, heads, options_.feature_map->feature_dim(dim), value_dim, options_.feature_map->name());
   }
 
   // q, k: [B, H, D]; v: [B, H, E] -> [B, H, E].

@@ -86,7 +86,8 @@ class FavorMap final : public detail::RandomProjectionMap {
                                                : detail::gaussian_omega(options.n_features, dim, options.seed)),
         options_(options) {}
 
-  std::string name() const override { return "favor"; }
+  std::string name() const override { return draw_name(rows_, options_.orthogonal ? ",orthogonal" : ",iid"); }
+  std::string kind() const override { return "favor"; }
   int64_t feature_dim(int64_t dim) const override {
     check_dim(dim);
     return rows_;

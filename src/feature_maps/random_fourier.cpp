@@ -35,7 +35,8 @@ class FourierMap final : public detail::RandomProjectionMap {
   FourierMap(int64_t dim, int64_t n_features, uint64_t seed)
       : RandomProjectionMap(dim, seed, detail::gaussian_omega(n_features / 2, dim, seed)) {}
 
-  std::string name() const override { return "random_fourier"; }
+  std::string name() const override { return draw_name(2 * rows_, ""); }
+  std::string kind() const override { return "random_fourier"; }
   int64_t feature_dim(int64_t dim) const override {
     check_dim(dim);
     return 2 * rows_;

@@ -40,11 +40,18 @@ class RandomProjectionMap : public RandomFeatureMap {
       }
   }
 
+  // "kind(d=D,m=m,seed=S<suffix>)": everything the draw is a function of, so that a state file
+  // (which stores the name) summed under one draw is refused by another (state-format.md).
+  std::string draw_name(int64_t m, const char* suffix) const {
+    return kind() + "(d=" + std::to_string(dim_) + ",m=" + std::to_string(m) + ",seed=" + std::to_string(seed_) +
+           suffix + ")";
+  }
+
   // The drivers size their buffers with feature_dim(D): the one place to catch a map drawn for
   // another head dim before any kernel runs.
   void check_dim(int64_t dim) const {
     if (dim == dim_) return;
-    fail((name() + "_feature_map").c_str(), "head dim is " + std::to_string(dim) + ", expected " +
+    fail((kind() + "_feature_map").c_str(), "head dim is " + std::to_string(dim) + ", expected " +
                                                 std::to_string(dim_) + " (the dim the map's ω was drawn for)");
   }
 

@@ -16,7 +16,7 @@ namespace {
 
 const char* const kSizeNames[4] = {"batch", "heads", "feature_dim", "value_dim"};
 
-// Feature map names are short printable ASCII without spaces ("elu", "performer:m=64:seed=7").
+// Feature map names are short printable ASCII without spaces ("elu", "favor(d=64,m=267,seed=0,orthogonal)").
 bool valid_name(std::string_view name) {
   if (name.empty() || name.size() > kMaxFeatureMapName) return false;
   for (char c : name)

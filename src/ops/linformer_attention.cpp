@@ -36,17 +36,9 @@ Sizes check_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTe
          "causal is true, expected false: Linformer projects keys and values along the whole sequence, so every "
          "projected position mixes in future tokens and no causal mask can exclude them");
   }
-  check_view(op, "q", q);
-  check_view(op, "k", k);
-  check_view(op, "v", v);
+  check_attention_inputs(op, q, k, v);
   const Sizes s{q.extent[0], q.extent[1], k.extent[1],        q.extent[2],
                 q.extent[3], v.extent[3], o.projected_length, o.max_length};
-  check_extent(op, "k", k, 0, s.B, "q's batch");
-  check_extent(op, "k", k, 2, s.H, "q's heads");
-  check_extent(op, "k", k, 3, s.D, "q's head dim");
-  check_extent(op, "v", v, 0, s.B, "q's batch");
-  check_extent(op, "v", v, 1, s.Nk, "k's sequence");
-  check_extent(op, "v", v, 2, s.H, "q's heads");
   if (s.P < 1) fail(op, "options.projected_length is " + std::to_string(s.P) + ", expected ≥ 1");
   if (s.N_max < 1) fail(op, "options.max_length is " + std::to_string(s.N_max) + ", expected ≥ 1");
   if (s.Nk > s.N_max) {

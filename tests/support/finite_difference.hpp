@@ -2,17 +2,18 @@
 // Central finite differences in fp64, the check every backward's oracle passes.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
 namespace linattn::testing {
 
-// {max |central difference of loss − grad|, max |grad|} over the entries of x (each restored).
-// The step is `step`, or step·max(1, |xᵢ|) when `relative_step`.
+// The numeric gradient: (loss(xᵢ + h) − loss(xᵢ − h)) / 2h for every entry of x (each restored).
+// The step h is `step`, or step·max(1, |xᵢ|) when `relative_step`.
 template <class Loss>
-std::pair<double, double> finite_difference_error(std::vector<double>& x, const std::vector<double>& grad,
-                                                  const Loss& loss, double step = 1e-6, bool relative_step = false) {
-  double err = 0, mag = 0;
+std::vector<double> central_differences(std::vector<double>& x, const Loss& loss, double step = 1e-6,
+                                        bool relative_step = false) {
+  std::vector<double> numeric(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const double keep = x[i], h = relative_step ? step * std::max(1.0, std::abs(keep)) : step;
     x[i] = keep + h;
@@ -20,10 +21,45 @@ std::pair<double, double> finite_difference_error(std::vector<double>& x, const 
     x[i] = keep - h;
     const double down = loss();
     x[i] = keep;
-    err = std::max(err, std::abs((up - down) / (2 * h) - grad[i]));
-    mag = std::max(mag, std::abs(grad[i]));
+    numeric[i] = (up - down) / (2 * h);
   }
-  return {err, mag};
+  return numeric;
+}
+
+// max |aᵢ − bᵢ|; infinite when the sizes differ or any difference is not finite (a NaN must fail a
+// check, and std::max would drop it).
+inline double max_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double err = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(a[i] - b[i]);
+    if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
+    err = std::max(err, d);
+  }
+  return err;
+}
+
+inline double max_magnitude(const std::vector<double>& a) {
+  double mag = 0;
+  for (double v : a) mag = std::max(mag, std::abs(v));
+  return mag;
+}
+
+// {max |central difference of loss − grad|, max |grad|} over the entries of x: the caller scales.
+template <class Loss>
+std::pair<double, double> finite_difference_error(std::vector<double>& x, const std::vector<double>& grad,
+                                                  const Loss& loss, double step = 1e-6, bool relative_step = false) {
+  return {max_difference(central_differences(x, loss, step, relative_step), grad), max_magnitude(grad)};
+}
+
+// max |grad − numeric| / max |numeric| (the absolute error when numeric is all 0): the suite's
+// relative error, with the finite differences as the reference.
+template <class Loss>
+double finite_difference_relative_error(std::vector<double>& x, const std::vector<double>& grad, const Loss& loss,
+                                        double step = 1e-6) {
+  const std::vector<double> numeric = central_differences(x, loss, step);
+  const double err = max_difference(grad, numeric), mag = max_magnitude(numeric);
+  return mag > 0 ? err / mag : err;
 }
 
 }  // namespace linattn::testing

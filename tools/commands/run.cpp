@@ -1,5 +1,6 @@
-// linattn run: Q, K, V (and optionally dO) from .npy files through one operator, or through the
-// fp64 oracle with --reference; writes the output (and dq, dk, dv) as .npy, each file atomically.
+// linattn run: Q, K, V (and optionally dO, and Linformer's E, F) from .npy files through one operator,
+// or through the fp64 oracle with --reference; writes the output (and dq, dk, dv, dE, dF) as .npy, each
+// file atomically.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
@@ -15,6 +16,7 @@
 #include "common/workload.hpp"
 #include "linattn/error.hpp"
 #include "linattn/linear_attention.hpp"
+#include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"
 #include "linattn/performer.hpp"
 #include "linattn/reference.hpp"
@@ -26,6 +28,7 @@ namespace {
 
 struct RunArgs {
   std::string q, k, v, out, dout, dq, dk, dv, lse;
+  std::string proj_e, proj_f, dproj_e, dproj_f;  // linformer
   Op op = Op::softmax;
   std::string feature_map = "elu";
   bool causal = false;
@@ -41,11 +44,23 @@ struct RunArgs {
   uint64_t seed = 0;
 };
 
+// A Linformer projection from its file: `shape` as in the file, [P, N_max] or [H or 1, P, N_max];
+// `heads`, `rows`, `cols` the same as [heads, P, N_max].
+struct Projection {
+  std::string name;  // the flag: "--proj-e"
+  std::string path;
+  std::vector<int64_t> shape;
+  int64_t heads = 0, rows = 0, cols = 0;
+  std::vector<float> data;
+};
+
 // The tensors of one run; gradients only when dout is given.
 struct Tensors {
   FileTensor q, k, v, out;
   std::optional<FileTensor> dout, dq, dk, dv;
-  std::vector<float> lse;  // softmax: [B, H, Nq]
+  std::vector<float> lse;          // softmax and linformer: [B, H, Nq]
+  std::optional<Projection> E, F;  // linformer (no F: E projects the values too)
+  std::vector<float> dE, dF;       // linformer with dout, shaped like E and F
 };
 
 // The shape in a file's header, read without loading the data (for the memory estimate).
@@ -74,6 +89,49 @@ void check_same(const FileTensor& t, int axis, int64_t expected, const std::stri
                 ", expected " + std::to_string(expected) + " (" + because + ")");
 }
 
+Projection load_projection(const std::string& name, const std::string& path) {
+  npy::Array array = npy::load(path);
+  const auto& s = array.shape;
+  if (s.size() != 2 && s.size() != 3)
+    throw Error(name + " " + path + ": shape " + shape_string(s) + " has rank " + std::to_string(s.size()) +
+                ", expected [P, N_max] or [H, P, N_max]");
+  for (int64_t extent : s)
+    if (extent <= 0)
+      throw Error(name + " " + path + ": shape " + shape_string(s) + " has an empty axis, expected every extent ≥ 1");
+  const size_t r = s.size() - 2;
+  return {name, path, s, r ? s[0] : 1, s[r], s[r + 1], std::move(array.data)};
+}
+
+// E (and F) agree with q, k: one projection per head or one for all, a column for every key.
+void check_projections(const Tensors& t) {
+  const int64_t H = t.q.extent()[2], Nk = t.k.extent()[1];
+  const Projection& E = *t.E;
+  const auto where = [](const Projection& p) { return p.name + " " + p.path + ": shape " + shape_string(p.shape); };
+  if (E.heads != 1 && E.heads != H)
+    throw Error(where(E) + " has " + std::to_string(E.heads) + " heads, expected " + std::to_string(H) +
+                " (--q's heads) or 1 (one projection for all heads)");
+  if (E.cols < Nk)
+    throw Error(where(E) + " has N_max = " + std::to_string(E.cols) + " columns, expected ≥ " + std::to_string(Nk) +
+                " (--k's sequence length): one column per key position");
+  if (t.F && t.F->shape != E.shape)
+    throw Error(where(*t.F) + ", expected " + shape_string(E.shape) + " (--proj-e's shape)");
+}
+
+LinformerOptions linformer_options(const RunArgs& a, const Tensors& t) {
+  LinformerOptions o;
+  o.projected_length = t.E->rows;
+  o.max_length = t.E->cols;
+  o.share_heads = t.E->heads == 1;
+  o.share_key_value = !t.F;
+  o.scale = a.scale;
+  o.key_lengths = a.key_lengths;
+  return o;
+}
+
+std::span<const float> data_of(const std::optional<Projection>& p) {
+  return p ? std::span<const float>(p->data) : std::span<const float>();
+}
+
 void check_shapes(const RunArgs& a, const Tensors& t) {
   const auto [B, Nq, H, D] = t.q.extent();
   check_same(t.k, 0, B, "--q's batch");
@@ -90,6 +148,7 @@ void check_shapes(const RunArgs& a, const Tensors& t) {
     check_same(*t.dout, 2, H, "--q's heads");
     check_same(*t.dout, 3, t.v.extent()[3], "--v's head dim");
   }
+  if (t.E) check_projections(t);
   if (!a.key_lengths.empty()) {
     if (int64_t(a.key_lengths.size()) != B)
       throw UsageError("--key-lengths has " + std::to_string(a.key_lengths.size()) + " values, expected " +
@@ -153,10 +212,15 @@ void run_fast(const RunArgs& a, Tensors& t) {
       recurrent_forward(t.out.view, t.q.view, t.k.view, t.v.view, state, linear);
       return;
     }
-    case Op::linformer:
-      break;
+    case Op::linformer: {
+      const LinformerOptions o = linformer_options(a, t);
+      linformer_attention_forward(t.out.view, t.lse, t.q.view, t.k.view, t.v.view, t.E->data, data_of(t.F), o);
+      if (t.dout)
+        linformer_attention_backward(t.dq->view, t.dk->view, t.dv->view, t.dE, t.dF, t.dout->view, t.q.view, t.k.view,
+                                     t.v.view, t.E->data, data_of(t.F), t.out.view, t.lse, o);
+      return;
+    }
   }
-  throw UsageError(std::string("--op ") + op_name(a.op) + " is not available in linattn run");
 }
 
 void copy_from(FileTensor& dst, const reference::Tensor& src) {
@@ -173,17 +237,30 @@ void run_reference(const RunArgs& a, Tensors& t) {
   std::optional<reference::Tensor> dout;
   if (t.dout) dout = reference::to_double(t.dout->view);
   std::optional<reference::Gradients> grads;
+  const auto doubles = [](const std::optional<Projection>& p) {
+    return p ? std::vector<double>(p->data.begin(), p->data.end()) : std::vector<double>();
+  };
   if (a.op == Op::softmax) {
     std::vector<double> lse;
     copy_from(t.out, reference::softmax_attention_forward(q, k, v, softmax_options(a), &lse));
     t.lse.assign(lse.begin(), lse.end());
     if (dout) grads = reference::softmax_attention_backward(*dout, q, k, v, softmax_options(a));
-  } else if (a.op != Op::linformer) {
+  } else if (a.op == Op::linformer) {
+    const LinformerOptions o = linformer_options(a, t);
+    const std::vector<double> E = doubles(t.E), F = doubles(t.F);
+    std::vector<double> lse;
+    copy_from(t.out, reference::linformer_attention_forward(q, k, v, E, F, o, &lse));
+    t.lse.assign(lse.begin(), lse.end());
+    if (dout) {
+      reference::LinformerGradients g = reference::linformer_attention_backward(*dout, q, k, v, E, F, o);
+      t.dE.assign(g.dE.begin(), g.dE.end());
+      t.dF.assign(g.dF.begin(), g.dF.end());
+      grads = reference::Gradients{std::move(g.dq), std::move(g.dk), std::move(g.dv)};
+    }
+  } else {
     const LinearAttentionOptions linear = linear_options(a, q.extent[3]);
     copy_from(t.out, reference::linear_attention_forward(q, k, v, linear));
     if (dout) grads = reference::linear_attention_backward(*dout, q, k, v, linear);
-  } else {
-    throw UsageError(std::string("--op ") + op_name(a.op) + " has no --reference in linattn run");
   }
   if (grads) {
     copy_from(*t.dq, grads->dq);
@@ -197,26 +274,37 @@ std::string sibling(const std::string& out, const char* name) {
 }
 
 int run(RunArgs& a) {
-  if (a.op == Op::linformer)
-    throw UsageError("--op linformer is not available in linattn run (it would need the projections E and F)");
+  const bool linformer = a.op == Op::linformer;
+  if (linformer && a.proj_e.empty())
+    throw UsageError("--proj-e: --op linformer needs the projection E (.npy, [P, N_max] or [H, P, N_max])");
+  if (!linformer && !(a.proj_e.empty() && a.proj_f.empty() && a.dproj_e.empty() && a.dproj_f.empty()))
+    throw UsageError("--proj-e/--proj-f/--dproj-e/--dproj-f apply to --op linformer");
+  if (linformer && a.causal)
+    throw UsageError("--causal: --op linformer has no causal mode (every projected key mixes all positions)");
+  if (!a.dproj_f.empty() && a.proj_f.empty()) throw UsageError("--dproj-f needs --proj-f");
   if (a.op == Op::performer && a.feature_map != "elu") throw UsageError("--feature-map: --op performer uses favor");
   if (a.causal && a.op == Op::linear) a.op = Op::causal;
   if (a.op == Op::recurrent && !a.dout.empty()) throw UsageError("--dout: --op recurrent has no backward");
   if (a.op == Op::recurrent && !a.key_lengths.empty())
     throw UsageError("--key-lengths: not supported by --op recurrent");
-  if (a.op == Op::softmax && a.feature_map != "elu") throw UsageError("--feature-map applies to the linear operators");
+  if ((a.op == Op::softmax || linformer) && a.feature_map != "elu")
+    throw UsageError("--feature-map applies to the linear operators");
   if (a.op != Op::performer && (a.features != 0 || a.seed != 0))
     throw UsageError("--features and --seed apply to --op performer");
-  if (a.op != Op::softmax && a.scale) throw UsageError("--scale applies to --op softmax");
-  if (a.op != Op::softmax && !a.lse.empty()) throw UsageError("--lse applies to --op softmax");
-  if (a.dout.empty() && (!a.dq.empty() || !a.dk.empty() || !a.dv.empty()))
-    throw UsageError("--dq/--dk/--dv need --dout");
+  if (a.op != Op::softmax && !linformer && a.scale) throw UsageError("--scale applies to --op softmax and linformer");
+  if (a.op != Op::softmax && !linformer && !a.lse.empty())
+    throw UsageError("--lse applies to --op softmax and linformer");
+  if (a.dout.empty() && (!a.dq.empty() || !a.dk.empty() || !a.dv.empty() || !a.dproj_e.empty() || !a.dproj_f.empty()))
+    throw UsageError("--dq/--dk/--dv/--dproj-e/--dproj-f need --dout");
   set_num_threads(a.threads);
 
   // Refuse up front: inputs, output, gradients, and fp64 copies of all of them for --reference.
   const std::vector<int64_t> sq = header_shape(a.q), sk = header_shape(a.k), sv = header_shape(a.v);
   double floats = 2 * (elements(sq) + elements(sk) + elements(sv)) +
                   elements(sq) / double(sq.empty() ? 1 : sq.back()) * double(sv.empty() ? 1 : sv.back());
+  // E and F with their gradients; the projected keys and values are no larger than k and v.
+  if (!a.proj_e.empty()) floats += 2 * elements(header_shape(a.proj_e)) + 2 * elements(sk) + 2 * elements(sv);
+  if (!a.proj_f.empty()) floats += 2 * elements(header_shape(a.proj_f));
   if (a.reference) floats *= 3;
   check_memory(floats * 4 + 64.0 * (1 << 20), "linattn run on " + a.q + ", " + a.k + ", " + a.v);
 
@@ -225,11 +313,15 @@ int run(RunArgs& a) {
   t.k = load_tensor("--k", a.k, a.layout);
   t.v = load_tensor("--v", a.v, a.layout);
   if (!a.dout.empty()) t.dout = load_tensor("--dout", a.dout, a.layout);
+  if (linformer) t.E = load_projection("--proj-e", a.proj_e);
+  if (!a.proj_f.empty()) t.F = load_projection("--proj-f", a.proj_f);
   check_shapes(a, t);
   const auto [B, Nq, H, D] = t.q.extent();
   const int64_t Nk = t.k.extent()[1], E = t.v.extent()[3];
   t.out = make_tensor("--out", a.out, a.layout, {B, Nq, H, E});
-  if (a.op == Op::softmax) t.lse.assign(size_t(B * H * Nq), 0.0f);
+  if (a.op == Op::softmax || linformer) t.lse.assign(size_t(B * H * Nq), 0.0f);
+  if (t.dout && t.E) t.dE.assign(t.E->data.size(), 0.0f);
+  if (t.dout && t.F) t.dF.assign(t.F->data.size(), 0.0f);
   if (t.dout) {
     t.dq = make_tensor("--dq", a.dq.empty() ? sibling(a.out, "dq.npy") : a.dq, a.layout, {B, Nq, H, D});
     t.dk = make_tensor("--dk", a.dk.empty() ? sibling(a.out, "dk.npy") : a.dk, a.layout, {B, Nk, H, D});
@@ -247,6 +339,8 @@ int run(RunArgs& a) {
     save_tensor(*t.dq);
     save_tensor(*t.dk);
     save_tensor(*t.dv);
+    if (t.E) npy::save(a.dproj_e.empty() ? sibling(a.out, "dE.npy") : a.dproj_e, t.E->shape, t.dE);
+    if (t.F) npy::save(a.dproj_f.empty() ? sibling(a.out, "dF.npy") : a.dproj_f, t.F->shape, t.dF);
   }
   return kExitOk;
 }
@@ -264,10 +358,11 @@ const Registrar registrar{
        app.add_option("--dq", a->dq, "Where dq goes (default: dq.npy beside --out)");
        app.add_option("--dk", a->dk, "Where dk goes (default: dk.npy beside --out)");
        app.add_option("--dv", a->dv, "Where dv goes (default: dv.npy beside --out)");
-       app.add_option("--lse", a->lse, "Softmax: also write the log-sum-exp of each row, [B, H, Nq]");
+       app.add_option("--lse", a->lse, "Softmax, Linformer: also write the log-sum-exp of each row, [B, H, Nq]");
        app.add_option("--op", a->op,
-                      "softmax, linear, causal (causal linear), recurrent (token by token) or performer (linear "
-                      "attention with FAVOR+ features)")
+                      "softmax, linear, causal (causal linear), recurrent (token by token), performer (linear "
+                      "attention with FAVOR+ features) or linformer (softmax over keys and values projected by "
+                      "--proj-e/--proj-f)")
            ->capture_default_str()
            ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
            ->option_text("OP");
@@ -277,10 +372,16 @@ const Registrar registrar{
        app.add_option("--features", a->features, "Performer: random features m (0: default for D)")
            ->check(CLI::NonNegativeNumber);
        app.add_option("--seed", a->seed, "Performer: seed of the random features");
+       app.add_option("--proj-e", a->proj_e,
+                      "Linformer: E .npy, float32 [P, N_max] (one for all heads) or [H, P, N_max]; projects the keys, "
+                      "and the values too without --proj-f");
+       app.add_option("--proj-f", a->proj_f, "Linformer: F .npy, E's shape; projects the values");
+       app.add_option("--dproj-e", a->dproj_e, "Linformer: where dE goes (default: dE.npy beside --out)");
+       app.add_option("--dproj-f", a->dproj_f, "Linformer: where dF goes (default: dF.npy beside --out)");
        app.add_flag("--causal", a->causal, "Causal mask, aligned bottom-right (softmax; with linear: causal linear)");
        app.add_option("--key-lengths", a->key_lengths, "Per-batch key lengths, comma-separated (B values)")
            ->delimiter(',');
-       app.add_option("--scale", a->scale, "Softmax: scale of q·k (default 1/sqrt(D))");
+       app.add_option("--scale", a->scale, "Softmax, Linformer: scale of q·k (default 1/sqrt(D))");
        app.add_option("--eps", a->eps, "Linear: added to the normaliser")->capture_default_str();
        app.add_flag("!--no-normalize", a->normalize, "Linear: out = φ(q)ᵀS without the normaliser");
        app.add_option("--chunk-size", a->chunk_size, "Causal linear: tokens per chunk")
