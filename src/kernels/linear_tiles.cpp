@@ -21,40 +21,59 @@ using V = hn::Vec<D>;
 constexpr int kRows = 6;
 constexpr int kVecs = HWY_LANES(float) >= 16 ? 4 : 2;
 
-HWY_INLINE V MapOf(D d, TileMap map, V x) {
-  switch (map) {
-    case TileMap::elu:
-      return EluForward()(d, x, x);
-    case TileMap::relu:
-      return ReluForward()(d, x, x);
-    default:
-      return x;
+struct Identity {
+  HWY_INLINE V operator()(D, V x, V) const { return x; }
+};
+
+// FeatureTile with the map F, in groups of up to kVecs vector columns: a group's column sums stay in
+// registers across the rows, and its vectors are independent of each other.
+template <class F>
+void FeatureTileWith(const FeatureTile& t) {
+  const D d;
+  const F f;
+  const int64_t L = int64_t(hn::Lanes(d));
+  for (int64_t c0 = 0; c0 < t.ldp; c0 += kVecs * L) {
+    const int64_t nv = std::min<int64_t>(kVecs, (t.ldp - c0) / L);
+    V sum[kVecs];
+    for (int64_t j = 0; j < nv; ++j) sum[j] = t.sum ? hn::LoadU(d, t.sum + c0 + j * L) : hn::Zero(d);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      const float* x = t.x + r * t.ldx;
+      float* phi = t.phi + r * t.ldp;
+      V dot = hn::Zero(d);
+      for (int64_t j = 0; j < nv; ++j) {
+        const int64_t c = c0 + j * L;
+        V y;
+        if (c + L <= t.cols) {
+          y = f(d, hn::LoadU(d, x + c), hn::Zero(d));
+        } else {
+          // The ragged end of a row: through a buffer, so that nothing past the row is read.
+          HWY_ALIGN float buf[HWY_LANES(float)] = {};
+          const int64_t n = std::max<int64_t>(0, t.cols - c);
+          std::copy_n(x + c, n, buf);
+          y = hn::IfThenElseZero(hn::FirstN(d, size_t(n)), f(d, hn::Load(d, buf), hn::Zero(d)));
+        }
+        hn::StoreU(y, d, phi + c);
+        sum[j] = hn::Add(sum[j], y);
+        if (t.dots) dot = hn::MulAdd(y, hn::LoadU(d, t.dot + c), dot);
+      }
+      if (t.dots) {
+        const float part = hn::GetLane(hn::SumOfLanes(d, dot));
+        t.dots[r] = c0 == 0 ? part : t.dots[r] + part;
+      }
+    }
+    if (t.sum)
+      for (int64_t j = 0; j < nv; ++j) hn::StoreU(sum[j], d, t.sum + c0 + j * L);
   }
 }
 
 void FeatureTileNow(const FeatureTile& t) {
-  const D d;
-  const int64_t L = int64_t(hn::Lanes(d));
-  for (int64_t r = 0; r < t.rows; ++r) {
-    const float* x = t.x + r * t.ldx;
-    float* phi = t.phi + r * t.ldp;
-    V dot = hn::Zero(d);
-    for (int64_t c = 0; c < t.ldp; c += L) {
-      V y;
-      if (c + L <= t.cols) {
-        y = MapOf(d, t.map, hn::LoadU(d, x + c));
-      } else {
-        // The ragged end of a row: through a buffer, so that nothing past the row is read.
-        HWY_ALIGN float buf[HWY_LANES(float)] = {};
-        const int64_t n = std::max<int64_t>(0, t.cols - c);
-        std::copy_n(x + c, n, buf);
-        y = hn::IfThenElseZero(hn::FirstN(d, size_t(n)), MapOf(d, t.map, hn::Load(d, buf)));
-      }
-      hn::StoreU(y, d, phi + c);
-      if (t.sum) hn::StoreU(hn::Add(hn::LoadU(d, t.sum + c), y), d, t.sum + c);
-      if (t.dots) dot = hn::MulAdd(y, hn::LoadU(d, t.dot + c), dot);
-    }
-    if (t.dots) t.dots[r] = hn::GetLane(hn::SumOfLanes(d, dot));
+  switch (t.map) {
+    case TileMap::elu:
+      return FeatureTileWith<EluForward>(t);
+    case TileMap::relu:
+      return FeatureTileWith<ReluForward>(t);
+    default:
+      return FeatureTileWith<Identity>(t);
   }
 }
 
