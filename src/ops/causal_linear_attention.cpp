@@ -3,6 +3,8 @@
 // then S += φ(K)ᵀ V, z += Σ φ(K). The backward runs the chunks forward for dq (it needs S before
 // each chunk) and backward for dk, dv (they need G = Σ_{i later} φ(q_i) dnum_iᵀ, g = Σ φ(q_i) dden_i).
 // Work is split over (batch, head) only, so every head's arithmetic is the same for any thread count.
+#include <omp.h>
+
 #include <algorithm>
 
 #include "ops/linear_common.hpp"
@@ -28,12 +30,13 @@ struct ChunkScratch {
   // The forward's output product out = [φ(Q) | A] [S; V] in one pass: X: [C, Kp] holds φ(Q) in its
   // first Mp columns and A after them; SV: [Mp + C, Ep] holds the state S in its first M rows (the
   // state lives there in both directions), zero rows up to Mp, then the chunk's values.
-  int64_t Kp;
-  std::vector<float> X, SV;
-  std::vector<float> z, St;              // [Mp], [E, Mp]
+  // SV and z come in `slots`, one per head that a thread advances in lockstep (see causal_forward).
+  int64_t Kp, Mp, sv_size, slot = 0;
+  std::vector<float> X, SVs;
+  std::vector<float> zs, St;             // [slots, Mp], [E, Mp]
   std::vector<float> den, dden, rowvec;  // [C], [C], [Mp]
   // forward: X for the output product; backward: A and W (each pass allocates only what it uses).
-  ChunkScratch(const LinearProblem& p, int64_t chunk, bool forward)
+  ChunkScratch(const LinearProblem& p, int64_t chunk, bool forward, int64_t slots = 1)
       : C(chunk),
         Cp(kernels::padded(chunk)),
         features(p, chunk),
@@ -47,30 +50,34 @@ struct ChunkScratch {
         W(forward ? 0 : size_t(C * Cp)),
         T(size_t(std::max(p.M, p.E) * std::max(Cp, p.Mp))),
         Kp(p.Mp + Cp),
+        Mp(p.Mp),
+        sv_size((p.Mp + C) * p.Ep),
         X(forward ? size_t(C * Kp) : 0),
-        SV(size_t((p.Mp + C) * p.Ep), 0.0f),
-        z(size_t(p.Mp)),
+        SVs(size_t(slots * sv_size), 0.0f),
+        zs(size_t(slots * p.Mp)),
         St(size_t(p.E * p.Mp)),
         den(size_t(C)),
         dden(size_t(C)),
         rowvec(size_t(p.Mp)) {}
 
-  // The state S: [M, Ep].
-  float* S() { return SV.data(); }
+  // [S; 0; V] of the current slot, and its state S: [M, Ep] and z: [Mp].
+  float* SV() { return SVs.data() + slot * sv_size; }
+  float* S() { return SV(); }
+  float* z() { return zs.data() + slot * Mp; }
   // S, z = the initial state of head bh, or 0.
   void start(const LinearProblem& p, const PackedState* initial, int64_t bh) {
     if (initial) {
       std::copy_n(initial->S_of(bh), p.M * p.Ep, S());
-      std::copy_n(initial->z_of(bh), z.size(), z.data());
+      std::copy_n(initial->z_of(bh), p.Mp, z());
     } else {
       std::fill_n(S(), p.M * p.Ep, 0.0f);
-      std::fill(z.begin(), z.end(), 0.0f);
+      std::fill_n(z(), p.Mp, 0.0f);
     }
   }
   // S += φ(K)ᵀ V, z += Σ φ(K) over the chunk's n tokens (prefetching `ahead` meanwhile).
   void advance(const LinearProblem& p, int64_t n, const kernels::RowsAhead& ahead) {
     kernels::gemm_acc(S(), p.Ep, phi_k.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep, &ahead);
-    kernels::add_weighted_rows(z.data(), phi_k.data(), p.Mp, nullptr, n, p.M);
+    kernels::add_weighted_rows(z(), phi_k.data(), p.Mp, nullptr, n, p.M);
   }
   // φ(Q), φ(K), V of tokens [t, t + n) of head (b, h); keys from `valid` on are 0.
   void load(const LinearProblem& p, ConstTensorView q, ConstTensorView k, ConstTensorView v, int64_t b, int64_t h,
@@ -133,65 +140,111 @@ void triangular_acc(float* C, int64_t ldc, const float* A, int64_t lda, const fl
 
 }  // namespace
 
+// What a forward chunk prefetches: the rows of head (b, h) from token n0, or (dense: [B, N, H, D]
+// rows in lockstep) the h-th part of the dense stretch of all heads' rows from n0.
+struct ChunkAhead {
+  int64_t b, h, n0;
+  bool dense;
+  kernels::RowsAhead of(ConstTensorView x, ConstTensorView y, bool for_write, int64_t C) const {
+    return dense ? dense_part_ahead(x, y, for_write, b, n0, C, h) : head_rows_ahead(x, y, for_write, b, h, n0, C);
+  }
+};
+
+// One chunk of the forward: tokens [t, t + C) of head bh, whose state is w's current slot; then the
+// state moves past the chunk, while the rows `ahead` names are fetched.
+void forward_chunk(ChunkScratch& w, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                   const LinearProblem& p, int64_t bh, int64_t t, const ChunkAhead& ahead) {
+  const int64_t b = bh / p.H, h = bh % p.H, C = w.C, n = std::min(C, p.Nq - t);
+  const int64_t valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
+  w.load(p, q, k, v, b, h, t, n, valid);
+  // The chunk's values below the state: SV = [S; 0; V].
+  float* sv_v = w.SV() + p.Mp * p.Ep;
+  for (int64_t r = 0; r < n; ++r) std::copy_n(w.V + r * w.ldv, p.Ep, sv_v + r * p.Ep);
+  w.V = sv_v, w.ldv = p.Ep;
+  // X = [φ(Q) | A], A = mask(φ(Q) φ(K)ᵀ)
+  float* X = w.X.data();
+  float* A = X + p.Mp;
+  const int64_t Kp = w.Kp;
+  masked_product(A, Kp, w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
+  if (p.normalize) {
+    // den = φ(Q) z + rowsum(mask(φ(Q) φ(K)ᵀ)) + eps; out = (φ(Q) S + A V) / den, with the division
+    // applied to the rows of φ(Q) and A (M + n values) instead of the E outputs.
+    kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, w.z(), n, p.M);
+    kernels::row_sums(w.dden.data(), A, Kp, n, n);
+    for (int64_t r = 0; r < n; ++r) {
+      const float inv = 1.0f / (w.den[r] + w.dden[r] + p.eps);  // one division per row, not M + n
+      const float* ph = w.phi_q.data() + r * p.Mp;
+      float* xr = X + r * Kp;
+      for (int64_t m = 0; m < p.Mp; ++m) xr[m] = ph[m] * inv;
+      for (int64_t j = 0; j <= r; ++j) xr[p.Mp + j] *= inv;
+    }
+  } else {
+    for (int64_t r = 0; r < n; ++r) std::copy_n(w.phi_q.data() + r * p.Mp, p.Mp, X + r * Kp);
+  }
+  // out = [φ(Q) | A] [S; 0; V], one product written once, in strips of kStrip rows each only as deep as
+  // the triangle reaches; in place when out's rows allow it. The next item's rows are fetched during
+  // the two largest products: q and out during the last strip, k and v during the state update.
+  const bool direct = rows_in_place(out);
+  float* o = direct ? head_rows(out, b, h).at(t) : w.num.data();
+  const int64_t ldo = direct ? out.stride[1] : p.Ep;
+  const kernels::RowsAhead next_q = ahead.of(q, out, true, C);
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r);
+    gemm_set(o + r * ldo, ldo, X + r * Kp, Kp, 1, w.SV(), p.Ep, rows, p.Mp + r + rows, p.Ep, nullptr,
+             r + kStrip >= n ? &next_q : nullptr);
+  }
+  if (!direct) store_rows(head_rows(out, b, h), t, n, n, w.num.data(), p.Ep, p.E);
+  // S += φ(K)ᵀ V, z += Σ φ(K)
+  w.advance(p, n, ahead.of(k, v, false, C));
+}
+
 void causal_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, const LinearProblem& p,
                     int64_t chunk, const PackedState* initial, PackedState* final_state) {
   const int64_t N = p.Nq, BH = p.B * p.H, C = std::clamp<int64_t>(chunk, 1, std::min(N, kMaxChunk));
+  // With each head's rows one stretch of memory ([B, H, N, D]), a thread runs a head to its end before
+  // the next. Otherwise ([B, N, H, D]) it advances its heads in lockstep, chunk by chunk, so that it
+  // reads whole rows of all heads in memory order; each head's arithmetic is the same either way.
+  const bool lockstep = !heads_outer(q);
+  const bool dense = tokens_dense(q) && tokens_dense(k) && tokens_dense(v) && tokens_dense(out);
+  const auto finish = [&](ChunkScratch& w, int64_t bh) {
+    if (!final_state) return;
+    std::copy_n(w.S(), p.M * p.Ep, final_state->S_of(bh));
+    std::copy_n(w.z(), p.Mp, final_state->z_of(bh));
+  };
 #pragma omp parallel
   {
-    ChunkScratch w(p, C, true);
+    if (!lockstep) {
+      ChunkScratch w(p, C, true);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < BH; ++bh) {
-      const int64_t b = bh / p.H, h = bh % p.H;
-      w.start(p, initial, bh);
-      float* S = w.S();
-      float* z = w.z.data();
-      for (int64_t t = 0; t < N; t += C) {
-        const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
-        w.load(p, q, k, v, b, h, t, n, valid);
-        // The chunk's values below the state: SV = [S; 0; V].
-        float* sv_v = w.SV.data() + p.Mp * p.Ep;
-        for (int64_t r = 0; r < n; ++r) std::copy_n(w.V + r * w.ldv, p.Ep, sv_v + r * p.Ep);
-        w.V = sv_v, w.ldv = p.Ep;
-        // X = [φ(Q) | A], A = mask(φ(Q) φ(K)ᵀ)
-        float* X = w.X.data();
-        float* A = X + p.Mp;
-        const int64_t Kp = w.Kp;
-        masked_product(A, Kp, w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
-        if (p.normalize) {
-          // den = φ(Q) z + rowsum(mask(φ(Q) φ(K)ᵀ)) + eps; out = (φ(Q) S + A V) / den, with the division
-          // applied to the rows of φ(Q) and A (M + n values) instead of the E outputs.
-          kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, z, n, p.M);
-          kernels::row_sums(w.dden.data(), A, Kp, n, n);
-          for (int64_t r = 0; r < n; ++r) {
-            const float inv = 1.0f / (w.den[r] + w.dden[r] + p.eps);  // one division per row, not M + n
-            const float* ph = w.phi_q.data() + r * p.Mp;
-            float* xr = X + r * Kp;
-            for (int64_t m = 0; m < p.Mp; ++m) xr[m] = ph[m] * inv;
-            for (int64_t j = 0; j <= r; ++j) xr[p.Mp + j] *= inv;
-          }
-        } else {
-          for (int64_t r = 0; r < n; ++r) std::copy_n(w.phi_q.data() + r * p.Mp, p.Mp, X + r * Kp);
-        }
-        // out = [φ(Q) | A] [S; 0; V], one product written once, in strips of kStrip rows each only as
-        // deep as the triangle reaches; in place when out's rows allow it.
-        // The next chunk's rows are fetched during the two largest products: q and out during the
-        // last strip, k and v during the state update.
-        const bool direct = rows_in_place(out);
-        float* o = direct ? head_rows(out, b, h).at(t) : w.num.data();
-        const int64_t ldo = direct ? out.stride[1] : p.Ep;
-        const kernels::RowsAhead next_q = head_rows_ahead(q, out, true, b, h, t + C, C);
-        for (int64_t r = 0; r < n; r += kStrip) {
-          const int64_t rows = std::min(kStrip, n - r);
-          gemm_set(o + r * ldo, ldo, X + r * Kp, Kp, 1, w.SV.data(), p.Ep, rows, p.Mp + r + rows, p.Ep, nullptr,
-                   r + kStrip >= n ? &next_q : nullptr);
-        }
-        if (!direct) store_rows(head_rows(out, b, h), t, n, n, w.num.data(), p.Ep, p.E);
-        // S += φ(K)ᵀ V, z += Σ φ(K)
-        w.advance(p, n, head_rows_ahead(k, v, false, b, h, t + C, C));
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        w.start(p, initial, bh);
+        for (int64_t t = 0; t < N; t += C) forward_chunk(w, out, q, k, v, p, bh, t, {bh / p.H, bh % p.H, t + C, false});
+        finish(w, bh);
       }
-      if (final_state) {
-        std::copy_n(S, p.M * p.Ep, final_state->S_of(bh));
-        std::copy_n(z, p.Mp, final_state->z_of(bh));
+    } else {
+      // The thread's heads, a batch at a time: the heads of one batch share their rows.
+      const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+      const int64_t first = BH * thread / threads, last = BH * (thread + 1) / threads;
+      ChunkScratch w(p, C, true, std::min(p.H, std::max<int64_t>(1, last - first)));
+      for (int64_t g0 = first; g0 < last;) {
+        const int64_t g1 = std::min(last, (g0 / p.H + 1) * p.H);
+        for (int64_t bh = g0; bh < g1; ++bh) {
+          w.slot = bh - g0;
+          w.start(p, initial, bh);
+        }
+        for (int64_t t = 0; t < N; t += C)
+          for (int64_t bh = g0; bh < g1; ++bh) {
+            w.slot = bh - g0;
+            const int64_t next = bh + 1 < g1 ? bh + 1 : g0, nt = bh + 1 < g1 ? t : t + C;
+            const ChunkAhead ahead =
+                dense ? ChunkAhead{bh / p.H, bh % p.H, t + C, true} : ChunkAhead{next / p.H, next % p.H, nt, false};
+            forward_chunk(w, out, q, k, v, p, bh, t, ahead);
+          }
+        for (int64_t bh = g0; bh < g1; ++bh) {
+          w.slot = bh - g0;
+          finish(w, bh);
+        }
+        g0 = g1;
       }
     }
   }
@@ -211,7 +264,7 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
       const int64_t b = bh / p.H, h = bh % p.H;
       w.start(p, initial, bh);
       float* S = w.S();
-      float* z = w.z.data();
+      float* z = w.z();
       // Forward sweep: with S_i, z_i the state that row i sees,
       //   P_i = S_i dout_i, dden_i = −φ(q_i)·P_i / den_i², dφ(q_i) = P_i / den_i + z_i dden_i.
       for (int64_t t = 0; t < N; t += C) {

@@ -274,31 +274,33 @@ kernels::FeatureTile feature_tile_of(const LinearProblem& p, HeadRows<const floa
   return t;
 }
 
-namespace {
-// Rows [n0, n0 + n) of every head of x are one dense stretch of n·H·D floats.
 bool tokens_dense(ConstTensorView x) {
   return x.stride[3] == 1 && x.stride[2] == x.dim() && x.stride[1] == x.heads() * x.dim();
 }
-}  // namespace
+
+kernels::RowsAhead dense_part_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t n0,
+                                    int64_t n, int64_t part) {
+  kernels::RowsAhead a;
+  n = std::min(n, x.seq() - n0);
+  if (n <= 0) return a;
+  const ConstTensorView xy[2] = {x, y};
+  for (int i = 0; i < 2; ++i) {
+    if (!xy[i].data) continue;
+    const int64_t D = xy[i].dim();
+    a.rows[i] = xy[i].data + b * xy[i].stride[0] + n0 * xy[i].stride[1] + part * n * D;
+    a.ld[i] = D, a.cols[i] = D;
+  }
+  a.count = n;
+  a.write[1] = for_write;
+  return a;
+}
 
 kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
                               int64_t t) {
-  kernels::RowsAhead a;
-  const ConstTensorView xy[2] = {x, y};
-  if (!walk.heads_outer && tokens_dense(x) && (!y.data || tokens_dense(y))) {
-    const int64_t n0 = walk.token(t) + kTile, n = std::min(kTile, walk.end - n0), h = walk.head(t);
-    if (n <= 0) return a;
-    for (int i = 0; i < 2; ++i) {
-      if (!xy[i].data) continue;
-      const int64_t D = xy[i].dim();
-      a.rows[i] = xy[i].data + b * xy[i].stride[0] + n0 * xy[i].stride[1] + h * n * D;
-      a.ld[i] = D, a.cols[i] = D;
-    }
-    a.count = n;
-    a.write[1] = for_write;
-    return a;
-  }
-  if (t + 1 >= walk.count()) return a;
+  if (!walk.heads_outer && tokens_dense(x) && (!y.data || tokens_dense(y)))
+    return dense_part_ahead(x, y, for_write, b, walk.token(t) + kTile,
+                            std::min(kTile, walk.end - walk.token(t) - kTile), walk.head(t));
+  if (t + 1 >= walk.count()) return {};
   return head_rows_ahead(x, y, for_write, b, walk.head(t + 1), walk.token(t + 1), walk.rows(t + 1));
 }
 

@@ -147,6 +147,12 @@ kernels::FeatureTile feature_tile_of(const LinearProblem& p, HeadRows<const floa
 // that memory is streamed in order. Other layouts: the next item's rows.
 kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
                               int64_t t);
+// Whether rows [n0, n0 + n) of every head of x are one dense stretch of n·H·D floats ([B, N, H, D]).
+bool tokens_dense(ConstTensorView x);
+// Part `part` of H of the dense stretch of rows [n0, n0 + n) of batch b of x and y (both dense),
+// as n rows of D floats.
+kernels::RowsAhead dense_part_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t n0,
+                                    int64_t n, int64_t part);
 // Rows [n0, n0 + n) of head (b, h) of x and y (y may be empty), clamped to the sequence; a view whose
 // rows are not contiguous is left out.
 kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t h,
