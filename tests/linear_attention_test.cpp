@@ -117,31 +117,32 @@ TEST(LinearAttention, FeatureDimOneNormalised) {
 TEST(LinearAttention, BitwiseIdenticalForAnyThreadCount) {
   std::mt19937_64 rng(7);
   const LinearCase c{3, 300, 2500, 3, 16, 24};
-  auto in = testing::random_inputs(c, Layout::bnhd, rng);
-  for (bool causal : {false, true}) {
-    LinearAttentionOptions options;
-    options.causal = causal;
-    std::vector<std::vector<float>> results;
-    for (int threads : {1, 2}) {
-      set_num_threads(threads);
-      auto out = testing::make_tensor({c.B, c.Nq, c.H, c.E}, Layout::bnhd);
-      auto dout = testing::random_tensor({c.B, c.Nq, c.H, c.E}, Layout::bnhd, rng);
-      std::mt19937_64 same(11);
-      testing::fill_uniform(dout.view, same, -1, 1);
-      auto dq = testing::make_tensor(in.q.extent(), Layout::bnhd),
-           dk = testing::make_tensor(in.k.extent(), Layout::bnhd),
-           dv = testing::make_tensor(in.v.extent(), Layout::bnhd);
-      linear_attention_forward(out.view, in.q.view, in.k.view, in.v.view, options);
-      linear_attention_backward(dq.view, dk.view, dv.view, dout.view, in.q.view, in.k.view, in.v.view, options);
-      std::vector<float> all = out.storage;
-      for (const auto* t : {&dq, &dk, &dv}) all.insert(all.end(), t->storage.begin(), t->storage.end());
-      results.push_back(all);
+  // [B, N, H, D] and [B, H, N, D] take different tile orders (heads in lockstep or one after another).
+  for (Layout layout : {Layout::bnhd, Layout::bhnd})
+    for (bool causal : {false, true}) {
+      auto in = testing::random_inputs(c, layout, rng);
+      LinearAttentionOptions options;
+      options.causal = causal;
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        auto out = testing::make_tensor({c.B, c.Nq, c.H, c.E}, layout);
+        auto dout = testing::random_tensor({c.B, c.Nq, c.H, c.E}, layout, rng);
+        std::mt19937_64 same(11);
+        testing::fill_uniform(dout.view, same, -1, 1);
+        auto dq = testing::make_tensor(in.q.extent(), layout), dk = testing::make_tensor(in.k.extent(), layout),
+             dv = testing::make_tensor(in.v.extent(), layout);
+        linear_attention_forward(out.view, in.q.view, in.k.view, in.v.view, options);
+        linear_attention_backward(dq.view, dk.view, dv.view, dout.view, in.q.view, in.k.view, in.v.view, options);
+        std::vector<float> all = out.storage;
+        for (const auto* t : {&dq, &dk, &dv}) all.insert(all.end(), t->storage.begin(), t->storage.end());
+        results.push_back(all);
+      }
+      set_num_threads(0);
+      ASSERT_EQ(results[0].size(), results[1].size());
+      EXPECT_EQ(0, std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)))
+          << (causal ? "causal" : "non-causal") << (layout == Layout::bnhd ? " bnhd" : " bhnd");
     }
-    set_num_threads(0);
-    ASSERT_EQ(results[0].size(), results[1].size());
-    EXPECT_EQ(0, std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)))
-        << (causal ? "causal" : "non-causal");
-  }
 }
 
 }  // namespace
