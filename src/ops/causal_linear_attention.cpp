@@ -35,6 +35,10 @@ struct ChunkScratch {
   std::vector<float> X, SVs;
   std::vector<float> zs, St;             // [slots, Mp], [E, Mp]
   std::vector<float> den, dden, rowvec;  // [C], [C], [Mp]
+  // Backward, per slot: den and dden of every row from the forward sweep ([N] each), and the reverse
+  // sweep's state G: [M, Ep], g: [Mp].
+  int64_t N, G_size;
+  std::vector<float> dens, ddens, Gs, gs;
   // forward: X for the output product; backward: A and W (each pass allocates only what it uses).
   ChunkScratch(const LinearProblem& p, int64_t chunk, bool forward, int64_t slots = 1)
       : C(chunk),
@@ -58,12 +62,22 @@ struct ChunkScratch {
         St(size_t(p.E * p.Mp)),
         den(size_t(C)),
         dden(size_t(C)),
-        rowvec(size_t(p.Mp)) {}
+        rowvec(size_t(p.Mp)),
+        N(p.Nq),
+        G_size(p.M * p.Ep),
+        dens(forward ? 0 : size_t(slots * N)),
+        ddens(forward ? 0 : size_t(slots * N)),
+        Gs(forward ? 0 : size_t(slots * G_size)),
+        gs(forward ? 0 : size_t(slots * p.Mp)) {}
 
   // [S; 0; V] of the current slot, and its state S: [M, Ep] and z: [Mp].
   float* SV() { return SVs.data() + slot * sv_size; }
   float* S() { return SV(); }
   float* z() { return zs.data() + slot * Mp; }
+  float* den_all() { return dens.data() + slot * N; }
+  float* dden_all() { return ddens.data() + slot * N; }
+  float* G() { return Gs.data() + slot * G_size; }
+  float* g_state() { return gs.data() + slot * Mp; }
   // S, z = the initial state of head bh, or 0.
   void start(const LinearProblem& p, const PackedState* initial, int64_t bh) {
     if (initial) {
@@ -140,15 +154,65 @@ void triangular_acc(float* C, int64_t ldc, const float* A, int64_t lda, const fl
 
 }  // namespace
 
-// What a forward chunk prefetches: the rows of head (b, h) from token n0, or (dense: [B, N, H, D]
-// rows in lockstep) the h-th part of the dense stretch of all heads' rows from n0.
+// What a chunk prefetches: the rows of head (b, h) from token n0, or (dense: [B, N, H, D] rows in
+// lockstep) the h-th part of the dense stretch of all heads' rows from n0. Nothing past either end.
 struct ChunkAhead {
   int64_t b, h, n0;
   bool dense;
   kernels::RowsAhead of(ConstTensorView x, ConstTensorView y, bool for_write, int64_t C) const {
+    if (n0 < 0) return {};
     return dense ? dense_part_ahead(x, y, for_write, b, n0, C, h) : head_rows_ahead(x, y, for_write, b, h, n0, C);
   }
 };
+
+// The chunk starts of one sweep over N tokens, forward or in reverse; past the end: −1 or ≥ N.
+struct Sweep {
+  int64_t N, C;
+  bool reverse;
+  int64_t begin() const { return reverse ? (N - 1) / C * C : 0; }
+  int64_t next(int64_t t) const { return reverse ? t - C : t + C; }
+  bool valid(int64_t t) const { return t >= 0 && t < N; }
+};
+
+// Runs chunk(bh, t, ahead) over every chunk of a sweep for the heads [g0, g1) of one batch, in
+// lockstep: every head's chunk t, then chunk t + C. ahead names the rows to fetch meanwhile: the next
+// item's, or with dense rows the head's part of the next chunk of all heads. start(bh) and finish(bh)
+// run before and after, with w's slot set to the head.
+template <class Start, class Chunk, class Finish>
+void sweep_heads(ChunkScratch& w, const LinearProblem& p, int64_t g0, int64_t g1, const Sweep& sweep, bool dense,
+                 Start start, Chunk chunk, Finish finish) {
+  for (int64_t bh = g0; bh < g1; ++bh) w.slot = bh - g0, start(bh);
+  for (int64_t t = sweep.begin(); sweep.valid(t); t = sweep.next(t))
+    for (int64_t bh = g0; bh < g1; ++bh) {
+      w.slot = bh - g0;
+      const int64_t next = bh + 1 < g1 ? bh + 1 : g0, nt = bh + 1 < g1 ? t : sweep.next(t);
+      chunk(
+          bh, t,
+          dense ? ChunkAhead{bh / p.H, bh % p.H, sweep.next(t), true} : ChunkAhead{next / p.H, next % p.H, nt, false});
+    }
+  for (int64_t bh = g0; bh < g1; ++bh) w.slot = bh - g0, finish(bh);
+}
+
+// Splits the heads over the threads into groups for sweep_heads: with each head's rows one stretch of
+// memory ([B, H, N, D]) every head is its own group, taken one at a time (a head runs to its end
+// before the next); otherwise ([B, N, H, D]) a thread takes a contiguous share of the heads, grouped by
+// batch, so that a group reads whole rows in memory order. Each head's arithmetic is the same either
+// way. run(g0, g1) once per group.
+template <class Run>
+void share_heads(int64_t BH, int64_t H, bool lockstep, Run run) {
+  if (!lockstep) {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < BH; ++bh) run(bh, bh + 1);
+    return;
+  }
+  const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+  const int64_t first = BH * thread / threads, last = BH * (thread + 1) / threads;
+  for (int64_t g0 = first; g0 < last;) {
+    const int64_t g1 = std::min(last, (g0 / H + 1) * H);
+    run(g0, g1);
+    g0 = g1;
+  }
+}
 
 // One chunk of the forward: tokens [t, t + C) of head bh, whose state is w's current slot; then the
 // state moves past the chunk, while the rows `ahead` names are fetched.
@@ -201,149 +265,141 @@ void forward_chunk(ChunkScratch& w, TensorView out, ConstTensorView q, ConstTens
 void causal_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, const LinearProblem& p,
                     int64_t chunk, const PackedState* initial, PackedState* final_state) {
   const int64_t N = p.Nq, BH = p.B * p.H, C = std::clamp<int64_t>(chunk, 1, std::min(N, kMaxChunk));
-  // With each head's rows one stretch of memory ([B, H, N, D]), a thread runs a head to its end before
-  // the next. Otherwise ([B, N, H, D]) it advances its heads in lockstep, chunk by chunk, so that it
-  // reads whole rows of all heads in memory order; each head's arithmetic is the same either way.
+  // With each head's rows one stretch of memory ([B, H, N, D]) a head runs to its end before the next;
+  // otherwise ([B, N, H, D]) a batch's heads advance in lockstep, reading whole rows in memory order.
   const bool lockstep = !heads_outer(q);
-  const bool dense = tokens_dense(q) && tokens_dense(k) && tokens_dense(v) && tokens_dense(out);
-  const auto finish = [&](ChunkScratch& w, int64_t bh) {
-    if (!final_state) return;
-    std::copy_n(w.S(), p.M * p.Ep, final_state->S_of(bh));
-    std::copy_n(w.z(), p.Mp, final_state->z_of(bh));
-  };
+  const bool dense = lockstep && tokens_dense(q) && tokens_dense(k) && tokens_dense(v) && tokens_dense(out);
 #pragma omp parallel
   {
-    if (!lockstep) {
-      ChunkScratch w(p, C, true);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        w.start(p, initial, bh);
-        for (int64_t t = 0; t < N; t += C) forward_chunk(w, out, q, k, v, p, bh, t, {bh / p.H, bh % p.H, t + C, false});
-        finish(w, bh);
-      }
-    } else {
-      // The thread's heads, a batch at a time: the heads of one batch share their rows.
-      const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-      const int64_t first = BH * thread / threads, last = BH * (thread + 1) / threads;
-      ChunkScratch w(p, C, true, std::min(p.H, std::max<int64_t>(1, last - first)));
-      for (int64_t g0 = first; g0 < last;) {
-        const int64_t g1 = std::min(last, (g0 / p.H + 1) * p.H);
-        for (int64_t bh = g0; bh < g1; ++bh) {
-          w.slot = bh - g0;
-          w.start(p, initial, bh);
-        }
-        for (int64_t t = 0; t < N; t += C)
-          for (int64_t bh = g0; bh < g1; ++bh) {
-            w.slot = bh - g0;
-            const int64_t next = bh + 1 < g1 ? bh + 1 : g0, nt = bh + 1 < g1 ? t : t + C;
-            const ChunkAhead ahead =
-                dense ? ChunkAhead{bh / p.H, bh % p.H, t + C, true} : ChunkAhead{next / p.H, next % p.H, nt, false};
-            forward_chunk(w, out, q, k, v, p, bh, t, ahead);
-          }
-        for (int64_t bh = g0; bh < g1; ++bh) {
-          w.slot = bh - g0;
-          finish(w, bh);
-        }
-        g0 = g1;
-      }
+    ChunkScratch w(p, C, true, lockstep ? p.H : 1);
+    share_heads(BH, p.H, lockstep, [&](int64_t g0, int64_t g1) {
+      sweep_heads(
+          w, p, g0, g1, Sweep{N, C, false}, dense, [&](int64_t bh) { w.start(p, initial, bh); },
+          [&](int64_t bh, int64_t t, const ChunkAhead& ahead) { forward_chunk(w, out, q, k, v, p, bh, t, ahead); },
+          [&](int64_t bh) {
+            if (!final_state) return;
+            std::copy_n(w.S(), p.M * p.Ep, final_state->S_of(bh));
+            std::copy_n(w.z(), p.Mp, final_state->z_of(bh));
+          });
+    });
+  }
+}
+
+// One chunk of the backward's forward sweep, with S_i, z_i the state that row i sees:
+//   P_i = S_i dout_i, dden_i = −φ(q_i)·P_i / den_i², dφ(q_i) = P_i / den_i + z_i dden_i;
+// den and dden are kept per row for the reverse sweep; then the state moves past the chunk.
+void backward_chunk_forward_sweep(ChunkScratch& w, TensorView dq, ConstTensorView dout, ConstTensorView q,
+                                  ConstTensorView k, ConstTensorView v, const LinearProblem& p, int64_t bh, int64_t t,
+                                  const ChunkAhead& ahead) {
+  const int64_t b = bh / p.H, h = bh % p.H, n = std::min(w.C, p.Nq - t);
+  const int64_t valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
+  float* S = w.S();
+  float* z = w.z();
+  w.load(p, q, k, v, b, h, t, n, valid);
+  load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
+  // P = dout Sᵀ + mask(dout Vᵀ) φ(K); meanwhile the next item's q and k rows are fetched
+  kernels::transpose(w.St.data(), p.Mp, S, p.Ep, p.M, p.E);
+  const kernels::RowsAhead next_qk = ahead.of(q, k, false, w.C);
+  gemm_set(w.P.data(), p.Mp, w.g.data(), p.Ep, 1, w.St.data(), p.Mp, n, p.E, p.Mp, nullptr, &next_qk);
+  masked_product(w.W.data(), w.Cp, w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
+  triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true);
+  if (p.normalize) {
+    masked_product(w.A.data(), w.Cp, w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
+    kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, z, n, p.M);
+    kernels::row_sums(w.dden.data(), w.A.data(), w.Cp, n, n);
+    std::copy_n(z, p.Mp, w.rowvec.data());  // z_i: z plus the chunk's keys up to i
+    for (int64_t r = 0; r < n; ++r) {
+      const float d = w.den[r] + w.dden[r] + p.eps;
+      float* Pr = w.P.data() + r * p.Mp;
+      const float* phr = w.phi_q.data() + r * p.Mp;
+      const float* pkr = w.phi_k.data() + r * p.Mp;
+      for (int64_t m = 0; m < p.M; ++m) w.rowvec[m] += pkr[m];
+      const float dd = normaliser_backward(Pr, phr, w.rowvec.data(), d, p.M);
+      w.den_all()[t + r] = d;
+      w.dden_all()[t + r] = dd;
     }
   }
+  store_feature_grad(head_rows(dq, b, h), w.features, p, FeatureRole::query, w.P.data(), w.phi_q.data(),
+                     head_rows(q, b, h), t, n, n);
+  w.advance(p, n, ahead.of(v, dout, false, w.C));
+}
+
+// One chunk of the reverse sweep, G = Σ_{later i} φ(q_i) dnum_iᵀ, g = Σ_{later i} φ(q_i) dden_i:
+//   dφ(k_j) = G v_j + g + Σ_{i ≥ j in chunk} (dnum_i·v_j + dden_i) φ(q_i),
+//   dv_j = Gᵀ φ(k_j) + Σ_{i ≥ j in chunk} (φ(q_i)·φ(k_j)) dnum_i;
+// then G and g take in the chunk's queries.
+void backward_chunk_reverse_sweep(ChunkScratch& w, TensorView dk, TensorView dv, ConstTensorView dout,
+                                  ConstTensorView q, ConstTensorView k, ConstTensorView v, const LinearProblem& p,
+                                  int64_t bh, int64_t t, const ChunkAhead& ahead) {
+  const int64_t b = bh / p.H, h = bh % p.H, n = std::min(w.C, p.Nq - t);
+  const int64_t valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
+  float* G = w.G();
+  float* g = w.g_state();
+  // The next item's rows, fetched during the two products with G.
+  const kernels::RowsAhead next_qk = ahead.of(q, k, false, w.C), next_vg = ahead.of(v, dout, false, w.C);
+  w.load(p, q, k, v, b, h, t, n, valid);
+  load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
+  float* dden = w.dden.data();
+  if (p.normalize) {
+    for (int64_t r = 0; r < n; ++r) {
+      const float inv = 1.0f / w.den_all()[t + r];
+      for (int64_t e = 0; e < p.E; ++e) w.g[r * p.Ep + e] *= inv;
+      dden[r] = w.dden_all()[t + r];
+    }
+  }
+  // dφ(K) = g + V Gᵀ + (mask_{i ≥ j}(V dnumᵀ) + dden) φ(Q)
+  for (int64_t r = 0; r < n; ++r) std::copy_n(g, p.Mp, w.P.data() + r * p.Mp);
+  kernels::transpose(w.St.data(), p.Mp, G, p.Ep, p.M, p.E);
+  gemm_acc(w.P.data(), p.Mp, w.V, w.ldv, 1, w.St.data(), p.Mp, n, p.E, p.Mp, &next_qk);
+  masked_product(w.W.data(), w.Cp, w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
+  if (p.normalize)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = j; i < n; ++i) w.W[j * w.Cp + i] += dden[i];
+  triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_q.data(), p.Mp, n, p.Mp, false);
+  // dV = φ(K) G + mask_{i ≥ j}(φ(K) φ(Q)ᵀ) dnum
+  gemm_set(w.num.data(), p.Ep, w.phi_k.data(), p.Mp, 1, G, p.Ep, n, p.M, p.Ep, nullptr, &next_vg);
+  masked_product(w.A.data(), w.Cp, w.Cp, w.phi_k.data(), p.Mp, w.phi_q.data(), p.Mp, n, p.M, w.T.data(), false);
+  triangular_acc(w.num.data(), p.Ep, w.A.data(), w.Cp, w.g.data(), p.Ep, n, p.Ep, false);
+  store_feature_grad(head_rows(dk, b, h), w.features, p, FeatureRole::key, w.P.data(), w.phi_k.data(),
+                     head_rows(k, b, h), t, n, valid);
+  store_rows(head_rows(dv, b, h), t, n, valid, w.num.data(), p.Ep, p.E);
+  // G += φ(Q)ᵀ dnum, g += Σ dden_i φ(q_i)
+  gemm_acc(G, p.Ep, w.phi_q.data(), 1, p.Mp, w.g.data(), p.Ep, p.M, n, p.Ep);
+  if (p.normalize) kernels::add_weighted_rows(g, w.phi_q.data(), p.Mp, dden, n, p.M);
 }
 
 void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                      ConstTensorView k, ConstTensorView v, const LinearProblem& p, int64_t chunk,
                      const PackedState* initial, PackedState* dinitial) {
   const int64_t N = p.Nq, BH = p.B * p.H, C = std::clamp<int64_t>(chunk, 1, std::min(N, kMaxChunk));
+  const bool lockstep = !heads_outer(q);  // as in causal_forward
+  const bool dense = lockstep && tokens_dense(q) && tokens_dense(k) && tokens_dense(v) && tokens_dense(dout);
 #pragma omp parallel
   {
-    ChunkScratch w(p, C, false);
-    std::vector<float> den_all(N), dden_all(N);  // per row, from the forward sweep
-    std::vector<float> G(size_t(p.M * p.Ep)), g(size_t(p.Mp));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < BH; ++bh) {
-      const int64_t b = bh / p.H, h = bh % p.H;
-      w.start(p, initial, bh);
-      float* S = w.S();
-      float* z = w.z();
-      // Forward sweep: with S_i, z_i the state that row i sees,
-      //   P_i = S_i dout_i, dden_i = −φ(q_i)·P_i / den_i², dφ(q_i) = P_i / den_i + z_i dden_i.
-      for (int64_t t = 0; t < N; t += C) {
-        const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
-        w.load(p, q, k, v, b, h, t, n, valid);
-        load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
-        // P = dout Sᵀ + mask(dout Vᵀ) φ(K); meanwhile the next chunk's q and k rows are fetched
-        kernels::transpose(w.St.data(), p.Mp, S, p.Ep, p.M, p.E);
-        const kernels::RowsAhead next_qk = head_rows_ahead(q, k, false, b, h, t + C, C);
-        gemm_set(w.P.data(), p.Mp, w.g.data(), p.Ep, 1, w.St.data(), p.Mp, n, p.E, p.Mp, nullptr, &next_qk);
-        masked_product(w.W.data(), w.Cp, w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
-        triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true);
-        if (p.normalize) {
-          masked_product(w.A.data(), w.Cp, w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
-          kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, z, n, p.M);
-          kernels::row_sums(w.dden.data(), w.A.data(), w.Cp, n, n);
-          std::copy_n(z, p.Mp, w.rowvec.data());  // z_i: z plus the chunk's keys up to i
-          for (int64_t r = 0; r < n; ++r) {
-            const float d = w.den[r] + w.dden[r] + p.eps;
-            float* Pr = w.P.data() + r * p.Mp;
-            const float* phr = w.phi_q.data() + r * p.Mp;
-            const float* pkr = w.phi_k.data() + r * p.Mp;
-            for (int64_t m = 0; m < p.M; ++m) w.rowvec[m] += pkr[m];
-            const float dd = normaliser_backward(Pr, phr, w.rowvec.data(), d, p.M);
-            den_all[t + r] = d;
-            dden_all[t + r] = dd;
-          }
-        }
-        store_feature_grad(head_rows(dq, b, h), w.features, p, FeatureRole::query, w.P.data(), w.phi_q.data(),
-                           head_rows(q, b, h), t, n, n);
-        w.advance(p, n, head_rows_ahead(v, dout, false, b, h, t + C, C));
-      }
-      // Backward sweep, G = Σ_{later i} φ(q_i) dnum_iᵀ, g = Σ_{later i} φ(q_i) dden_i:
-      //   dφ(k_j) = G v_j + g + Σ_{i ≥ j in chunk} (dnum_i·v_j + dden_i) φ(q_i),
-      //   dv_j = Gᵀ φ(k_j) + Σ_{i ≥ j in chunk} (φ(q_i)·φ(k_j)) dnum_i.
-      std::fill(G.begin(), G.end(), 0.0f);
-      std::fill(g.begin(), g.end(), 0.0f);
-      const int64_t last = (N - 1) / C * C;
-      for (int64_t t = last; t >= 0; t -= C) {
-        const int64_t n = std::min(C, N - t), valid = std::clamp<int64_t>(p.lengths[b] - t, 0, n);
-        // The previous chunk's rows, fetched during the two products with G.
-        const kernels::RowsAhead prev_qk = t >= C ? head_rows_ahead(q, k, false, b, h, t - C, C) : kernels::RowsAhead{};
-        const kernels::RowsAhead prev_vg =
-            t >= C ? head_rows_ahead(v, dout, false, b, h, t - C, C) : kernels::RowsAhead{};
-        w.load(p, q, k, v, b, h, t, n, valid);
-        load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
-        float* dden = w.dden.data();
-        if (p.normalize) {
-          for (int64_t r = 0; r < n; ++r) {
-            const float inv = 1.0f / den_all[t + r];
-            for (int64_t e = 0; e < p.E; ++e) w.g[r * p.Ep + e] *= inv;
-            dden[r] = dden_all[t + r];
-          }
-        }
-        // dφ(K) = g + V Gᵀ + (mask_{i ≥ j}(V dnumᵀ) + dden) φ(Q)
-        for (int64_t r = 0; r < n; ++r) std::copy_n(g.data(), p.Mp, w.P.data() + r * p.Mp);
-        kernels::transpose(w.St.data(), p.Mp, G.data(), p.Ep, p.M, p.E);
-        gemm_acc(w.P.data(), p.Mp, w.V, w.ldv, 1, w.St.data(), p.Mp, n, p.E, p.Mp, &prev_qk);
-        masked_product(w.W.data(), w.Cp, w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
-        if (p.normalize)
-          for (int64_t j = 0; j < n; ++j)
-            for (int64_t i = j; i < n; ++i) w.W[j * w.Cp + i] += dden[i];
-        triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_q.data(), p.Mp, n, p.Mp, false);
-        // dV = φ(K) G + mask_{i ≥ j}(φ(K) φ(Q)ᵀ) dnum
-        gemm_set(w.num.data(), p.Ep, w.phi_k.data(), p.Mp, 1, G.data(), p.Ep, n, p.M, p.Ep, nullptr, &prev_vg);
-        masked_product(w.A.data(), w.Cp, w.Cp, w.phi_k.data(), p.Mp, w.phi_q.data(), p.Mp, n, p.M, w.T.data(), false);
-        triangular_acc(w.num.data(), p.Ep, w.A.data(), w.Cp, w.g.data(), p.Ep, n, p.Ep, false);
-        store_feature_grad(head_rows(dk, b, h), w.features, p, FeatureRole::key, w.P.data(), w.phi_k.data(),
-                           head_rows(k, b, h), t, n, valid);
-        store_rows(head_rows(dv, b, h), t, n, valid, w.num.data(), p.Ep, p.E);
-        // G += φ(Q)ᵀ dnum, g += Σ dden_i φ(q_i)
-        gemm_acc(G.data(), p.Ep, w.phi_q.data(), 1, p.Mp, w.g.data(), p.Ep, p.M, n, p.Ep);
-        if (p.normalize) kernels::add_weighted_rows(g.data(), w.phi_q.data(), p.Mp, dden, n, p.M);
-      }
-      if (dinitial) {
-        std::copy(G.begin(), G.end(), dinitial->S_of(bh));
-        std::copy(g.begin(), g.end(), dinitial->z_of(bh));
-      }
-    }
+    ChunkScratch w(p, C, false, lockstep ? p.H : 1);
+    share_heads(BH, p.H, lockstep, [&](int64_t g0, int64_t g1) {
+      // Forward sweep for dq, from the initial state; then the reverse sweep for dk, dv from G = 0, g = 0.
+      sweep_heads(
+          w, p, g0, g1, Sweep{N, C, false}, dense, [&](int64_t bh) { w.start(p, initial, bh); },
+          [&](int64_t bh, int64_t t, const ChunkAhead& ahead) {
+            backward_chunk_forward_sweep(w, dq, dout, q, k, v, p, bh, t, ahead);
+          },
+          [](int64_t) {});
+      sweep_heads(
+          w, p, g0, g1, Sweep{N, C, true}, dense,
+          [&](int64_t) {
+            std::fill_n(w.G(), p.M * p.Ep, 0.0f);
+            std::fill_n(w.g_state(), p.Mp, 0.0f);
+          },
+          [&](int64_t bh, int64_t t, const ChunkAhead& ahead) {
+            backward_chunk_reverse_sweep(w, dk, dv, dout, q, k, v, p, bh, t, ahead);
+          },
+          [&](int64_t bh) {
+            if (!dinitial) return;
+            std::copy_n(w.G(), p.M * p.Ep, dinitial->S_of(bh));
+            std::copy_n(w.g_state(), p.Mp, dinitial->z_of(bh));
+          });
+    });
   }
 }
 
