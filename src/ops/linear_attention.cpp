@@ -61,6 +61,7 @@ void queries_forward(TensorView out, ConstTensorView q, const PackedState& state
 void queries_backward(TensorView dq, PackedState& grad, ConstTensorView dout, ConstTensorView q,
                       const PackedState& state, const LinearProblem& p) {
   const int64_t BH = p.B * p.H, blocks = reduction_blocks(p.B, p.Nq);
+  const bool fused = feature_tile_applies(p, q);
   std::vector<float> St(size_t(BH * p.E * p.Mp), 0.0f);  // Sᵀ: [E, Mp] per head
   Partials partial_S(p.B, blocks, p.H, p.M * p.Ep), partial_z(p.B, blocks, p.H, p.Mp);
 #pragma omp parallel
@@ -73,33 +74,40 @@ void queries_backward(TensorView dq, PackedState& grad, ConstTensorView dout, Co
         dden(kTile);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < p.B * blocks; ++item) {
-      const int64_t b = item / blocks, blk = item % blocks, i1 = std::min(p.Nq, block_begin(blk + 1, blocks, p.Nq));
-      for (int64_t i = block_begin(blk, blocks, p.Nq); i < i1; i += kTile) {
-        const int64_t n = std::min(kTile, i1 - i);
-        for (int64_t h = 0; h < p.H; ++h) {
-          const int64_t bh = b * p.H + h;
-          const float* z = state.z_of(bh);
-          float* gS = blk == 0 ? grad.S_of(bh) : partial_S.at(b, blk, h);
-          float* gz = blk == 0 ? grad.z_of(bh) : partial_z.at(b, blk, h);
+      const int64_t b = item / blocks, blk = item % blocks;
+      const TileWalk walk{p.H, block_begin(blk, blocks, p.Nq), std::min(p.Nq, block_begin(blk + 1, blocks, p.Nq)),
+                          heads_outer(q)};
+      for (int64_t t = 0; t < walk.count(); ++t) {
+        const int64_t h = walk.head(t), i = walk.token(t), n = walk.rows(t);
+        const int64_t bh = b * p.H + h;
+        const float* z = state.z_of(bh);
+        float* gS = blk == 0 ? grad.S_of(bh) : partial_S.at(b, blk, h);
+        float* gz = blk == 0 ? grad.z_of(bh) : partial_z.at(b, blk, h);
+        if (fused) {
+          kernels::FeatureTile f = feature_tile_of(p, head_rows(q, b, h), i, n, phi.data());
+          if (p.normalize) f.dot = z, f.dots = den.data();
+          kernels::feature_tile(f);
+        } else {
           load_features(phi.data(), w, p, FeatureRole::query, head_rows(q, b, h), i, n, n);
-          load_rows(g.data(), p.Ep, head_rows(dout, b, h), i, n, n, p.E);
-          // P_i = S dout_i: [n, Mp]
-          std::fill(P.begin(), P.end(), 0.0f);
-          kernels::gemm_acc(P.data(), p.Mp, g.data(), p.Ep, 1, St.data() + bh * p.E * p.Mp, p.Mp, n, p.E, p.Mp);
-          if (p.normalize) {
-            kernels::row_dots(den.data(), phi.data(), p.Mp, z, n, p.M);
-            for (int64_t r = 0; r < n; ++r) {
-              const float d = den[r] + p.eps;
-              dden[r] = normaliser_backward(P.data() + r * p.Mp, phi.data() + r * p.Mp, z, d, p.M);
-              const float inv = 1.0f / d;
-              for (int64_t e = 0; e < p.E; ++e) g[r * p.Ep + e] *= inv;
-            }
-            kernels::add_weighted_rows(gz, phi.data(), p.Mp, dden.data(), n, p.M);
-          }
-          kernels::gemm_acc(gS, p.Ep, phi.data(), 1, p.Mp, g.data(), p.Ep, p.M, n, p.Ep);
-          store_feature_grad(head_rows(dq, b, h), w, p, FeatureRole::query, P.data(), phi.data(), head_rows(q, b, h), i,
-                             n, n);
+          if (p.normalize) kernels::row_dots(den.data(), phi.data(), p.Mp, z, n, p.M);
         }
+        load_rows(g.data(), p.Ep, head_rows(dout, b, h), i, n, n, p.E);
+        // P_i = S dout_i: [n, Mp], while the next tile's q and dout rows are fetched
+        const kernels::RowsAhead next = rows_ahead(walk, q, dout, false, b, t);
+        kernels::gemm_set(P.data(), p.Mp, g.data(), p.Ep, 1, St.data() + bh * p.E * p.Mp, p.Mp, n, p.E, p.Mp, nullptr,
+                          &next);
+        if (p.normalize) {
+          for (int64_t r = 0; r < n; ++r) {
+            const float d = den[r] + p.eps;
+            dden[r] = normaliser_backward(P.data() + r * p.Mp, phi.data() + r * p.Mp, z, d, p.M);
+            const float inv = 1.0f / d;
+            for (int64_t e = 0; e < p.E; ++e) g[r * p.Ep + e] *= inv;
+          }
+          kernels::add_weighted_rows(gz, phi.data(), p.Mp, dden.data(), n, p.M);
+        }
+        kernels::gemm_acc(gS, p.Ep, phi.data(), 1, p.Mp, g.data(), p.Ep, p.M, n, p.Ep);
+        store_feature_grad(head_rows(dq, b, h), w, p, FeatureRole::query, P.data(), phi.data(), head_rows(q, b, h), i,
+                           n, n);
       }
     }
 #pragma omp for schedule(static)

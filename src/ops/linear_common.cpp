@@ -1,5 +1,7 @@
 #include "ops/linear_common.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -368,7 +370,10 @@ void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const Li
 
 void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTensorView v, const PackedState& grad,
                        const LinearProblem& p) {
-  const int64_t Nk = k.seq(), BH = p.B * p.H, tiles = (Nk + kTile - 1) / kTile;
+  const int64_t Nk = k.seq(), BH = p.B * p.H;
+  const bool fused = feature_tile_applies(p, k);
+  const TileWalk walk{p.H, 0, Nk, heads_outer(k)};
+  const int64_t items = p.B * walk.count();
   // dSᵀ of every head: [E, Mp], the right-hand side of dφ(K) = V dSᵀ.
   std::vector<float> dSt(size_t(BH * p.E * p.Mp), 0.0f);
 #pragma omp parallel
@@ -376,30 +381,33 @@ void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTen
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < BH; ++bh)
       kernels::transpose(dSt.data() + bh * p.E * p.Mp, p.Mp, grad.S_of(bh), p.Ep, p.M, p.E);
+    // Each thread takes one contiguous run of the (batch, head, tile) items, in TileWalk order.
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int64_t first = items * thread / threads, last = items * (thread + 1) / threads;
     FeatureScratch w(p, kTile);
     std::vector<float> phi(size_t(kTile * p.Mp)), val(size_t(kTile * p.Ep)), dphi(size_t(kTile * p.Mp)),
         dval(size_t(kTile * p.Ep));
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < p.B * tiles; ++item) {
-      const int64_t b = item / tiles, j = (item % tiles) * kTile;
-      const int64_t n = std::min(kTile, Nk - j), valid = std::clamp<int64_t>(p.lengths[b] - j, 0, n);
-      for (int64_t h = 0; h < p.H; ++h) {
-        const int64_t bh = b * p.H + h;
-        if (valid > 0) {
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t b = item / walk.count(), t = item % walk.count();
+      const int64_t h = walk.head(t), j = walk.token(t), n = walk.rows(t), bh = b * p.H + h;
+      const int64_t valid = std::clamp<int64_t>(p.lengths[b] - j, 0, n);
+      if (valid > 0) {
+        if (fused)
+          kernels::feature_tile(feature_tile_of(p, head_rows(k, b, h), j, valid, phi.data()));
+        else
           load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, valid, valid);
-          load_rows(val.data(), p.Ep, head_rows(v, b, h), j, valid, valid, p.E);
-          // dφ(k_j) = dS v_j + dz
-          for (int64_t r = 0; r < valid; ++r) std::copy_n(grad.z_of(bh), p.Mp, dphi.data() + r * p.Mp);
-          kernels::gemm_acc(dphi.data(), p.Mp, val.data(), p.Ep, 1, dSt.data() + bh * p.E * p.Mp, p.Mp, valid, p.E,
-                            p.Mp);
-          // dv_j = dSᵀ φ(k_j)
-          std::fill(dval.begin(), dval.begin() + valid * p.Ep, 0.0f);
-          kernels::gemm_acc(dval.data(), p.Ep, phi.data(), p.Mp, 1, grad.S_of(bh), p.Ep, valid, p.M, p.Ep);
-        }
-        store_feature_grad(head_rows(dk, b, h), w, p, FeatureRole::key, dphi.data(), phi.data(), head_rows(k, b, h), j,
-                           n, valid);
-        store_rows(head_rows(dv, b, h), j, n, valid, dval.data(), p.Ep, p.E);
+        load_rows(val.data(), p.Ep, head_rows(v, b, h), j, valid, valid, p.E);
+        // dφ(k_j) = dS v_j + dz, while the next tile's k and v rows are fetched
+        for (int64_t r = 0; r < valid; ++r) std::copy_n(grad.z_of(bh), p.Mp, dphi.data() + r * p.Mp);
+        const kernels::RowsAhead next = rows_ahead(walk, k, v, false, b, t);
+        kernels::gemm_acc(dphi.data(), p.Mp, val.data(), p.Ep, 1, dSt.data() + bh * p.E * p.Mp, p.Mp, valid, p.E, p.Mp,
+                          &next);
+        // dv_j = dSᵀ φ(k_j)
+        kernels::gemm_set(dval.data(), p.Ep, phi.data(), p.Mp, 1, grad.S_of(bh), p.Ep, valid, p.M, p.Ep);
       }
+      store_feature_grad(head_rows(dk, b, h), w, p, FeatureRole::key, dphi.data(), phi.data(), head_rows(k, b, h), j, n,
+                         valid);
+      store_rows(head_rows(dv, b, h), j, n, valid, dval.data(), p.Ep, p.E);
     }
   }
 }
