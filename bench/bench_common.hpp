@@ -22,12 +22,17 @@ inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.
   return x;
 }
 
-// A [B, H, N, D] buffer and its [B, N, H, D] view.
+// How a benchmark's tensors are stored: [B, H, N, D] (PyTorch's usual attention layout, each head's
+// rows one stretch) or [B, N, H, D] (the library's logical order, a token's heads side by side).
+enum class Storage { bhnd, bnhd };
+
+// A buffer in that storage and its [B, N, H, D] view.
 struct Tensor {
   std::vector<float> data;
   TensorView view;
-  Tensor(int64_t B, int64_t H, int64_t N, int64_t D, uint64_t seed)
-      : data(random_floats(B * H * N * D, seed)), view(bhnd(data.data(), B, H, N, D)) {}
+  Tensor(int64_t B, int64_t H, int64_t N, int64_t D, uint64_t seed, Storage storage = Storage::bhnd)
+      : data(random_floats(B * H * N * D, seed)),
+        view(storage == Storage::bhnd ? bhnd(data.data(), B, H, N, D) : bnhd(data.data(), B, N, H, D)) {}
 };
 
 // q, k, v [B, H, N, D|E] and the tensors of a forward (out) and a backward (dout, dq, dk, dv) of
@@ -35,20 +40,20 @@ struct Tensor {
 struct Problem {
   int64_t B, H, N, D, E;
   Tensor q, k, v, out, dout, dq, dk, dv;
-  Problem(int64_t B_, int64_t H_, int64_t N_, int64_t D_, int64_t E_)
+  Problem(int64_t B_, int64_t H_, int64_t N_, int64_t D_, int64_t E_, Storage storage = Storage::bhnd)
       : B(B_),
         H(H_),
         N(N_),
         D(D_),
         E(E_),
-        q(B, H, N, D, 1),
-        k(B, H, N, D, 2),
-        v(B, H, N, E, 3),
-        out(B, H, N, E, 4),
-        dout(B, H, N, E, 5),
-        dq(B, H, N, D, 6),
-        dk(B, H, N, D, 7),
-        dv(B, H, N, E, 8) {}
+        q(B, H, N, D, 1, storage),
+        k(B, H, N, D, 2, storage),
+        v(B, H, N, E, 3, storage),
+        out(B, H, N, E, 4, storage),
+        dout(B, H, N, E, 5, storage),
+        dq(B, H, N, D, 6, storage),
+        dk(B, H, N, D, 7, storage),
+        dv(B, H, N, E, 8, storage) {}
   // Compulsory traffic: q, k, v read and out written; the backward reads dout too and writes dq, dk, dv.
   double forward_bytes() const { return 2 * tensor_bytes(B, H, N, D) + 2 * tensor_bytes(B, H, N, E); }
   double backward_bytes() const { return 4 * tensor_bytes(B, H, N, D) + 3 * tensor_bytes(B, H, N, E); }

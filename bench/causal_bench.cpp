@@ -1,5 +1,6 @@
 // Causal linear attention (chunked), forward and backward, against the token-by-token prefix-sum
-// baseline on the same inputs. elu+1, B = 4, H = 8, D = E = 64, [B, H, N, D] storage. Args: N, threads.
+// baseline on the same inputs. elu+1, B = 4, H = 8, D = E = 64, [B, H, N, D] storage (…Bnhd: [B, N, H, D]).
+// Args: N, threads.
 #include "baseline/prefix_sum_causal.hpp"
 #include "bench_common.hpp"
 #include "linattn/linear_attention.hpp"
@@ -13,9 +14,9 @@ LinearAttentionOptions causal_options() {
   return options;
 }
 
-void BM_CausalForward(benchmark::State& state) {
+void CausalForward(benchmark::State& state, Storage storage) {
   const ThreadScope threads(int(state.range(1)));
-  Problem p(4, 8, state.range(0), 64, 64);
+  Problem p(4, 8, state.range(0), 64, 64, storage);
   const LinearAttentionOptions options = causal_options();
   for (auto _ : state) {
     causal_linear_attention_forward(p.out.view, p.q.view, p.k.view, p.v.view, options);
@@ -26,10 +27,12 @@ void BM_CausalForward(benchmark::State& state) {
                p.forward_bytes(), int(state.range(1)));
   state.counters["chunk"] = double(options.chunk_size);
 }
+void BM_CausalForward(benchmark::State& state) { CausalForward(state, Storage::bhnd); }
+void BM_CausalForwardBnhd(benchmark::State& state) { CausalForward(state, Storage::bnhd); }
 
-void BM_CausalBackward(benchmark::State& state) {
+void CausalBackward(benchmark::State& state, Storage storage) {
   const ThreadScope threads(int(state.range(1)));
-  Problem p(4, 8, state.range(0), 64, 64);
+  Problem p(4, 8, state.range(0), 64, 64, storage);
   const LinearAttentionOptions options = causal_options();
   for (auto _ : state) {
     causal_linear_attention_backward(p.dq.view, p.dk.view, p.dv.view, p.dout.view, p.q.view, p.k.view, p.v.view,
@@ -41,6 +44,8 @@ void BM_CausalBackward(benchmark::State& state) {
                p.backward_bytes(), int(state.range(1)));
   state.counters["chunk"] = double(options.chunk_size);
 }
+void BM_CausalBackward(benchmark::State& state) { CausalBackward(state, Storage::bhnd); }
+void BM_CausalBackwardBnhd(benchmark::State& state) { CausalBackward(state, Storage::bnhd); }
 
 // The baseline's FLOPS count its own (token-by-token) work; compare the two by time.
 void BM_PrefixSumForward(benchmark::State& state) {
@@ -75,6 +80,9 @@ BENCHMARK(BM_CausalForward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_PrefixSumForward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_CausalBackward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_PrefixSumBackward)->Apply(sizes_by_threads<1024, 16384>);
+// The same operators on [B, N, H, D] storage (the library's logical order).
+BENCHMARK(BM_CausalForwardBnhd)->Apply(sizes_by_threads<16384>);
+BENCHMARK(BM_CausalBackwardBnhd)->Apply(sizes_by_threads<16384>);
 
 }  // namespace
 }  // namespace linattn::bench

@@ -210,6 +210,9 @@ def main():
     peak = bench('bench_peak', '.')
     lin = bench('bench_linear', f'BM_Linear(Forward|Backward)/N:{N_lin}/')
     causal = bench('bench_causal', f'BM_Causal(Forward|Backward)/N:{N_lin}/|BM_PrefixSum(Forward|Backward)/N:{N_lin}/')
+    # The linear operators again on [B, N, H, D] storage (registered at N = 16384 only).
+    native = {} if quick else {**bench('bench_linear', f'Bnhd/N:{N_lin}/threads:2'),
+                               **bench('bench_causal', f'Bnhd/N:{N_lin}/threads:2')}
     soft = bench('bench_softmax', f'BM_SoftmaxForwardBackward/N:{N_soft}/|BM_SoftmaxForward/N:{N_soft}/threads:2|'
                                   f'BM_SoftmaxDecode/context:{ctx}/')
     rec = bench('bench_recurrent', '|'.join(f'position:{p}/' for p in positions))
@@ -275,6 +278,14 @@ def main():
         report.target(f'2 causal {short} vs prefix-sum baseline', t_base / t_ours, '>=', 4, 'x')
         report.target(f'2 causal {short} % of FMA peak (chunked flops)',
                       100 * flops(causal, f'BM_Causal{direction}/N:{N_lin}/threads:2') / fma2, '>=', 40, '%')
+
+    for op, label in (('LinearForward', 'linear fwd'), ('LinearBackward', 'linear bwd'),
+                      ('CausalForward', 'causal fwd'), ('CausalBackward', 'causal bwd')):
+        if native:
+            name = f'BM_{op}Bnhd/N:{N_lin}/threads:2'
+            report.info(f'  {label} on [B,N,H,D] storage: time, % of peak',
+                        f'{sec(native, name) * 1e3:.1f} ms, {100 * flops(native, name) / fma2:.0f}%',
+                        "the targets' shape on the library's logical layout (the targets use [B,H,N,D], as PyTorch)")
 
     # 3. Softmax forward + backward vs the seed with autograd; peak memory of the forward.
     qa, ka, va = (uniform(1, H, N_soft, D).requires_grad_() for _ in range(3))
