@@ -33,6 +33,27 @@ inline double causal_forward_flops(int64_t B, int64_t H, int64_t N, int64_t M_, 
   }
   return double(B * H) * per_bh;
 }
+// What the library's causal forward actually multiplies (src/ops/causal_linear_attention.cpp), which is
+// less than the count above: the in-chunk products run in strips of 16 rows, each only as wide (A) or
+// as deep (the output product [φ(Q) | A][S; V]) as the triangle reaches, on rows padded to 16 floats.
+// Per chunk of n tokens and strip of `rows` rows at r: A 2·rows·M·pad(r + rows), output
+// 2·rows·(Mp + r + rows)·Ep; then the state update 2·M·n·Ep, z (n·M), φ(Q)·z (2·n·M), row sums of A
+// (n²), and the 1/den scaling of [φ(Q) | A] (n·Mp + n(n + 1)/2).
+inline double causal_forward_flops_executed(int64_t B, int64_t H, int64_t N, int64_t M_, int64_t E_, int64_t C) {
+  const auto pad = [](int64_t x) { return double((x + 15) / 16 * 16); };
+  const double M = double(M_), Mp = pad(M_), Ep = pad(E_);
+  double per_bh = 0;
+  for (int64_t t0 = 0; t0 < N; t0 += C) {
+    const int64_t n = std::min(C, N - t0);
+    for (int64_t r = 0; r < n; r += 16) {
+      const int64_t rows = std::min<int64_t>(16, n - r);
+      per_bh += 2.0 * double(rows) * M * pad(r + rows) + 2.0 * double(rows) * (Mp + double(r + rows)) * Ep;
+    }
+    const double c = double(n);
+    per_bh += 2.0 * M * c * Ep + c * M + 2.0 * c * M + c * c + c * Mp + c * (c + 1) / 2;
+  }
+  return double(B * H) * per_bh;
+}
 // Backward per chunk: intra A again (2·c²·M), dA = dnum·V_cᵀ (2·c²·E), dφ(Q_c) += dA·φ(K_c) (2·c²·M),
 // dφ(K_c) += dAᵀφ(Q_c) (2·c²·M), dV_c += Aᵀdnum (2·c²·E), the ∂den terms (2·c²); inter-chunk: the state
 // before the chunk (2·c·M·E), dnum·Sᵀ (2·c·M·E), V_c·dSᵀ (2·c·M·E), φ(K_c)dS (2·c·M·E), dS += φ(Q_c)ᵀdnum

@@ -276,8 +276,14 @@ def main():
                     f"prefix-sum at {100 * flops(causal, f'BM_PrefixSum{direction}/N:{N_lin}/threads:2') / fma2:.0f}% "
                     'of peak (its own flops)')
         report.target(f'2 causal {short} vs prefix-sum baseline', t_base / t_ours, '>=', 4, 'x')
-        report.target(f'2 causal {short} % of FMA peak (chunked flops)',
-                      100 * flops(causal, f'BM_Causal{direction}/N:{N_lin}/threads:2') / fma2, '>=', 40, '%')
+        # Judged on the smaller of the chunked algorithm's count and what the kernels multiply: the
+        # forward's strips skip part of each chunk's triangle (bench/flops.hpp); the backward's count
+        # is already below what its kernels multiply.
+        r = causal[f'BM_Causal{direction}/N:{N_lin}/threads:2/real_time']
+        counted = r['FLOPS']
+        executed = min(counted, r.get('FLOPS_executed', counted))
+        report.target(f'2 causal {short} % of FMA peak (chunked flops)', 100 * executed / fma2, '>=', 40, '%',
+                      f'counting full chunk tiles: {100 * counted / fma2:.1f}%' if executed < counted else '')
 
     for op, label in (('LinearForward', 'linear fwd'), ('LinearBackward', 'linear bwd'),
                       ('CausalForward', 'causal fwd'), ('CausalBackward', 'causal bwd')):
