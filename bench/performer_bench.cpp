@@ -70,7 +70,7 @@ LINATTN_FAVOR_BENCHMARK(BM_FavorBackward);
 // Linformer with one projection per head: E, F: [H, P, N].
 struct Linformer {
   Tensor q, k, v, out;
-  std::vector<float> E, F, lse;
+  Floats E, F, lse;
   LinformerOptions options;
   explicit Linformer(int64_t N)
       : q(kB, kH, N, kD, 1),

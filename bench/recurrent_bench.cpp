@@ -24,8 +24,8 @@ void BM_RecurrentStep(benchmark::State& state) {
     causal_linear_attention_forward(out.view, q.view, k.view, v.view, options, nullptr, &prefilled);
   }
   // kSteps new tokens, [1, kSteps, H, D] (token-major: each step reads one contiguous [H, D] slab).
-  const std::vector<float> q = random_floats(kSteps * kH * kD, 1), k = random_floats(kSteps * kH * kD, 2),
-                           v = random_floats(kSteps * kH * kE, 3);
+  const Floats q = random_floats(kSteps * kH * kD, 1), k = random_floats(kSteps * kH * kD, 2),
+               v = random_floats(kSteps * kH * kE, 3);
   std::vector<float> out(kSteps * kH * kE);
   RecurrentState s = prefilled;
   for (auto _ : state) {

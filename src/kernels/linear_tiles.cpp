@@ -25,44 +25,66 @@ struct Identity {
   HWY_INLINE V operator()(D, V x, V) const { return x; }
 };
 
-// FeatureTile with the map F, in groups of up to kVecs vector columns: a group's column sums stay in
-// registers across the rows, and its vectors are independent of each other.
+// φ of vector v: column c of row x, through a buffer at the ragged end of a row (nothing past the row
+// is read; the lanes past it are 0).
 template <class F>
-void FeatureTileWith(const FeatureTile& t) {
+HWY_INLINE V FeatureVector(D d, const F& f, const float* x, int64_t c, int64_t cols) {
+  const int64_t L = int64_t(hn::Lanes(d));
+  if (c + L <= cols) return f(d, hn::LoadU(d, x + c), hn::Zero(d));
+  HWY_ALIGN float buf[HWY_LANES(float)] = {};
+  const int64_t n = std::max<int64_t>(0, cols - c);
+  std::copy_n(x + c, n, buf);
+  return hn::IfThenElseZero(hn::FirstN(d, size_t(n)), f(d, hn::Load(d, buf), hn::Zero(d)));
+}
+
+// FeatureTile columns [c0, c0 + NV·L) with the map F: the group's column sums stay in registers across
+// the rows, and its NV vectors are independent of each other.
+template <int NV, class F>
+HWY_INLINE void FeatureColumns(const FeatureTile& t, int64_t c0) {
   const D d;
   const F f;
   const int64_t L = int64_t(hn::Lanes(d));
-  for (int64_t c0 = 0; c0 < t.ldp; c0 += kVecs * L) {
-    const int64_t nv = std::min<int64_t>(kVecs, (t.ldp - c0) / L);
-    V sum[kVecs];
-    for (int64_t j = 0; j < nv; ++j) sum[j] = t.sum ? hn::LoadU(d, t.sum + c0 + j * L) : hn::Zero(d);
-    for (int64_t r = 0; r < t.rows; ++r) {
-      const float* x = t.x + r * t.ldx;
-      float* phi = t.phi + r * t.ldp;
-      V dot = hn::Zero(d);
-      for (int64_t j = 0; j < nv; ++j) {
-        const int64_t c = c0 + j * L;
-        V y;
-        if (c + L <= t.cols) {
-          y = f(d, hn::LoadU(d, x + c), hn::Zero(d));
-        } else {
-          // The ragged end of a row: through a buffer, so that nothing past the row is read.
-          HWY_ALIGN float buf[HWY_LANES(float)] = {};
-          const int64_t n = std::max<int64_t>(0, t.cols - c);
-          std::copy_n(x + c, n, buf);
-          y = hn::IfThenElseZero(hn::FirstN(d, size_t(n)), f(d, hn::Load(d, buf), hn::Zero(d)));
-        }
-        hn::StoreU(y, d, phi + c);
-        sum[j] = hn::Add(sum[j], y);
-        if (t.dots) dot = hn::MulAdd(y, hn::LoadU(d, t.dot + c), dot);
-      }
-      if (t.dots) {
-        const float part = hn::GetLane(hn::SumOfLanes(d, dot));
-        t.dots[r] = c0 == 0 ? part : t.dots[r] + part;
-      }
+  V sum[NV];
+  for (int j = 0; j < NV; ++j) sum[j] = t.sum ? hn::LoadU(d, t.sum + c0 + j * L) : hn::Zero(d);
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const float* x = t.x + r * t.ldx;
+    float* phi = t.phi + r * t.ldp;
+    V y[NV];
+    for (int j = 0; j < NV; ++j) y[j] = FeatureVector(d, f, x, c0 + j * L, t.cols);
+    for (int j = 0; j < NV; ++j) {
+      hn::StoreU(y[j], d, phi + c0 + j * L);
+      sum[j] = hn::Add(sum[j], y[j]);
     }
-    if (t.sum)
-      for (int64_t j = 0; j < nv; ++j) hn::StoreU(sum[j], d, t.sum + c0 + j * L);
+    if (t.dots) {
+      V dot = hn::Zero(d);
+      for (int j = 0; j < NV; ++j) dot = hn::MulAdd(y[j], hn::LoadU(d, t.dot + c0 + j * L), dot);
+      const float part = hn::GetLane(hn::SumOfLanes(d, dot));
+      t.dots[r] = c0 == 0 ? part : t.dots[r] + part;
+    }
+  }
+  if (t.sum)
+    for (int j = 0; j < NV; ++j) hn::StoreU(sum[j], d, t.sum + c0 + j * L);
+}
+
+// FeatureTile with the map F, in groups of up to kVecs vector columns.
+template <class F>
+void FeatureTileWith(const FeatureTile& t) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t c0 = 0;
+  for (; c0 + kVecs * L <= t.ldp; c0 += kVecs * L) FeatureColumns<kVecs, F>(t, c0);
+  switch ((t.ldp - c0) / L) {
+    case 1:
+      FeatureColumns<1, F>(t, c0);
+      break;
+    case 2:
+      FeatureColumns<2, F>(t, c0);
+      break;
+    case 3:
+      FeatureColumns<3, F>(t, c0);
+      break;
+    default:
+      break;
   }
 }
 
