@@ -40,12 +40,6 @@ HWY_INLINE void Apply(float* HWY_RESTRICT y, const float* HWY_RESTRICT x, const 
 }
 
 void EluForwardN(float* phi, const float* x, int64_t n) { Apply<EluForward>(phi, x, nullptr, n); }
-void EluForwardRows(float* phi, int64_t ldp, const float* x, int64_t ldx, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) Apply<EluForward>(phi + r * ldp, x + r * ldx, nullptr, cols);
-}
-void ReluForwardRows(float* phi, int64_t ldp, const float* x, int64_t ldx, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) Apply<ReluForward>(phi + r * ldp, x + r * ldx, nullptr, cols);
-}
 void EluBackwardFromPhiRows(float* dx, int64_t ldx, const float* dphi, int64_t ldd, const float* phi, int64_t ldp,
                             int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) Apply<EluBackwardFromPhi>(dx + r * ldx, phi + r * ldp, dphi + r * ldd, cols);
@@ -69,8 +63,6 @@ HWY_EXPORT(EluForwardN);
 HWY_EXPORT(EluBackwardN);
 HWY_EXPORT(ReluForwardN);
 HWY_EXPORT(ReluBackwardN);
-HWY_EXPORT(EluForwardRows);
-HWY_EXPORT(ReluForwardRows);
 HWY_EXPORT(EluBackwardFromPhiRows);
 HWY_EXPORT(ReluBackwardFromPhiRows);
 
@@ -81,13 +73,6 @@ void elu_backward(float* dx, const float* dphi, const float* x, int64_t n) {
 void relu_forward(float* phi, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ReluForwardN)(phi, x, n); }
 void relu_backward(float* dx, const float* dphi, const float* x, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ReluBackwardN)(dx, dphi, x, n);
-}
-
-void elu_forward_rows(float* phi, int64_t ldp, const float* x, int64_t ldx, int64_t rows, int64_t cols) {
-  HWY_DYNAMIC_DISPATCH(EluForwardRows)(phi, ldp, x, ldx, rows, cols);
-}
-void relu_forward_rows(float* phi, int64_t ldp, const float* x, int64_t ldx, int64_t rows, int64_t cols) {
-  HWY_DYNAMIC_DISPATCH(ReluForwardRows)(phi, ldp, x, ldx, rows, cols);
 }
 
 void elu_backward_from_phi(float* dx, int64_t ldx, const float* dphi, int64_t ldd, const float* phi, int64_t ldp,

@@ -13,9 +13,7 @@ void relu_forward(float* phi, const float* x, int64_t n);
 // dx = dφ · [x > 0].
 void relu_backward(float* dx, const float* dphi, const float* x, int64_t n);
 
-// phi: [rows, cols] (pitch ldp) = φ(x: [rows, cols] (pitch ldx)) for a tile of rows in one call.
-void elu_forward_rows(float* phi, int64_t ldp, const float* x, int64_t ldx, int64_t rows, int64_t cols);
-void relu_forward_rows(float* phi, int64_t ldp, const float* x, int64_t ldx, int64_t rows, int64_t cols);
+// Tiles of rows: kernels::feature_tile (linear_tiles.hpp), which also forms the normaliser's sums.
 
 // dx: [rows, cols] (pitch ldx) = dphi ⊙ φ'(x) with φ'(x) read off φ itself, so that neither x nor an
 // exp is needed: elu+1: φ' = min(φ, 1) (φ > 1 exactly when x > 0, and φ = e^x below); relu: [φ > 0].

@@ -189,32 +189,12 @@ void prefetch_rows(ConstTensorView x, int64_t b, int64_t h, int64_t n0, int64_t 
   }
 }
 
-namespace {
-// phi: [rows, M] (pitch ldp) = φ(x rows) with a built-in map's SIMD kernel, one call per tile.
-void builtin_forward(LinearProblem::Builtin map, float* phi, int64_t ldp, HeadRows<const float> x, int64_t n0,
-                     int64_t rows, int64_t cols) {
-  switch (map) {
-    case LinearProblem::Builtin::elu:
-      kernels::elu_forward_rows(phi, ldp, x.at(n0), x.row, rows, cols);
-      break;
-    case LinearProblem::Builtin::relu:
-      kernels::relu_forward_rows(phi, ldp, x.at(n0), x.row, rows, cols);
-      break;
-    default:
-      for (int64_t r = 0; r < rows; ++r) std::memcpy(phi + r * ldp, x.at(n0 + r), size_t(cols) * sizeof(float));
-      break;
-  }
-}
-}  // namespace
-
 void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, FeatureRole role, HeadRows<const float> x,
                    int64_t n0, int64_t n, int64_t valid) {
   valid = std::clamp<int64_t>(valid, 0, n);
   if (p.builtin != LinearProblem::Builtin::none && x.col == 1) {
     // Fused: φ straight from the strided rows into the padded tile, one trip through the cache.
-    builtin_forward(p.builtin, phi, p.Mp, x, n0, valid, p.D);
-    if (p.M != p.Mp)
-      for (int64_t r = 0; r < valid; ++r) std::fill(phi + r * p.Mp + p.M, phi + (r + 1) * p.Mp, 0.0f);
+    if (valid > 0) kernels::feature_tile(feature_tile_of(p, x, n0, valid, phi));
   } else {
     load_rows(w.x.data(), p.D, x, n0, valid, valid, p.D);
     if (p.M == p.Mp) {
