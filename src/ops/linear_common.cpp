@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "kernels/feature_map_elementwise.hpp"
 #include "ops/validate.hpp"
@@ -260,21 +261,33 @@ bool tokens_dense(ConstTensorView x) {
   return x.stride[3] == 1 && x.stride[2] == x.dim() && x.stride[1] == x.heads() * x.dim();
 }
 
-kernels::RowsAhead dense_part_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t n0,
-                                    int64_t n, int64_t part) {
+namespace {
+// n rows (clamped to x's sequence from n0) of x and y (y may be empty) for a GEMM to prefetch; first(v)
+// gives a view's first row and its pitch. A view whose rows are not contiguous is left out.
+template <class First>
+kernels::RowsAhead rows_of(ConstTensorView x, ConstTensorView y, bool for_write, int64_t n0, int64_t n, First first) {
   kernels::RowsAhead a;
   n = std::min(n, x.seq() - n0);
   if (n <= 0) return a;
   const ConstTensorView xy[2] = {x, y};
+  int region = 0;
   for (int i = 0; i < 2; ++i) {
-    if (!xy[i].data) continue;
-    const int64_t D = xy[i].dim();
-    a.rows[i] = xy[i].data + b * xy[i].stride[0] + n0 * xy[i].stride[1] + part * n * D;
-    a.ld[i] = D, a.cols[i] = D;
+    if (!xy[i].data || xy[i].stride[3] != 1) continue;
+    const auto [row, pitch] = first(xy[i], n);
+    a.rows[region] = row, a.ld[region] = pitch, a.cols[region] = xy[i].dim();
+    a.write[region] = for_write && i == 1;
+    ++region;
   }
   a.count = n;
-  a.write[1] = for_write;
   return a;
+}
+}  // namespace
+
+kernels::RowsAhead dense_part_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t n0,
+                                    int64_t n, int64_t part) {
+  return rows_of(x, y, for_write, n0, n, [&](ConstTensorView z, int64_t rows) {
+    return std::pair{z.data + b * z.stride[0] + n0 * z.stride[1] + part * rows * z.dim(), z.dim()};
+  });
 }
 
 kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
@@ -288,19 +301,9 @@ kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTens
 
 kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t h,
                                    int64_t n0, int64_t n) {
-  kernels::RowsAhead a;
-  n = std::min(n, x.seq() - n0);
-  if (n <= 0) return a;
-  const ConstTensorView xy[2] = {x, y};
-  int region = 0;
-  for (int i = 0; i < 2; ++i) {
-    if (!xy[i].data || xy[i].stride[3] != 1) continue;
-    a.rows[region] = head_rows(xy[i], b, h).at(n0), a.ld[region] = xy[i].stride[1], a.cols[region] = xy[i].dim();
-    a.write[region] = for_write && i == 1;
-    ++region;
-  }
-  a.count = n;
-  return a;
+  return rows_of(x, y, for_write, n0, n, [&](ConstTensorView z, int64_t) {
+    return std::pair{head_rows(z, b, h).at(n0), z.stride[1]};
+  });
 }
 
 void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const LinearProblem& p) {
