@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <cstdint>
 #include <sstream>
 
 namespace linattn::detail {
@@ -68,13 +69,45 @@ void check_extent(const char* op, const char* name, ConstTensorView view, int ax
   fail(op, m.str());
 }
 
+namespace {
+// Whether a and b share no element although their address ranges overlap, shown by a period P: every
+// stride of either view that is ≥ P is a multiple of P, the smaller strides keep each view within an
+// interval shorter than P, and the two intervals are apart modulo P. That is the case of slices of one
+// fused buffer, e.g. q, k, v (or dq, dk, dv) as the three parts of a [B, N, 3, H, D] tensor.
+bool interleaved_disjoint(ConstTensorView a, ConstTensorView b) {
+  const auto bytes = reinterpret_cast<std::uintptr_t>(b.data) - reinterpret_cast<std::uintptr_t>(a.data);
+  if (bytes % sizeof(float) != 0) return false;
+  const int64_t d = int64_t(bytes) / int64_t(sizeof(float));  // b.data − a.data, as elements (mod 2^64)
+  const ConstTensorView views[2] = {a, b};
+  for (const ConstTensorView& owner : views)
+    for (int axis = 0; axis < 4; ++axis) {
+      const int64_t P = owner.stride[axis];
+      if (owner.extent[axis] == 1 || P <= 0) continue;
+      int64_t span[2] = {1, 1};  // elements from a view's first to past its last, below the period
+      bool periodic = true;
+      for (int i = 0; i < 2 && periodic; ++i)
+        for (int k = 0; k < 4; ++k) {
+          if (views[i].extent[k] == 1) continue;
+          if (views[i].stride[k] >= P)
+            periodic = periodic && views[i].stride[k] % P == 0;
+          else
+            span[i] += (views[i].extent[k] - 1) * views[i].stride[k];
+        }
+      if (!periodic || span[0] > P || span[1] > P) continue;
+      const int64_t r = ((d % P) + P) % P;  // where b starts within a's period
+      if (r >= span[0] && r + span[1] <= P) return true;
+    }
+  return false;
+}
+}  // namespace
+
 void check_no_alias(const char* op, const char* out_name, ConstTensorView out, const char* in_name,
                     ConstTensorView in) {
   const float* out_begin = out.data;
   const float* out_end = out.data + addressed_elements(out);
   const float* in_begin = in.data;
   const float* in_end = in.data + addressed_elements(in);
-  if (out_begin < in_end && in_begin < out_end) {
+  if (out_begin < in_end && in_begin < out_end && !interleaved_disjoint(out, in)) {
     fail(op, std::string(out_name) + " overlaps " + in_name + " in memory, expected a separate output buffer");
   }
 }

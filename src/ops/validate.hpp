@@ -20,7 +20,8 @@ void check_view(const char* op, const char* name, ConstTensorView view);
 // view.extent[axis] == expected; `because` says where the expectation comes from ("q's batch").
 void check_extent(const char* op, const char* name, ConstTensorView view, int axis, int64_t expected,
                   const char* because);
-// The bytes out addresses do not overlap the bytes in addresses.
+// No element of out is an element of in: their address ranges are apart, or they are interleaved
+// slices of one buffer (e.g. the q, k, v parts of a fused [B, N, 3, H, D] tensor).
 void check_no_alias(const char* op, const char* out_name, ConstTensorView out, const char* in_name,
                     ConstTensorView in);
 // Empty, or [B] values each in [0, Nk].
