@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,9 +11,12 @@
 #include "linattn/error.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/softmax_attention.hpp"
+#include "support/temp_dir.hpp"
 
 namespace linattn {
 namespace {
+
+using testing::error_of;
 
 constexpr int64_t B = 2, N = 37, H = 3, D = 16;
 
@@ -43,15 +45,6 @@ std::vector<float> copy_of(ConstTensorView x) {
       for (int64_t h = 0; h < H; ++h)
         for (int64_t d = 0; d < D; ++d) to(b, n, h, d) = x(b, n, h, d);
   return c;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 TensorView view_of(std::vector<float>& x) { return bnhd(x.data(), B, N, H, D); }

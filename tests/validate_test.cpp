@@ -1,11 +1,12 @@
 // The shared boundary checks: each one trips with a message that names the argument.
+#include "ops/validate.hpp"
+
 #include <gtest/gtest.h>
 
 #include <limits>
 
 #include "linattn/error.hpp"
 #include "linattn/recurrent_state.hpp"
-#include "ops/validate.hpp"
 #include "support/temp_dir.hpp"
 
 namespace linattn {
@@ -60,8 +61,9 @@ TEST(Validate, AliasedOutputIsRejected) {
 
 TEST(Validate, KeyLengthsOutOfRange) {
   const int64_t lengths[] = {3, 9};
-  EXPECT_NE(error_of([&] { check_key_lengths("op", lengths, 2, 8); }).find("key_lengths[1] is 9, expected a value in [0, 8]"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { check_key_lengths("op", lengths, 2, 8); }).find("key_lengths[1] is 9, expected a value in [0, 8]"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { check_key_lengths("op", lengths, 3, 9); }).find("key_lengths has 2 entries, expected 3"),
             std::string::npos);
   const int64_t negative[] = {-1};

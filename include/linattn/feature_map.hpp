@@ -31,8 +31,7 @@ class FeatureMap {
                         FeatureRole role) const = 0;
 
   // fp64 oracle of forward and backward, same shapes.
-  virtual void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim,
-                                 FeatureRole role) const = 0;
+  virtual void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim, FeatureRole role) const = 0;
   virtual void backward_reference(double* dx, const double* dphi, const double* x, int64_t rows, int64_t dim,
                                   FeatureRole role) const = 0;
 };

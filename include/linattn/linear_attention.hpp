@@ -32,27 +32,24 @@ struct LinearAttentionOptions {
 void linear_attention_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                               const LinearAttentionOptions& options = {});
 // dq, dk, dv shaped like q, k, v (overwritten); dout: [B, Nq, H, E].
-void linear_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
-                               ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                               const LinearAttentionOptions& options = {});
+void linear_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                               ConstTensorView k, ConstTensorView v, const LinearAttentionOptions& options = {});
 
 // Causal linear attention (options.causal is implied). Nq must equal Nk.
 // initial: the state before the first token (none: zero). final_state: when given, receives the
 // state after the last key (per batch, after key_lengths[b] keys), resized as needed.
 void causal_linear_attention_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                      const LinearAttentionOptions& options = {},
-                                     const RecurrentState* initial = nullptr,
-                                     RecurrentState* final_state = nullptr);
+                                     const RecurrentState* initial = nullptr, RecurrentState* final_state = nullptr);
 // dinitial: when given, receives the gradient of the loss with respect to initial's S and z.
 void causal_linear_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                                       ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                       const LinearAttentionOptions& options = {},
-                                      const RecurrentState* initial = nullptr,
-                                      RecurrentState* dinitial = nullptr);
+                                      const RecurrentState* initial = nullptr, RecurrentState* dinitial = nullptr);
 
 // One token for every (batch, head): out: [B, 1, H, E]; q, k: [B, 1, H, D]; v: [B, 1, H, E].
 // Adds φ(k)vᵀ to S and φ(k) to z, then reads out with φ(q) (the token sees itself, as in causal).
-void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                    RecurrentState& state, const LinearAttentionOptions& options = {});
+void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, RecurrentState& state,
+                    const LinearAttentionOptions& options = {});
 
 }  // namespace linattn

@@ -13,8 +13,7 @@ class RecurrentState {
  public:
   RecurrentState() = default;
   // Zero state. feature_map names the map whose features it sums (checked when it is used).
-  RecurrentState(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
-                 std::string feature_map = "elu");
+  RecurrentState(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim, std::string feature_map = "elu");
 
   int64_t batch() const { return batch_; }
   int64_t heads() const { return heads_; }

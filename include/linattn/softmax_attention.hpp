@@ -27,8 +27,8 @@ void softmax_attention_forward(TensorView out, std::span<float> lse, ConstTensor
 
 // dq, dk, dv: gradients, shaped like q, k, v (overwritten).
 // dout: [B, Nq, H, E]; out and lse: as saved by the forward.
-void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
-                                ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView out,
-                                std::span<const float> lse, const SoftmaxAttentionOptions& options = {});
+void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                                ConstTensorView k, ConstTensorView v, ConstTensorView out, std::span<const float> lse,
+                                const SoftmaxAttentionOptions& options = {});
 
 }  // namespace linattn

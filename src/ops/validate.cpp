@@ -1,15 +1,13 @@
 #include "ops/validate.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 
 namespace linattn::detail {
 
-void fail(const char* op, const std::string& message) {
-  throw Error(std::string("linattn::") + op + ": " + message);
-}
+void fail(const char* op, const std::string& message) { throw Error(std::string("linattn::") + op + ": " + message); }
 
 const char* axis_name(int axis) {
   static const char* const names[] = {"batch", "sequence", "heads", "dim"};
@@ -56,7 +54,8 @@ void check_view(const char* op, const char* name, ConstTensorView view) {
     }
   }
   int64_t elements = 1;
-  for (int i = 0; i < 4; ++i) elements = checked_mul(op, (std::string(name) + "'s element count").c_str(), elements, view.extent[i]);
+  for (int i = 0; i < 4; ++i)
+    elements = checked_mul(op, (std::string(name) + "'s element count").c_str(), elements, view.extent[i]);
   addressed_span(op, name, view);
 }
 

@@ -22,8 +22,7 @@ void check_extent(const char* op, const char* name, ConstTensorView view, int ax
                   const char* because);
 // No element of out is an element of in: their address ranges are apart, or they are interleaved
 // slices of one buffer (e.g. the q, k, v parts of a fused [B, N, 3, H, D] tensor).
-void check_no_alias(const char* op, const char* out_name, ConstTensorView out, const char* in_name,
-                    ConstTensorView in);
+void check_no_alias(const char* op, const char* out_name, ConstTensorView out, const char* in_name, ConstTensorView in);
 // Empty, or [B] values each in [0, Nk].
 void check_key_lengths(const char* op, std::span<const int64_t> key_lengths, int64_t batch, int64_t keys);
 // A contiguous buffer argument has exactly `expected` elements.

@@ -18,8 +18,13 @@ struct Features {
 };
 
 Sizes sizes_of(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionOptions& options) {
-  return {q.extent[0], q.extent[1], k.extent[1], q.extent[2],
-          q.extent[3], v.extent[3], options.feature_map->feature_dim(q.extent[3])};
+  return {q.extent[0],
+          q.extent[1],
+          k.extent[1],
+          q.extent[2],
+          q.extent[3],
+          v.extent[3],
+          options.feature_map->feature_dim(q.extent[3])};
 }
 
 // Rows of x[b, :, h, :] as a contiguous [N, D] matrix.
@@ -31,8 +36,8 @@ std::vector<double> rows_of(const Tensor& x, int64_t b, int64_t h) {
   return rows;
 }
 
-Features features_of(const Sizes& s, const LinearAttentionOptions& options, const Tensor& q, const Tensor& k,
-                     int64_t b, int64_t h) {
+Features features_of(const Sizes& s, const LinearAttentionOptions& options, const Tensor& q, const Tensor& k, int64_t b,
+                     int64_t h) {
   Features f{std::vector<double>(s.Nq * s.M), std::vector<double>(s.Nk * s.M)};
   options.feature_map->forward_reference(f.q.data(), rows_of(q, b, h).data(), s.Nq, s.D, FeatureRole::query);
   options.feature_map->forward_reference(f.k.data(), rows_of(k, b, h).data(), s.Nk, s.D, FeatureRole::key);
@@ -70,9 +75,8 @@ State zero_state(const Sizes& s) {
 }
 
 // num_i and den_i for one query row (den_i = 1 without the normaliser).
-void numerator_denominator(std::vector<double>& num, double& den, const Sizes& s,
-                           const LinearAttentionOptions& options, const Features& f, const Tensor& v,
-                           const State* initial, int64_t b, int64_t h, int64_t i) {
+void numerator_denominator(std::vector<double>& num, double& den, const Sizes& s, const LinearAttentionOptions& options,
+                           const Features& f, const Tensor& v, const State* initial, int64_t b, int64_t h, int64_t i) {
   const double* phi_q = f.q.data() + i * s.M;
   num.assign(s.E, 0.0);
   den = 0;

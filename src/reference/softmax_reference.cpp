@@ -26,8 +26,8 @@ bool visible(const Sizes& s, const SoftmaxAttentionOptions& options, int64_t b, 
 }
 
 // p[j] = softmax_j(scale · q_i·k_j) over visible keys (0 elsewhere); returns the row's lse.
-double probabilities(std::vector<double>& p, const Sizes& s, const SoftmaxAttentionOptions& options,
-                     const Tensor& q, const Tensor& k, int64_t b, int64_t h, int64_t i) {
+double probabilities(std::vector<double>& p, const Sizes& s, const SoftmaxAttentionOptions& options, const Tensor& q,
+                     const Tensor& k, int64_t b, int64_t h, int64_t i) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
   std::vector<double> score(s.Nk, neg_inf);
   double max_score = neg_inf;

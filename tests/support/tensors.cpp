@@ -8,9 +8,12 @@ namespace linattn::testing {
 
 const char* layout_name(Layout layout) {
   switch (layout) {
-    case Layout::bnhd: return "bnhd";
-    case Layout::bhnd: return "bhnd";
-    case Layout::padded: return "padded";
+    case Layout::bnhd:
+      return "bnhd";
+    case Layout::bhnd:
+      return "bhnd";
+    case Layout::padded:
+      return "padded";
   }
   return "?";
 }
