@@ -230,20 +230,15 @@ void forward_chunk(ChunkScratch& w, TensorView out, ConstTensorView q, ConstTens
   float* A = X + p.Mp;
   const int64_t Kp = w.Kp;
   masked_product(A, Kp, w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(w.phi_q.data() + r * p.Mp, p.Mp, X + r * Kp);
+  // den = φ(Q) z + rowsum(mask(φ(Q) φ(K)ᵀ)) + eps; out = (φ(Q) S + A V) / den, the division applied by
+  // the output product's store (one per row).
+  float* scale = nullptr;
   if (p.normalize) {
-    // den = φ(Q) z + rowsum(mask(φ(Q) φ(K)ᵀ)) + eps; out = (φ(Q) S + A V) / den, with the division
-    // applied to the rows of φ(Q) and A (M + n values) instead of the E outputs.
     kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, w.z(), n, p.M);
     kernels::row_sums(w.dden.data(), A, Kp, n, n);
-    for (int64_t r = 0; r < n; ++r) {
-      const float inv = 1.0f / (w.den[r] + w.dden[r] + p.eps);  // one division per row, not M + n
-      const float* ph = w.phi_q.data() + r * p.Mp;
-      float* xr = X + r * Kp;
-      for (int64_t m = 0; m < p.Mp; ++m) xr[m] = ph[m] * inv;
-      for (int64_t j = 0; j <= r; ++j) xr[p.Mp + j] *= inv;
-    }
-  } else {
-    for (int64_t r = 0; r < n; ++r) std::copy_n(w.phi_q.data() + r * p.Mp, p.Mp, X + r * Kp);
+    for (int64_t r = 0; r < n; ++r) w.den[r] = 1.0f / (w.den[r] + w.dden[r] + p.eps);
+    scale = w.den.data();
   }
   // out = [φ(Q) | A] [S; 0; V], one product written once, in strips of kStrip rows each only as deep as
   // the triangle reaches; in place when out's rows allow it. The next item's rows are fetched during
@@ -254,8 +249,8 @@ void forward_chunk(ChunkScratch& w, TensorView out, ConstTensorView q, ConstTens
   const kernels::RowsAhead next_q = ahead.of(q, out, true, C);
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
-    gemm_set(o + r * ldo, ldo, X + r * Kp, Kp, 1, w.SV(), p.Ep, rows, p.Mp + r + rows, p.Ep, nullptr,
-             r + kStrip >= n ? &next_q : nullptr);
+    gemm_set(o + r * ldo, ldo, X + r * Kp, Kp, 1, w.SV(), p.Ep, rows, p.Mp + r + rows, p.Ep,
+             scale ? scale + r : nullptr, r + kStrip >= n ? &next_q : nullptr);
   }
   if (!direct) store_rows(head_rows(out, b, h), t, n, n, w.num.data(), p.Ep, p.E);
   // S += φ(K)ᵀ V, z += Σ φ(K)
