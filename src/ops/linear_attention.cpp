@@ -16,7 +16,6 @@ namespace {
 // out: [B, Nq, H, E] = φ(Q) S / (φ(Q) z + eps), tile by tile; each thread takes one contiguous run of
 // the (batch, head, tile) items, in TileWalk order.
 void queries_forward(TensorView out, ConstTensorView q, const PackedState& state, const LinearProblem& p) {
-  const bool fused = feature_tile_applies(p, q);
   const TileWalk walk{p.H, 0, p.Nq, heads_outer(q)};
   const int64_t items = p.B * walk.count();
 #pragma omp parallel
@@ -29,14 +28,8 @@ void queries_forward(TensorView out, ConstTensorView q, const PackedState& state
       const int64_t b = item / walk.count(), t = item % walk.count();
       const int64_t h = walk.head(t), i = walk.token(t), n = walk.rows(t), bh = b * p.H + h;
       // φ(Q) of the tile, and den_i = φ(q_i)·z
-      if (fused) {
-        kernels::FeatureTile f = feature_tile_of(p, head_rows(q, b, h), i, n, phi.data());
-        if (p.normalize) f.dot = state.z_of(bh), f.dots = den.data();
-        kernels::feature_tile(f);
-      } else {
-        load_features(phi.data(), w, p, FeatureRole::query, head_rows(q, b, h), i, n, n);
-        if (p.normalize) kernels::row_dots(den.data(), phi.data(), p.Mp, state.z_of(bh), n, p.M);
-      }
+      load_features(phi.data(), w, p, FeatureRole::query, head_rows(q, b, h), i, n, n,
+                    p.normalize ? FeatureSums{.dot = state.z_of(bh), .dots = den.data()} : FeatureSums{});
       // out_i = (φ(q_i)ᵀ S) / den_i: one division per row, the scaling in the GEMM's store.
       if (p.normalize)
         for (int64_t r = 0; r < n; ++r) scale[r] = 1.0f / (den[r] + p.eps);
@@ -61,7 +54,6 @@ void queries_forward(TensorView out, ConstTensorView q, const PackedState& state
 void queries_backward(TensorView dq, PackedState& grad, ConstTensorView dout, ConstTensorView q,
                       const PackedState& state, const LinearProblem& p) {
   const int64_t BH = p.B * p.H, blocks = reduction_blocks(p.B, p.Nq);
-  const bool fused = feature_tile_applies(p, q);
   std::vector<float> St(size_t(BH * p.E * p.Mp), 0.0f);  // Sᵀ: [E, Mp] per head
   Partials partial_S(p.B, blocks, p.H, p.M * p.Ep), partial_z(p.B, blocks, p.H, p.Mp);
 #pragma omp parallel
@@ -83,14 +75,8 @@ void queries_backward(TensorView dq, PackedState& grad, ConstTensorView dout, Co
         const float* z = state.z_of(bh);
         float* gS = blk == 0 ? grad.S_of(bh) : partial_S.at(b, blk, h);
         float* gz = blk == 0 ? grad.z_of(bh) : partial_z.at(b, blk, h);
-        if (fused) {
-          kernels::FeatureTile f = feature_tile_of(p, head_rows(q, b, h), i, n, phi.data());
-          if (p.normalize) f.dot = z, f.dots = den.data();
-          kernels::feature_tile(f);
-        } else {
-          load_features(phi.data(), w, p, FeatureRole::query, head_rows(q, b, h), i, n, n);
-          if (p.normalize) kernels::row_dots(den.data(), phi.data(), p.Mp, z, n, p.M);
-        }
+        load_features(phi.data(), w, p, FeatureRole::query, head_rows(q, b, h), i, n, n,
+                      p.normalize ? FeatureSums{.dot = z, .dots = den.data()} : FeatureSums{});
         load_rows(g.data(), p.Ep, head_rows(dout, b, h), i, n, n, p.E);
         // P_i = S dout_i: [n, Mp], while the next tile's q and dout rows are fetched
         const kernels::RowsAhead next = rows_ahead(walk, q, dout, false, b, t);

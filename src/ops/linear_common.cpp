@@ -175,27 +175,18 @@ void store_rows(HeadRows<float> dst, int64_t n0, int64_t n, int64_t valid, const
   }
 }
 
-void prefetch_rows(ConstTensorView x, int64_t b, int64_t h, int64_t n0, int64_t n, bool write) {
-  if (x.stride[3] != 1) return;
-  n = std::min(n, x.seq() - n0);
-  constexpr int64_t kLine = 64 / sizeof(float);
-  for (int64_t r = 0; r < n; ++r) {
-    const float* row = x.data + b * x.stride[0] + (n0 + r) * x.stride[1] + h * x.stride[2];
-    for (int64_t c = 0; c < x.dim(); c += kLine) {
-      if (write)
-        __builtin_prefetch(row + c, 1, 2);
-      else
-        __builtin_prefetch(row + c, 0, 2);
-    }
-  }
-}
-
 void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, FeatureRole role, HeadRows<const float> x,
-                   int64_t n0, int64_t n, int64_t valid) {
+                   int64_t n0, int64_t n, int64_t valid, const FeatureSums& sums) {
   valid = std::clamp<int64_t>(valid, 0, n);
   if (p.builtin != LinearProblem::Builtin::none && x.col == 1) {
-    // Fused: φ straight from the strided rows into the padded tile, one trip through the cache.
-    if (valid > 0) kernels::feature_tile(feature_tile_of(p, x, n0, valid, phi));
+    // Fused: φ straight from the strided rows into the padded tile, with its sums, one trip through the cache.
+    kernels::FeatureTile t;
+    t.x = x.at(n0), t.ldx = x.row, t.phi = phi, t.ldp = p.Mp, t.rows = valid, t.cols = p.D;
+    t.map = p.builtin == LinearProblem::Builtin::elu    ? kernels::TileMap::elu
+            : p.builtin == LinearProblem::Builtin::relu ? kernels::TileMap::relu
+                                                        : kernels::TileMap::identity;
+    t.sum = sums.sum, t.dot = sums.dot, t.dots = sums.dots;
+    if (valid > 0) kernels::feature_tile(t);
   } else {
     load_rows(w.x.data(), p.D, x, n0, valid, valid, p.D);
     if (p.M == p.Mp) {
@@ -207,6 +198,8 @@ void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, Featur
         std::fill(phi + r * p.Mp + p.M, phi + (r + 1) * p.Mp, 0.0f);
       }
     }
+    if (sums.sum) kernels::add_weighted_rows(sums.sum, phi, p.Mp, nullptr, valid, p.M);
+    if (sums.dots) kernels::row_dots(sums.dots, phi, p.Mp, sums.dot, valid, p.M);
   }
   std::fill(phi + valid * p.Mp, phi + n * p.Mp, 0.0f);
 }
@@ -241,20 +234,6 @@ void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProbl
     p.map->backward(w.dx.data(), g, w.x.data(), valid, p.D, role);
   }
   store_rows(dx, n0, n, valid, w.dx.data(), p.D, p.D);
-}
-
-bool feature_tile_applies(const LinearProblem& p, ConstTensorView x) {
-  return p.builtin != LinearProblem::Builtin::none && x.stride[3] == 1;
-}
-
-kernels::FeatureTile feature_tile_of(const LinearProblem& p, HeadRows<const float> x, int64_t n0, int64_t n,
-                                     float* phi) {
-  kernels::FeatureTile t;
-  t.x = x.at(n0), t.ldx = x.row, t.phi = phi, t.ldp = p.Mp, t.rows = n, t.cols = p.D;
-  t.map = p.builtin == LinearProblem::Builtin::elu    ? kernels::TileMap::elu
-          : p.builtin == LinearProblem::Builtin::relu ? kernels::TileMap::relu
-                                                      : kernels::TileMap::identity;
-  return t;
 }
 
 bool tokens_dense(ConstTensorView x) {
@@ -308,7 +287,6 @@ kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool fo
 
 void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const LinearProblem& p) {
   const int64_t Nk = k.seq(), blocks = reduction_blocks(p.B, Nk);
-  const bool fused = feature_tile_applies(p, k);
   Partials partial_S(p.B, blocks, p.H, p.M * p.Ep), partial_z(p.B, blocks, p.H, p.Mp);
 #pragma omp parallel
   {
@@ -324,14 +302,7 @@ void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const Li
         float* S = blk == 0 ? state.S_of(b * p.H + h) : partial_S.at(b, blk, h);
         float* z = blk == 0 ? state.z_of(b * p.H + h) : partial_z.at(b, blk, h);
         // φ(K) of the tile, and z += Σ_j φ(k_j)
-        if (fused) {
-          kernels::FeatureTile f = feature_tile_of(p, head_rows(k, b, h), j, n, phi.data());
-          f.sum = z;
-          kernels::feature_tile(f);
-        } else {
-          load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, n, n);
-          kernels::add_weighted_rows(z, phi.data(), p.Mp, nullptr, n, p.M);
-        }
+        load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, n, n, {.sum = z});
         const float* V = head_rows(v, b, h).at(j);
         int64_t ldv = v.stride[1];
         if (!rows_in_place(v)) {
@@ -354,7 +325,6 @@ void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const Li
 void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTensorView v, const PackedState& grad,
                        const LinearProblem& p) {
   const int64_t Nk = k.seq(), BH = p.B * p.H;
-  const bool fused = feature_tile_applies(p, k);
   const TileWalk walk{p.H, 0, Nk, heads_outer(k)};
   const int64_t items = p.B * walk.count();
   // dSᵀ of every head: [E, Mp], the right-hand side of dφ(K) = V dSᵀ.
@@ -375,10 +345,7 @@ void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTen
       const int64_t h = walk.head(t), j = walk.token(t), n = walk.rows(t), bh = b * p.H + h;
       const int64_t valid = std::clamp<int64_t>(p.lengths[b] - j, 0, n);
       if (valid > 0) {
-        if (fused)
-          kernels::feature_tile(feature_tile_of(p, head_rows(k, b, h), j, valid, phi.data()));
-        else
-          load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, valid, valid);
+        load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, valid, valid);
         load_rows(val.data(), p.Ep, head_rows(v, b, h), j, valid, valid, p.E);
         // dφ(k_j) = dS v_j + dz, while the next tile's k and v rows are fetched
         for (int64_t r = 0; r < valid; ++r) std::copy_n(grad.z_of(bh), p.Mp, dphi.data() + r * p.Mp);

@@ -109,11 +109,6 @@ struct Partials {
   }
 };
 
-// Asks the memory system for rows [n0, n0 + n) of head (b, h) of x (clamped to its length), the rows
-// after the ones being computed, so that their DRAM latency overlaps the arithmetic; write: they are
-// about to be overwritten (an output), so they are fetched for ownership.
-void prefetch_rows(ConstTensorView x, int64_t b, int64_t h, int64_t n0, int64_t n, bool write = false);
-
 // Scratch of one thread for loading and storing feature tiles of up to `rows` rows.
 struct FeatureScratch {
   std::vector<float> x, dx, phi;  // [rows, D], [rows, D], [rows, M]
@@ -136,11 +131,6 @@ template <class T>
 bool heads_outer(View4<T> x) {
   return x.stride[2] >= x.seq() * x.stride[1];
 }
-// Whether φ of x's tiles can go through kernels::feature_tile: a built-in map on contiguous rows.
-bool feature_tile_applies(const LinearProblem& p, ConstTensorView x);
-// The FeatureTile of rows [n0, n0 + n) of head rows x into phi: [n, Mp].
-kernels::FeatureTile feature_tile_of(const LinearProblem& p, HeadRows<const float> x, int64_t n0, int64_t n,
-                                     float* phi);
 // What a GEMM on item t of walk (batch b) prefetches: the rows that the pass reads after it, from x and
 // y (y may be empty; for_write: y is written). Heads outer: the next item's rows. Tiles outer with
 // [B, N, H, D] rows dense: the H-th part of the next tile of all heads (one contiguous stretch), so
@@ -162,9 +152,17 @@ kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool fo
 void load_rows(float* dst, int64_t ld, HeadRows<const float> src, int64_t n0, int64_t n, int64_t valid, int64_t cols);
 // Rows [n0, n0 + n) of dst = src: [n, ld] (cols values each); rows from `valid` on are 0.
 void store_rows(HeadRows<float> dst, int64_t n0, int64_t n, int64_t valid, const float* src, int64_t ld, int64_t cols);
+// The normaliser's sums formed with a tile's φ (each optional): sum[0:Mp] += Σ_r φ_r over the valid
+// rows (the keys' z), dots[r] = φ_r · dot[0:Mp] (the queries' φ(q)·z).
+struct FeatureSums {
+  float* sum = nullptr;
+  const float* dot = nullptr;
+  float* dots = nullptr;
+};
 // phi: [n, Mp] = φ(rows [n0, n0 + n) of x); rows from `valid` on (keys past the key length) are 0.
+// The built-in maps on contiguous rows form φ and the sums in one pass (kernels::feature_tile).
 void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, FeatureRole role, HeadRows<const float> x,
-                   int64_t n0, int64_t n, int64_t valid);
+                   int64_t n0, int64_t n, int64_t valid, const FeatureSums& sums = {});
 // Rows [n0, n0 + n) of dx = (∂φ/∂x)ᵀ dphi at x, dphi: [n, Mp]; rows from `valid` on are 0. phi: the
 // tile's φ(x) ([n, Mp]); the built-in maps read their derivative off it (no x, no exp).
 void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProblem& p, FeatureRole role,
