@@ -3,8 +3,6 @@
 // then S += φ(K)ᵀ V, z += Σ φ(K). The backward runs the chunks forward for dq (it needs S before
 // each chunk) and backward for dk, dv (they need G = Σ_{i later} φ(q_i) dnum_iᵀ, g = Σ φ(q_i) dden_i).
 // Work is split over (batch, head) only, so every head's arithmetic is the same for any thread count.
-#include <omp.h>
-
 #include <algorithm>
 
 #include "ops/linear_common.hpp"
@@ -205,8 +203,7 @@ void share_heads(int64_t BH, int64_t H, bool lockstep, Run run) {
     for (int64_t bh = 0; bh < BH; ++bh) run(bh, bh + 1);
     return;
   }
-  const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-  const int64_t first = BH * thread / threads, last = BH * (thread + 1) / threads;
+  const auto [first, last] = thread_share(BH);
   for (int64_t g0 = first; g0 < last;) {
     const int64_t g1 = std::min(last, (g0 / H + 1) * H);
     run(g0, g1);

@@ -2,8 +2,6 @@
 // out_i = φ(q_i)ᵀ S / (φ(q_i)ᵀ z + eps) tile by tile. With options.causal it runs the chunked causal
 // core; a causal cross-attention (Nq ≠ Nk, bottom-right) first folds the keys before the diagonal
 // into an initial state, or gives 0 to the rows that see no key.
-#include <omp.h>
-
 #include <algorithm>
 
 #include "ops/linear_common.hpp"
@@ -20,8 +18,7 @@ void queries_forward(TensorView out, ConstTensorView q, const PackedState& state
   const int64_t items = p.B * walk.count();
 #pragma omp parallel
   {
-    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int64_t first = items * thread / threads, last = items * (thread + 1) / threads;
+    const auto [first, last] = thread_share(items);
     FeatureScratch w(p, kTile);
     std::vector<float> phi(size_t(kTile * p.Mp)), num(size_t(kTile * p.Ep)), den(kTile), scale(kTile);
     for (int64_t item = first; item < last; ++item) {

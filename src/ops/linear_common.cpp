@@ -236,6 +236,11 @@ void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProbl
   store_rows(dx, n0, n, valid, w.dx.data(), p.D, p.D);
 }
 
+ThreadShare thread_share(int64_t items) {
+  const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+  return {items * thread / threads, items * (thread + 1) / threads};
+}
+
 bool tokens_dense(ConstTensorView x) {
   return x.stride[3] == 1 && x.stride[2] == x.dim() && x.stride[1] == x.heads() * x.dim();
 }
@@ -335,8 +340,7 @@ void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTen
     for (int64_t bh = 0; bh < BH; ++bh)
       kernels::transpose(dSt.data() + bh * p.E * p.Mp, p.Mp, grad.S_of(bh), p.Ep, p.M, p.E);
     // Each thread takes one contiguous run of the (batch, head, tile) items, in TileWalk order.
-    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int64_t first = items * thread / threads, last = items * (thread + 1) / threads;
+    const auto [first, last] = thread_share(items);
     FeatureScratch w(p, kTile);
     std::vector<float> phi(size_t(kTile * p.Mp)), val(size_t(kTile * p.Ep)), dphi(size_t(kTile * p.Mp)),
         dval(size_t(kTile * p.Ep));

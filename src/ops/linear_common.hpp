@@ -127,6 +127,12 @@ struct TileWalk {
   int64_t token(int64_t index) const { return begin + (heads_outer ? index % tiles() : index / H) * kTile; }
   int64_t rows(int64_t index) const { return std::min(kTile, end - token(index)); }
 };
+// Items [first, last) of `items`: the calling thread's contiguous share inside an OpenMP parallel
+// region (for passes whose items are independent, so that the share does not change any result).
+struct ThreadShare {
+  int64_t first, last;
+};
+ThreadShare thread_share(int64_t items);
 template <class T>
 bool heads_outer(View4<T> x) {
   return x.stride[2] >= x.seq() * x.stride[1];
