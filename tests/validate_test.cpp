@@ -1,5 +1,5 @@
 // The shared boundary checks: each one trips with a message that names the argument.
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 #include <gtest/gtest.h>
 

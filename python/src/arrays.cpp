@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn::python {
 

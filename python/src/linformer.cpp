@@ -12,7 +12,7 @@
 
 #include "arrays.hpp"
 #include "linattn/linformer.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 #include "reference_args.hpp"
 
 namespace linattn::python {

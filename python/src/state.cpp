@@ -11,7 +11,7 @@
 #include "bindings.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn::python {
 namespace {

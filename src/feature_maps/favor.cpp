@@ -7,11 +7,11 @@
 #include <memory>
 #include <vector>
 
-#include "feature_maps/random_draws.hpp"
-#include "feature_maps/random_kernels.hpp"
+#include "core/random_draws.hpp"
+#include "kernels/random_kernels.hpp"
 #include "feature_maps/random_projection.hpp"
 #include "linattn/performer.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "feature_maps/random_kernels.hpp"
+#include "kernels/random_kernels.hpp"
 #include "linattn/performer.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn::detail {
 

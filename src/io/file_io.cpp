@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "io/input_file.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 namespace {

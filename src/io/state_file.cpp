@@ -8,7 +8,7 @@
 #include "io/bytes.hpp"
 #include "io/input_file.hpp"
 #include "linattn/file_io.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 namespace io {

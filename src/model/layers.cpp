@@ -95,7 +95,7 @@ constexpr T kGeluScale = T(0.7978845608028654);  // √(2/π)
 constexpr int64_t kGeluBlock = 4096;
 }  // namespace
 
-// fp32 versions with a vector tanh, in gelu_simd.cpp; T = double below is their scalar spec.
+// fp32 versions with a vector tanh, in kernels/gelu.cpp; T = double below is their scalar spec.
 namespace simd {
 void gelu_forward(float* out, const float* x, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* x, int64_t n);

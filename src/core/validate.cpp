@@ -1,4 +1,4 @@
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "feature_maps/random_kernels.hpp"
+#include "kernels/random_kernels.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/softmax_attention.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 namespace {

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "kernels/linear_tiles.hpp"
-#include "ops/linear_common.hpp"
-#include "ops/validate.hpp"
+#include "ops/linear/linear_common.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 

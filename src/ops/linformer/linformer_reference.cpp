@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "linattn/linformer.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn::reference {
 namespace {

@@ -5,8 +5,8 @@
 // Work is split over (batch, head) only, so every head's arithmetic is the same for any thread count.
 #include <algorithm>
 
-#include "ops/linear_common.hpp"
-#include "ops/validate.hpp"
+#include "ops/linear/linear_common.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 namespace detail {

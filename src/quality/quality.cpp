@@ -9,12 +9,12 @@
 #include <tuple>
 #include <vector>
 
-#include "feature_maps/random_draws.hpp"
+#include "core/random_draws.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/performer.hpp"
 #include "linattn/softmax_attention.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 namespace {

@@ -1,4 +1,4 @@
-#include "ops/linear_common.hpp"
+#include "ops/linear/linear_common.hpp"
 
 #include <omp.h>
 
@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "kernels/feature_map_elementwise.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn::detail {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 

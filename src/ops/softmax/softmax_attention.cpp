@@ -31,7 +31,7 @@
 #include "kernels/softmax_pack.hpp"
 #include "kernels/softmax_tile_matmul.hpp"
 #include "kernels/softmax_tile_rows.hpp"
-#include "ops/validate.hpp"
+#include "core/validate.hpp"
 
 namespace linattn {
 namespace {

@@ -1,4 +1,4 @@
-#include "feature_maps/random_draws.hpp"
+#include "core/random_draws.hpp"
 
 #include <algorithm>
 #include <cassert>

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "model/gelu_simd.cpp"
+#define HWY_TARGET_INCLUDE "kernels/gelu.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // Must follow foreach_target.h.
 #include "hwy/contrib/math/math-inl.h"

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "feature_maps/random_kernels.cpp"
+#define HWY_TARGET_INCLUDE "kernels/random_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // Must follow foreach_target.h.
-#include "feature_maps/random_kernels.hpp"
+#include "kernels/random_kernels.hpp"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
