@@ -48,6 +48,9 @@ constexpr int64_t kDecodeChunk = 2048;  // keys per chunk (a multiple of kTileK)
 // Up to this many queries, scores are dot products along each key's row (a lane sum per query and
 // key); beyond, the tile product's broadcast FMAs, which form 16 queries' scores at once, cost less.
 constexpr int64_t kDecodeDotRows = 2;
+// Below this many key elements (heads · Nk · (D + E)) the decode runs on the calling thread: the
+// fork and join of a parallel region (~10–40 µs with passive waiting) would outweigh the work.
+constexpr int64_t kDecodeParallelWork = int64_t(1) << 20;
 static_assert(kDecodeRows <= kernels::kTileLanes && kDecodeChunk % kTileK == 0);
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -334,7 +337,8 @@ void decode_forward(TensorView out, std::span<float> lse, ConstTensorView q, Con
   const auto partials = zeros(heads * chunks * stride);
   std::vector<DecodeScratch> scratch;
   for (int t = 0; t < threads; ++t) scratch.emplace_back(p);
-#pragma omp parallel
+    // A small cache (a model's decode step over a few hundred keys) costs less than waking the threads.
+#pragma omp parallel if (heads * p.Nk * (p.D + p.E) >= kDecodeParallelWork)
   {
     DecodeScratch& w = scratch[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
