@@ -24,13 +24,19 @@ int64_t checked_mul(const char* op, const char* what, int64_t a, int64_t b) {
 }
 
 // Elements from the first to the last addressed one, checked against int64 and byte overflow.
-int64_t addressed_span(const char* op, const std::string& name, ConstTensorView view) {
+int64_t addressed_span(const char* op, const char* name, ConstTensorView view) {
+  // The message strings are built only on failure: every operator call, and recurrent_step's every
+  // token, passes through here.
   int64_t last = 0;
   for (int i = 0; i < 4; ++i) {
-    int64_t step = checked_mul(op, (name + "'s addressed span").c_str(), view.extent[i] - 1, view.stride[i]);
-    if (__builtin_add_overflow(last, step, &last)) fail(op, name + "'s addressed span overflows int64");
+    int64_t step = 0;
+    if (__builtin_mul_overflow(view.extent[i] - 1, view.stride[i], &step))
+      checked_mul(op, (std::string(name) + "'s addressed span").c_str(), view.extent[i] - 1, view.stride[i]);
+    if (__builtin_add_overflow(last, step, &last)) fail(op, std::string(name) + "'s addressed span overflows int64");
   }
-  checked_mul(op, (name + "'s byte span").c_str(), last + 1, int64_t(sizeof(float)));
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(last + 1, int64_t(sizeof(float)), &bytes))
+    checked_mul(op, (std::string(name) + "'s byte span").c_str(), last + 1, int64_t(sizeof(float)));
   return last + 1;
 }
 
@@ -124,8 +130,12 @@ void check_view(const char* op, const char* name, ConstTensorView view) {
     }
   }
   int64_t elements = 1;
-  for (int i = 0; i < 4; ++i)
-    elements = detail::checked_mul(op, (std::string(name) + "'s element count").c_str(), elements, view.extent[i]);
+  for (int i = 0; i < 4; ++i) {
+    int64_t product = 0;
+    if (__builtin_mul_overflow(elements, view.extent[i], &product))
+      detail::checked_mul(op, (std::string(name) + "'s element count").c_str(), elements, view.extent[i]);
+    elements = product;
+  }
   detail::addressed_span(op, name, view);
 }
 
@@ -197,8 +207,11 @@ void check_apart(const char* op, const Region& out, const Region& other) {
 // would make several threads write one element: a race, and no determinism.
 void check_distinct(const char* op, const Region& x) {
   if (x.contiguous) return;
+  // Axes by stride, ties in axis order: an insertion sort (std::stable_sort may allocate, and recurrent_step
+  // runs this once per token).
   std::array<int, 4> axes{0, 1, 2, 3};
-  std::stable_sort(axes.begin(), axes.end(), [&](int a, int b) { return x.stride[a] < x.stride[b]; });
+  for (int i = 1; i < 4; ++i)
+    for (int j = i; j > 0 && x.stride[axes[j]] < x.stride[axes[j - 1]]; --j) std::swap(axes[j], axes[j - 1]);
   int64_t span = 1;  // elements covered by the axes so far
   for (int axis : axes) {
     if (x.extent[axis] == 1) continue;

@@ -52,7 +52,7 @@ void check_map_backward(const float* dx, const float* dphi, const float* x, int6
 
 // Number of elements from the first to the last addressed element, inclusive; a linattn::Error
 // naming `name` when it, or its size in bytes, overflows int64.
-int64_t addressed_span(const char* op, const std::string& name, ConstTensorView view);
+int64_t addressed_span(const char* op, const char* name, ConstTensorView view);
 
 // a * b, or a linattn::Error naming `what` when it overflows int64.
 int64_t checked_mul(const char* op, const char* what, int64_t a, int64_t b);

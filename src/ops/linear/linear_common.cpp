@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -33,6 +34,22 @@ LinearProblem check_inputs(const char* op, ConstTensorView q, ConstTensorView k,
   return p;
 }
 
+// Up to N regions without a heap allocation (recurrent_step checks once per token): the listed ones
+// and then a state's.
+template <size_t N>
+struct Regions {
+  std::array<boundary::Region, N> all{};
+  size_t count = 0;
+  Regions(std::initializer_list<boundary::Region> first) {
+    for (const boundary::Region& r : first) all[count++] = r;
+  }
+  std::span<const boundary::Region> plus(std::span<const boundary::Region> more) {
+    assert(count + more.size() <= N);
+    for (const boundary::Region& r : more) all[count++] = r;
+    return {all.data(), count};
+  }
+};
+
 }  // namespace
 
 LinearProblem check_linear_forward(const char* op, ConstTensorView out, ConstTensorView q, ConstTensorView k,
@@ -41,10 +58,8 @@ LinearProblem check_linear_forward(const char* op, ConstTensorView out, ConstTen
                                    std::span<const boundary::Region> state_inputs) {
   LinearProblem p = check_inputs(op, q, k, v, o);
   check_output_shape(op, "out", out, q, v);
-  std::vector<boundary::Region> outs{region("out", out)}, ins{region("q", q), region("k", k), region("v", v)};
-  outs.insert(outs.end(), state_outputs.begin(), state_outputs.end());
-  ins.insert(ins.end(), state_inputs.begin(), state_inputs.end());
-  check_outputs(op, outs, ins);
+  check_outputs(op, Regions<3>{region("out", out)}.plus(state_outputs),
+                Regions<5>{region("q", q), region("k", k), region("v", v)}.plus(state_inputs));
   return p;
 }
 
@@ -57,11 +72,8 @@ LinearProblem check_linear_backward(const char* op, ConstTensorView dq, ConstTen
   check_like(op, "dq", dq, q, "q");
   check_like(op, "dk", dk, k, "k");
   check_like(op, "dv", dv, v, "v");
-  std::vector<boundary::Region> outs{region("dq", dq), region("dk", dk), region("dv", dv)};
-  std::vector<boundary::Region> ins{region("dout", dout), region("q", q), region("k", k), region("v", v)};
-  outs.insert(outs.end(), state_outputs.begin(), state_outputs.end());
-  ins.insert(ins.end(), state_inputs.begin(), state_inputs.end());
-  check_outputs(op, outs, ins);
+  check_outputs(op, Regions<5>{region("dq", dq), region("dk", dk), region("dv", dv)}.plus(state_outputs),
+                Regions<6>{region("dout", dout), region("q", q), region("k", k), region("v", v)}.plus(state_inputs));
   return p;
 }
 
