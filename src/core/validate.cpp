@@ -47,11 +47,14 @@ void check_size(const char* op, const char* name, int64_t seen, int64_t expected
   fail(op, m.str());
 }
 
+namespace {
+// A valid view of exactly `extent`; because[axis] says where each extent comes from ("q's batch").
 void check_shape(const char* op, const char* name, ConstTensorView view, std::array<int64_t, 4> extent,
                  const std::array<const char*, 4>& because) {
   check_view(op, name, view);
   for (int axis = 0; axis < 4; ++axis) check_extent(op, name, view, axis, extent[axis], because[axis]);
 }
+}  // namespace
 
 void check_like(const char* op, const char* name, ConstTensorView view, ConstTensorView like, const char* like_name) {
   check_view(op, name, view);

@@ -27,10 +27,7 @@ using boundary::region;
 // The name of axis i of a [B, N, H, D] view: "batch", "sequence", "heads", "dim".
 const char* axis_name(int axis);
 
-// A valid view of exactly `extent`; because[axis] says where each extent comes from ("q's batch").
-void check_shape(const char* op, const char* name, ConstTensorView view, std::array<int64_t, 4> extent,
-                 const std::array<const char*, 4>& because);
-// A valid view shaped like `like` (a gradient like its input): "<like_name>'s shape" is expected.
+// A valid view shaped like `like` (a gradient like its input); "<like_name>'s <axis>" is expected.
 void check_like(const char* op, const char* name, ConstTensorView view, ConstTensorView like, const char* like_name);
 // x: [B, Nq, H, E] of q and v, the shape of out and dout of every attention operator.
 void check_output_shape(const char* op, const char* name, ConstTensorView x, ConstTensorView q, ConstTensorView v);
