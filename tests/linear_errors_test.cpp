@@ -170,11 +170,11 @@ TEST(LinearErrors, GradientsAreChecked) {
   EXPECT_ERROR(linear_attention_backward(p.dQ(), p.dK(), p.dV(), with_extent(p.dO(), 3, 5), p.Q(), p.K(), p.V()),
                "dout.extent[3] (dim) is 5, expected 6 (v's value dim)");
   EXPECT_ERROR(linear_attention_backward(with_extent(p.dQ(), 3, 3), p.dK(), p.dV(), p.dO(), p.Q(), p.K(), p.V()),
-               "dq.extent[3] (dim) is 3, expected 4 (q's shape)");
+               "dq.extent[3] (dim) is 3, expected 4 (q's dim)");
   EXPECT_ERROR(linear_attention_backward(p.dQ(), with_extent(p.dK(), 1, 4), p.dV(), p.dO(), p.Q(), p.K(), p.V()),
-               "dk.extent[1] (sequence) is 4, expected 5 (k's shape)");
+               "dk.extent[1] (sequence) is 4, expected 5 (k's sequence)");
   EXPECT_ERROR(linear_attention_backward(p.dQ(), p.dK(), with_extent(p.dV(), 0, 1), p.dO(), p.Q(), p.K(), p.V()),
-               "dv.extent[0] (batch) is 1, expected 2 (v's shape)");
+               "dv.extent[0] (batch) is 1, expected 2 (v's batch)");
   TensorView null_dout = p.dO();
   null_dout.data = nullptr;
   EXPECT_ERROR(linear_attention_backward(p.dQ(), p.dK(), p.dV(), null_dout, p.Q(), p.K(), p.V()), "dout.data is null");

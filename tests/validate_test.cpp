@@ -14,8 +14,9 @@ namespace {
 
 using detail::check_extent;
 using detail::check_key_lengths;
-using detail::check_no_alias;
+using detail::check_outputs;
 using detail::check_view;
+using detail::region;
 using testing::error_of;
 
 TEST(Validate, NullPointerNamesTheArgument) {
@@ -55,8 +56,9 @@ TEST(Validate, AliasedOutputIsRejected) {
   ConstTensorView a(x, {1, 2, 1, 4}, {8, 4, 4, 1});
   ConstTensorView b(x + 4, {1, 2, 1, 4}, {8, 4, 4, 1});
   ConstTensorView c(x + 8, {1, 2, 1, 4}, {8, 4, 4, 1});
-  EXPECT_NE(error_of([&] { check_no_alias("op", "out", b, "q", a); }).find("out overlaps q"), std::string::npos);
-  EXPECT_EQ(error_of([&] { check_no_alias("op", "out", c, "q", a); }), "<no error>");
+  EXPECT_NE(error_of([&] { check_outputs("op", {region("out", b)}, {region("q", a)}); }).find("out overlaps q"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { check_outputs("op", {region("out", c)}, {region("q", a)}); }), "<no error>");
 }
 
 TEST(Validate, KeyLengthsOutOfRange) {

@@ -1,5 +1,6 @@
 #pragma once
 // Everything public in linattn.
+#include "linattn/boundary.hpp"
 #include "linattn/error.hpp"
 #include "linattn/feature_map.hpp"
 #include "linattn/file_io.hpp"

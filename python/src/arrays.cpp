@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/validate.hpp"
+#include "linattn/boundary.hpp"
 
 namespace linattn::python {
 
@@ -80,7 +80,7 @@ AttentionInputs attention_inputs(const char* op, const py::object& q, const py::
                                  const py::object& key_lengths) {
   AttentionInputs in{input_view<float>(q, "q", 4, "[B, Nq, H, D]"), input_view<float>(k, "k", 4, "[B, Nk, H, D]"),
                      input_view<float>(v, "v", 4, "[B, Nk, H, E]"), key_lengths_arg(key_lengths)};
-  detail::check_attention_inputs(op, in.q.view, in.k.view, in.v.view);
+  boundary::check_attention_inputs(op, in.q.view, in.k.view, in.v.view);
   return in;
 }
 

@@ -47,7 +47,7 @@ std::vector<int64_t> key_lengths_arg(py::handle obj);
 
 // q: [B, Nq, H, D]; k: [B, Nk, H, D]; v: [B, Nk, H, E] as float32 views (which keep their arrays
 // alive while the GIL is released), and key_lengths. Their shapes are checked against each other
-// (detail::check_attention_inputs, naming `op`) before any output is sized from them.
+// (boundary::check_attention_inputs, naming `op`) before any output is sized from them.
 struct AttentionInputs {
   InputView<float> q, k, v;
   std::vector<int64_t> key_lengths;

@@ -1,6 +1,6 @@
 #pragma once
-// float64 arguments of the fp64 oracle's bindings (linattn.reference): copies into oracle tensors, and
-// the boundary checks the oracle itself leaves to its callers.
+// float64 arguments of the fp64 oracle's bindings (linattn.reference): copies into oracle tensors,
+// which the oracle's entry points check themselves (the one boundary check, src/core/validate.hpp).
 #include <pybind11/pybind11.h>
 
 #include <vector>
@@ -11,15 +11,15 @@ namespace linattn::python {
 
 namespace py = pybind11;
 
-// q, k, v as oracle tensors, checked against each other, and key_lengths checked against them.
+// q, k, v as oracle tensors, and key_lengths.
 struct ReferenceInputs {
   reference::Tensor q, k, v;
   std::vector<int64_t> key_lengths;
 };
-ReferenceInputs reference_inputs(const char* op, const py::object& q, const py::object& k, const py::object& v,
+ReferenceInputs reference_inputs(const py::object& q, const py::object& k, const py::object& v,
                                  const py::object& key_lengths);
-// dout: [B, Nq, H, E] with E from v.
-reference::Tensor reference_dout(const char* op, const py::object& dout, const ReferenceInputs& in);
+// dout: [B, Nq, H, E].
+reference::Tensor reference_dout(const py::object& dout);
 // A [B, N, H, D] float64 array of the tensor.
 py::array to_array(const reference::Tensor& t);
 

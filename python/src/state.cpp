@@ -9,9 +9,9 @@
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "linattn/boundary.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
-#include "core/validate.hpp"
 
 namespace linattn::python {
 namespace {
@@ -35,7 +35,7 @@ class State {
     const InputView<float> Q = input_view<float>(q, "q", 3, "[B, H, D]");
     const InputView<float> K = input_view<float>(k, "k", 3, "[B, H, D]");
     const InputView<float> V = input_view<float>(v, "v", 3, "[B, H, E]");
-    detail::check_attention_inputs("RecurrentState::step", Q.view, K.view, V.view);
+    boundary::check_attention_inputs("RecurrentState::step", Q.view, K.view, V.view);
     OutputArray<float> out = output_array<float>({Q.view.extent[0], 1, Q.view.extent[2], V.view.extent[3]}, false);
     {
       py::gil_scoped_release nogil;

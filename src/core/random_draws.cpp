@@ -7,36 +7,37 @@
 
 namespace linattn::detail {
 
-double NormalStream::uniform_open() {
-  // 53 random bits, centred in their interval so that 0 and 1 never occur (log(0) below).
-  return (double(engine_() >> 11) + 0.5) * 0x1.0p-53;
+std::pair<double, double> box_muller(double u1, double u2) {
+  const double radius = std::sqrt(-2.0 * std::log(u1));
+  const double angle = 2.0 * std::numbers::pi * u2;
+  return {radius * std::cos(angle), radius * std::sin(angle)};
 }
 
-double NormalStream::next() {
+double Random::normal() {
   if (has_spare_) {
     has_spare_ = false;
     return spare_;
   }
-  const double radius = std::sqrt(-2.0 * std::log(uniform_open()));
-  const double angle = 2.0 * std::numbers::pi * uniform_open();
-  spare_ = radius * std::sin(angle);
+  const double u1 = uniform_open();
+  const auto [first, second] = box_muller(u1, uniform_open());
+  spare_ = second;
   has_spare_ = true;
-  return radius * std::cos(angle);
+  return first;
 }
 
-double NormalStream::chi(int64_t k) {
+double Random::chi(int64_t k) {
   double sum = 0;
   for (int64_t i = 0; i < k; ++i) {
-    const double g = next();
+    const double g = normal();
     sum += g * g;
   }
   return std::sqrt(sum);
 }
 
 std::vector<double> gaussian_omega(int64_t rows, int64_t dim, uint64_t seed) {
-  NormalStream normal(seed);
+  Random normal(seed);
   std::vector<double> omega(size_t(rows * dim));
-  for (double& w : omega) w = normal.next();
+  for (double& w : omega) w = normal.normal();
   return omega;
 }
 
@@ -66,11 +67,11 @@ void orthonormalise_rows(std::vector<double>& g, int64_t n) {
 }  // namespace
 
 std::vector<double> orthogonal_omega(int64_t rows, int64_t dim, uint64_t seed) {
-  NormalStream normal(seed);
+  Random normal(seed);
   std::vector<double> omega(size_t(rows * dim));
   std::vector<double> block(size_t(dim * dim));
   for (int64_t first = 0; first < rows; first += dim) {
-    for (double& g : block) g = normal.next();
+    for (double& g : block) g = normal.normal();
     orthonormalise_rows(block, dim);
     // Each direction scaled to a chi(dim) norm, the norm of a Gaussian row.
     for (int64_t r = 0; r < std::min(dim, rows - first); ++r) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/validate.hpp"
 #include "kernels/feature_map_elementwise.hpp"
 #include "linattn/error.hpp"
 #include "linattn/feature_map.hpp"
@@ -18,9 +19,11 @@ class ElementwiseMap final : public FeatureMap {
  public:
   std::string name() const override { return Map::name; }
   void forward(float* phi, const float* x, int64_t rows, int64_t dim, FeatureRole) const override {
+    detail::check_map_forward(phi, x, rows, dim, dim);
     Map::forward32(phi, x, rows * dim);
   }
   void backward(float* dx, const float* dphi, const float* x, int64_t rows, int64_t dim, FeatureRole) const override {
+    detail::check_map_backward(dx, dphi, x, rows, dim, dim);
     Map::backward32(dx, dphi, x, rows * dim);
   }
   void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim, FeatureRole) const override {

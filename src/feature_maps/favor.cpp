@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/random_draws.hpp"
-#include "kernels/random_kernels.hpp"
-#include "feature_maps/random_projection.hpp"
-#include "linattn/performer.hpp"
 #include "core/validate.hpp"
+#include "feature_maps/random_projection.hpp"
+#include "kernels/random_kernels.hpp"
+#include "linattn/performer.hpp"
 
 namespace linattn {
 namespace {
@@ -94,12 +94,14 @@ class FavorMap final : public detail::RandomProjectionMap {
   }
 
   void forward(float* phi, const float* x, int64_t rows, int64_t dim, FeatureRole role) const override {
+    detail::check_map_forward(phi, x, rows, dim_, rows_);
     assert(dim == dim_);
     (void)dim;  // checked by feature_dim at the boundary
     forward_rows(phi, x, rows, role);
   }
   void backward(float* dx, const float* dphi, const float* x, int64_t rows, int64_t dim,
                 FeatureRole role) const override {
+    detail::check_map_backward(dx, dphi, x, rows, dim_, rows_);
     assert(dim == dim_);
     (void)dim;  // checked by feature_dim at the boundary
     backward_rows(dx, dphi, x, rows, role);

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "core/random_draws.hpp"
+#include "core/validate.hpp"
 #include "feature_maps/random_projection.hpp"
 #include "linattn/performer.hpp"
-#include "core/validate.hpp"
 
 namespace linattn {
 namespace {
@@ -43,11 +43,13 @@ class FourierMap final : public detail::RandomProjectionMap {
   }
 
   void forward(float* phi, const float* x, int64_t rows, int64_t dim, FeatureRole) const override {
+    detail::check_map_forward(phi, x, rows, dim_, 2 * rows_);
     assert(dim == dim_);
     (void)dim;  // checked by feature_dim at the boundary
     rows_apply(x, rows, [&](int64_t r, const float* t) { fourier_features_row(phi + r * 2 * rows_, t, rows_); });
   }
   void backward(float* dx, const float* dphi, const float* x, int64_t rows, int64_t dim, FeatureRole) const override {
+    detail::check_map_backward(dx, dphi, x, rows, dim_, 2 * rows_);
     assert(dim == dim_);
     (void)dim;  // checked by feature_dim at the boundary
     backward_rows(dx, dphi, x, rows);

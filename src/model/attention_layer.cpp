@@ -73,20 +73,16 @@ void attention_backward<float>(float* dqkv, const float* dout, const float* qkv,
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
   const ConstTensorView dout_view = part_view(dout, 0, C, B, T_, H, C);
-  // Separate gradient buffers: the operators' outputs must not share an address range.
-  std::vector<float> grads(3 * B * T_ * C);
-  const TensorView dq = part_view(grads.data(), 0, C, B, T_, H, C),
-                   dk = part_view(grads.data() + B * T_ * C, 0, C, B, T_, H, C),
-                   dv = part_view(grads.data() + 2 * B * T_ * C, 0, C, B, T_, H, C);
+  // dq, dk, dv written straight into their parts of dqkv: disjoint interleaved slices, which the
+  // operators accept as outputs.
+  const TensorView dq = part_view(dqkv, 0, 3 * C, B, T_, H, C), dk = part_view(dqkv, 1, 3 * C, B, T_, H, C),
+                   dv = part_view(dqkv, 2, 3 * C, B, T_, H, C);
   if (spec.kind == AttentionKind::softmax) {
     const ConstTensorView out_view = part_view(out, 0, C, B, T_, H, C);
     softmax_attention_backward(dq, dk, dv, dout_view, q, k, v, out_view, {lse, size_t(B * H * T_)}, softmax_options());
   } else {
     causal_linear_attention_backward(dq, dk, dv, dout_view, q, k, v, linear_options(spec));
   }
-  for (int64_t i = 0; i < B * T_; ++i)
-    for (int64_t part = 0; part < 3; ++part)
-      for (int64_t c = 0; c < C; ++c) dqkv[i * 3 * C + part * C + c] = grads[(part * B * T_ + i) * C + c];
 }
 
 template <>

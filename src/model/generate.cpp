@@ -9,11 +9,6 @@
 #include "model/block.hpp"
 
 namespace linattn::model {
-namespace simd {
-// decode_simd.cpp: out: [hd] = softmax attention of q: [hd] over n cached rows of K, V at stride ld.
-void softmax_decode_head(float* out, const float* q, const float* K, const float* V, int64_t ld, int64_t n, int64_t hd,
-                         float scale, float* scratch);
-}  // namespace simd
 namespace {
 // Prompts are fed in blocks of this many tokens, so that scratch memory stays bounded.
 constexpr int64_t kMaxBlock = 1024;
@@ -111,18 +106,11 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
             std::copy(row + C, row + C + hd, K + h * head_stride + (position_ + i) * hd);
             std::copy(row + 2 * C, row + 2 * C + hd, Vc + h * head_stride + (position_ + i) * hd);
           }
-        if (n == 1) {
-          // One query sees every cached key: O(keys·hd) per head.
-          scores_.resize(keys);
-          for (int64_t h = 0; h < H; ++h)
-            simd::softmax_decode_head(atty + h * hd, qkv + h * hd, K + h * head_stride, Vc + h * head_stride, hd, keys,
-                                      hd, 1.0f / std::sqrt(float(hd)), scores_.data());
-          return;
-        }
         const ConstTensorView kc{K, {1, keys, H, hd}, {H * head_stride, hd, head_stride, 1}};
         const ConstTensorView vc{Vc, {1, keys, H, hd}, {H * head_stride, hd, head_stride, 1}};
         SoftmaxAttentionOptions options;
         options.causal = true;  // bottom-right: row i sees the cache and rows ≤ i
+        // A few rows (one token per step) take the operator's decode path: O(keys·hd) per head.
         softmax_attention_forward(out, lse, q, kc, vc, options);
         return;
       }

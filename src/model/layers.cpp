@@ -8,6 +8,8 @@
 #include <numbers>
 #include <type_traits>
 
+#include "kernels/gelu.hpp"
+
 namespace linattn::model {
 namespace {
 
@@ -95,12 +97,7 @@ constexpr T kGeluScale = T(0.7978845608028654);  // √(2/π)
 constexpr int64_t kGeluBlock = 4096;
 }  // namespace
 
-// fp32 versions with a vector tanh, in kernels/gelu.cpp; T = double below is their scalar spec.
-namespace simd {
-void gelu_forward(float* out, const float* x, int64_t n);
-void gelu_backward(float* dinp, const float* dout, const float* x, int64_t n);
-}  // namespace simd
-
+// fp32: the vector-tanh versions of kernels/gelu.hpp; T = double below is their scalar spec.
 template <class T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {

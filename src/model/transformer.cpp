@@ -60,7 +60,7 @@ Transformer<T>::Transformer(const ModelConfig& config) : config_(config) {
     // Embeddings start at unit scale, like the sinusoids they are added to.
     const double std =
         t.name == "wte" ? 1.0 : 0.02 * (t.name.find("projw") != std::string::npos ? residual_scale : 1.0);
-    for (int64_t i = 0; i < t.size; ++i) p[i] = norm_gain ? T(1) : t.decay ? T(std * rng.normal()) : T(0);
+    for (int64_t i = 0; i < t.size; ++i) p[i] = norm_gain ? T(1) : t.decay ? T(std * rng.normal_cosine()) : T(0);
   }
 }
 

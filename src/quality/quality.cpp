@@ -10,23 +10,18 @@
 #include <vector>
 
 #include "core/random_draws.hpp"
+#include "core/validate.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/performer.hpp"
 #include "linattn/softmax_attention.hpp"
-#include "core/validate.hpp"
 
 namespace linattn {
 namespace {
 
 // The seed of a trial's stream `stream` (0: inputs, 1: features, 2: projections): distinct streams,
 // since the same seed would give ω the very numbers k was drawn from.
-uint64_t draw_seed(uint64_t trial_seed, uint64_t stream) {
-  uint64_t z = trial_seed * 3 + stream + 0x9e3779b97f4a7c15u;  // splitmix64
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-  return z ^ (z >> 31);
-}
+uint64_t draw_seed(uint64_t trial_seed, uint64_t stream) { return detail::splitmix64(trial_seed * 3 + stream); }
 
 // One trial's inputs, [B, N, H, ·] contiguous, and the exact softmax output.
 struct Trial {
@@ -35,25 +30,25 @@ struct Trial {
 
 Trial make_trial(const QualityOptions& o, uint64_t seed) {
   const int64_t B = o.batch, N = o.seq_len, H = o.heads, D = o.dim, E = o.value_dim;
-  detail::NormalStream normal(draw_seed(seed, 0));
+  detail::Random normal(draw_seed(seed, 0));
   Trial t;
   const double s = o.qk_std;
   for (const auto& [x, n, scale] :
        {std::tuple{&t.k, N * D, s}, std::tuple{&t.v, N * E, 1.0}, std::tuple{&t.q, N * D, s}}) {
     x->resize(size_t(B * H * n));
-    for (float& e : *x) e = float(scale * normal.next());
+    for (float& e : *x) e = float(scale * normal.normal());
   }
   if (o.input == QualityInput::peaked) {
     const double gamma = 6.0 / (s * s * std::sqrt(double(D)));
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
         int64_t hubs[4];
-        for (int64_t& j : hubs) j = int64_t(std::min(0.999999, std::abs(normal.next()) / 4) * double(N));
+        for (int64_t& j : hubs) j = int64_t(std::min(0.999999, std::abs(normal.normal()) / 4) * double(N));
         for (int64_t i = 0; i < N; ++i) {
           const int64_t j = hubs[i % 4];
           float* qi = t.q.data() + ((b * N + i) * H + h) * D;
           const float* kj = t.k.data() + ((b * N + j) * H + h) * D;
-          for (int64_t d = 0; d < D; ++d) qi[d] = float(gamma * kj[d] + 0.5 * s * normal.next());
+          for (int64_t d = 0; d < D; ++d) qi[d] = float(gamma * kj[d] + 0.5 * s * normal.normal());
         }
       }
   }
@@ -123,10 +118,10 @@ std::vector<ErrorCurvePoint> linformer_error_curve(std::span<const int64_t> proj
       [&](std::vector<float>& out, const Trial& t, int64_t P, uint64_t seed) {
         std::vector<float> Ep(size_t(H * P * N), 0.0f), Fp(Ep.size(), 0.0f);
         if (init == LinformerInit::gaussian) {
-          detail::NormalStream normal(draw_seed(seed, 2));
+          detail::Random normal(draw_seed(seed, 2));
           const double scale = 1.0 / std::sqrt(double(P));
-          for (float& e : Ep) e = float(scale * normal.next());
-          for (float& e : Fp) e = float(scale * normal.next());
+          for (float& e : Ep) e = float(scale * normal.normal());
+          for (float& e : Fp) e = float(scale * normal.normal());
         } else {
           // Segment r: positions [⌊rN/P⌋, ⌊(r+1)N/P⌋); empty when P > N, and then its row stays 0.
           for (int64_t h = 0; h < H; ++h)

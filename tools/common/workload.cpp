@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/command.hpp"
+#include "core/random_draws.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/performer.hpp"
@@ -138,9 +139,9 @@ struct Workload::Extra {
 
 namespace {
 std::vector<float> normal(int64_t count, std::mt19937_64& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
+  detail::Random draws(rng());  // portable normals: std::normal_distribution differs between libraries
   std::vector<float> x(static_cast<size_t>(count));
-  for (float& value : x) value = dist(rng);
+  for (float& value : x) value = float(draws.normal());
   return x;
 }
 }  // namespace

@@ -33,7 +33,7 @@ class Generator {
   std::vector<RecurrentState> states_;             // per layer (linear, favor)
   std::vector<std::vector<float>> keys_, values_;  // per layer [H, capacity_, hd] (softmax)
   int64_t capacity_ = 0;                           // cached positions room is allocated for
-  std::vector<float> buffers_, logits_, scores_;
+  std::vector<float> buffers_, logits_;
 
   void feed_block(const int32_t* tokens, int64_t n);
   // Makes room for `keys` cached positions (doubling), keeping the first position_ of each head.

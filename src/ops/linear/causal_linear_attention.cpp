@@ -5,8 +5,8 @@
 // Work is split over (batch, head) only, so every head's arithmetic is the same for any thread count.
 #include <algorithm>
 
-#include "ops/linear/linear_common.hpp"
 #include "core/validate.hpp"
+#include "ops/linear/linear_common.hpp"
 
 namespace linattn {
 namespace detail {
@@ -416,8 +416,12 @@ void causal_linear_attention_forward(TensorView out, ConstTensorView q, ConstTen
                                      const LinearAttentionOptions& options, const RecurrentState* initial,
                                      RecurrentState* final_state) {
   const char* op = "causal_linear_attention_forward";
+  // final_state may be initial itself (the state carried on in place): then it is one input.
+  const auto outputs =
+      detail::state_regions(final_state == initial ? nullptr : final_state, "final_state.S()", "final_state.z()");
+  const auto inputs = detail::state_regions(initial, "initial.S()", "initial.z()");
   const detail::LinearProblem p =
-      check_causal(op, options, detail::check_linear_forward(op, out, q, k, v, options), initial);
+      check_causal(op, options, detail::check_linear_forward(op, out, q, k, v, options, outputs, inputs), initial);
   const detail::PackedState start = initial ? detail::pack_state(*initial, p) : detail::PackedState();
   detail::PackedState end = final_state ? detail::PackedState(p) : detail::PackedState();
   detail::causal_forward(out, q, k, v, p, options.chunk_size, initial ? &start : nullptr, final_state ? &end : nullptr);
@@ -434,8 +438,10 @@ void causal_linear_attention_backward(TensorView dq, TensorView dk, TensorView d
                                       const LinearAttentionOptions& options, const RecurrentState* initial,
                                       RecurrentState* dinitial) {
   const char* op = "causal_linear_attention_backward";
-  const detail::LinearProblem p =
-      check_causal(op, options, detail::check_linear_backward(op, dq, dk, dv, dout, q, k, v, options), initial);
+  const auto outputs = detail::state_regions(dinitial, "dinitial.S()", "dinitial.z()");
+  const auto inputs = detail::state_regions(initial, "initial.S()", "initial.z()");
+  const detail::LinearProblem p = check_causal(
+      op, options, detail::check_linear_backward(op, dq, dk, dv, dout, q, k, v, options, outputs, inputs), initial);
   const detail::PackedState start = initial ? detail::pack_state(*initial, p) : detail::PackedState();
   detail::PackedState grad = dinitial ? detail::PackedState(p) : detail::PackedState();
   detail::causal_backward(dq, dk, dv, dout, q, k, v, p, options.chunk_size, initial ? &start : nullptr,

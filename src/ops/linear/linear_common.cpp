@@ -9,38 +9,20 @@
 #include <string>
 #include <utility>
 
-#include "kernels/feature_map_elementwise.hpp"
 #include "core/validate.hpp"
+#include "kernels/feature_map_elementwise.hpp"
+#include "ops/linear/linear_checks.hpp"
 
 namespace linattn::detail {
 
 namespace {
 
-void check_options(const char* op, const LinearAttentionOptions& o, int64_t B, int64_t Nk) {
-  if (!o.feature_map) fail(op, "options.feature_map is null, expected a feature map (e.g. elu_feature_map())");
-  if (!std::isfinite(o.eps) || o.eps < 0) {
-    std::ostringstream m;
-    m << "options.eps is " << o.eps << ", expected a finite value ≥ 0";
-    fail(op, m.str());
-  }
-  check_key_lengths(op, o.key_lengths, B, Nk);
-}
-
 // Checks shared by forward and backward: q, k, v and the options.
 LinearProblem check_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                            const LinearAttentionOptions& o) {
-  check_attention_inputs(op, q, k, v);
-  check_options(op, o, q.batch(), k.seq());
   LinearProblem p;
+  p.M = check_linear_arguments(op, q, k, v, o);
   p.B = q.batch(), p.Nq = q.seq(), p.Nk = k.seq(), p.H = q.heads(), p.D = q.dim(), p.E = v.dim();
-  p.M = o.feature_map->feature_dim(p.D);
-  if (p.M < 1) {
-    std::ostringstream m;
-    m << "options.feature_map->feature_dim(" << p.D << ") is " << p.M << ", expected ≥ 1";
-    fail(op, m.str());
-  }
-  // Scratch sizes: the packed state of every head, and a chunk of rows.
-  checked_mul(op, "B × H × M × E", checked_mul(op, "B × H", p.B, p.H), checked_mul(op, "M × E", p.M, p.E));
   p.Mp = kernels::padded(p.M), p.Ep = kernels::padded(p.E);
   p.map = o.feature_map.get(), p.eps = o.eps, p.normalize = o.normalize;
   if (p.map == elu_feature_map().get()) p.builtin = LinearProblem::Builtin::elu;
@@ -51,48 +33,54 @@ LinearProblem check_inputs(const char* op, ConstTensorView q, ConstTensorView k,
   return p;
 }
 
-void check_same_shape(const char* op, const char* name, ConstTensorView x, ConstTensorView like, const char* because) {
-  check_view(op, name, x);
-  for (int axis = 0; axis < 4; ++axis) check_extent(op, name, x, axis, like.extent[axis], because);
-}
-
-// x: [B, Nq, H, E], the shape of out and dout.
-void check_output_shape(const char* op, const char* name, ConstTensorView x, const LinearProblem& p) {
-  check_view(op, name, x);
-  const int64_t want[] = {p.B, p.Nq, p.H, p.E};
-  const char* because[] = {"q's batch", "q's sequence length", "q's heads", "v's value dim"};
-  for (int axis = 0; axis < 4; ++axis) check_extent(op, name, x, axis, want[axis], because[axis]);
-}
+// Up to N regions without a heap allocation (recurrent_step checks once per token): the listed ones
+// and then a state's.
+template <size_t N>
+struct Regions {
+  std::array<boundary::Region, N> all{};
+  size_t count = 0;
+  Regions(std::initializer_list<boundary::Region> first) {
+    for (const boundary::Region& r : first) all[count++] = r;
+  }
+  std::span<const boundary::Region> plus(std::span<const boundary::Region> more) {
+    for (const boundary::Region& r : more) {
+      if (count == N) fail("linear attention", "more state regions than the check has room for");  // a bug here
+      all[count++] = r;
+    }
+    return {all.data(), count};
+  }
+};
 
 }  // namespace
 
 LinearProblem check_linear_forward(const char* op, ConstTensorView out, ConstTensorView q, ConstTensorView k,
-                                   ConstTensorView v, const LinearAttentionOptions& o) {
+                                   ConstTensorView v, const LinearAttentionOptions& o,
+                                   std::span<const boundary::Region> state_outputs,
+                                   std::span<const boundary::Region> state_inputs) {
   LinearProblem p = check_inputs(op, q, k, v, o);
-  check_output_shape(op, "out", out, p);
-  check_no_alias(op, "out", out, "q", q);
-  check_no_alias(op, "out", out, "k", k);
-  check_no_alias(op, "out", out, "v", v);
+  check_output_shape(op, "out", out, q, v);
+  check_outputs(op, Regions<3>{region("out", out)}.plus(state_outputs),
+                Regions<5>{region("q", q), region("k", k), region("v", v)}.plus(state_inputs));
   return p;
 }
 
 LinearProblem check_linear_backward(const char* op, ConstTensorView dq, ConstTensorView dk, ConstTensorView dv,
                                     ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                                    const LinearAttentionOptions& o) {
+                                    const LinearAttentionOptions& o, std::span<const boundary::Region> state_outputs,
+                                    std::span<const boundary::Region> state_inputs) {
   LinearProblem p = check_inputs(op, q, k, v, o);
-  check_output_shape(op, "dout", dout, p);
-  check_same_shape(op, "dq", dq, q, "q's shape");
-  check_same_shape(op, "dk", dk, k, "k's shape");
-  check_same_shape(op, "dv", dv, v, "v's shape");
-  const char* out_names[] = {"dq", "dk", "dv"};
-  const ConstTensorView outs[] = {dq, dk, dv};
-  const char* in_names[] = {"dout", "q", "k", "v"};
-  const ConstTensorView ins[] = {dout, q, k, v};
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 4; ++j) check_no_alias(op, out_names[i], outs[i], in_names[j], ins[j]);
-    for (int j = i + 1; j < 3; ++j) check_no_alias(op, out_names[i], outs[i], out_names[j], outs[j]);
-  }
+  check_output_shape(op, "dout", dout, q, v);
+  check_like(op, "dq", dq, q, "q");
+  check_like(op, "dk", dk, k, "k");
+  check_like(op, "dv", dv, v, "v");
+  check_outputs(op, Regions<5>{region("dq", dq), region("dk", dk), region("dv", dv)}.plus(state_outputs),
+                Regions<6>{region("dout", dout), region("q", q), region("k", k), region("v", v)}.plus(state_inputs));
   return p;
+}
+
+std::array<boundary::Region, 2> state_regions(const RecurrentState* state, const char* S_name, const char* z_name) {
+  if (!state) return {};
+  return {region(S_name, state->S()), region(z_name, state->z())};
 }
 
 void check_chunk_size(const char* op, const LinearAttentionOptions& o) {
@@ -102,16 +90,7 @@ void check_chunk_size(const char* op, const LinearAttentionOptions& o) {
 
 void check_state(const char* op, const char* name, const RecurrentState& s, const LinearProblem& p) {
   const std::string n(name);
-  const int64_t seen[] = {s.batch(), s.heads(), s.feature_dim(), s.value_dim()};
-  const int64_t want[] = {p.B, p.H, p.M, p.E};
-  const char* what[] = {"batch()", "heads()", "feature_dim()", "value_dim()"};
-  const char* because[] = {"q's batch", "q's heads", "the feature map's feature_dim(D)", "v's value dim"};
-  for (int i = 0; i < 4; ++i)
-    if (seen[i] != want[i]) {
-      std::ostringstream m;
-      m << n << "." << what[i] << " is " << seen[i] << ", expected " << want[i] << " (" << because[i] << ")";
-      fail(op, m.str());
-    }
+  check_state_extents(op, name, {s.batch(), s.heads(), s.feature_dim(), s.value_dim()}, {p.B, p.H, p.M, p.E});
   if (s.feature_map() != p.map->name())
     fail(op, n + ".feature_map() is \"" + s.feature_map() + "\", expected \"" + p.map->name() +
                  "\" (options.feature_map's name)");

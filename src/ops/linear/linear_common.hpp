@@ -3,10 +3,13 @@
 // packing of one head's rows into padded tiles, the state in padded form, and the passes that more
 // than one driver runs.
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/linear_tiles.hpp"
+#include "linattn/boundary.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
@@ -41,13 +44,21 @@ struct LinearProblem {
   std::vector<int64_t> lengths;
 };
 
-// Checks q, k, v, out and the options (see linear_attention.hpp); returns the problem.
+// Checks q, k, v, out and the options (see linear_attention.hpp), and the aliasing rule over out and
+// state_outputs against q, k, v and state_inputs (core/validate.hpp); returns the problem.
 LinearProblem check_linear_forward(const char* op, ConstTensorView out, ConstTensorView q, ConstTensorView k,
-                                   ConstTensorView v, const LinearAttentionOptions& options);
-// The same for a backward: dq, dk, dv shaped like q, k, v, no output overlapping anything.
+                                   ConstTensorView v, const LinearAttentionOptions& options,
+                                   std::span<const boundary::Region> state_outputs = {},
+                                   std::span<const boundary::Region> state_inputs = {});
+// The same for a backward: dq, dk, dv shaped like q, k, v, and outputs dq, dk, dv and state_outputs
+// against dout, q, k, v and state_inputs.
 LinearProblem check_linear_backward(const char* op, ConstTensorView dq, ConstTensorView dk, ConstTensorView dv,
                                     ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                                    const LinearAttentionOptions& options);
+                                    const LinearAttentionOptions& options,
+                                    std::span<const boundary::Region> state_outputs = {},
+                                    std::span<const boundary::Region> state_inputs = {});
+// S() and z() of a state as regions named S_name and z_name; empty ones for no state.
+std::array<boundary::Region, 2> state_regions(const RecurrentState* state, const char* S_name, const char* z_name);
 // options.chunk_size ≥ 1.
 void check_chunk_size(const char* op, const LinearAttentionOptions& options);
 // A state read by an operator matches [B, H, M, E] and the feature map's name.

@@ -2,9 +2,9 @@
 //   out_i = num_i / den_i,  num_i = Σ_j a_ij v_j + φ(q_i)ᵀS0,  den_i = Σ_j a_ij + φ(q_i)ᵀz0 + eps,
 //   a_ij = φ(q_i)·φ(k_j), over the keys j that query i sees (key padding, causal bottom-right).
 // Without the normaliser, out_i = num_i.
-#include <stdexcept>
-
+#include "core/validate.hpp"
 #include "linattn/reference.hpp"
+#include "ops/linear/linear_checks.hpp"
 
 namespace linattn::reference {
 namespace {
@@ -17,14 +17,25 @@ struct Features {
   std::vector<double> q, k;  // φ(q): [Nq, M], φ(k): [Nk, M] for one (b, h)
 };
 
-Sizes sizes_of(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionOptions& options) {
-  return {q.extent[0],
-          q.extent[1],
-          k.extent[1],
-          q.extent[2],
-          q.extent[3],
-          v.extent[3],
-          options.feature_map->feature_dim(q.extent[3])};
+// The drivers' checks, on the tensors' shapes (q, k, v, options; dout when given; the initial
+// state), then the sizes.
+Sizes check_arguments(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const LinearAttentionOptions& options, const State* initial, const Tensor* dout = nullptr) {
+  const ConstTensorView qs = detail::shape_only(op, "q", q.extent, q.data.size());
+  const ConstTensorView ks = detail::shape_only(op, "k", k.extent, k.data.size());
+  const ConstTensorView vs = detail::shape_only(op, "v", v.extent, v.data.size());
+  const int64_t M = detail::check_linear_arguments(op, qs, ks, vs, options);
+  if (dout)
+    detail::check_output_shape(op, "dout", detail::shape_only(op, "dout", dout->extent, dout->data.size()), qs, vs);
+  const Sizes s{q.extent[0], q.extent[1], k.extent[1], q.extent[2], q.extent[3], v.extent[3], M};
+  if (!initial) return s;
+  if (!options.causal)
+    detail::fail(op, "initial is given, expected causal = true (only a causal sum starts from a state)");
+  detail::check_state_extents(op, "initial", {initial->batch, initial->heads, initial->feature_dim, initial->value_dim},
+                              {s.B, s.H, s.M, s.E});
+  detail::check_size(op, "initial.S", int64_t(initial->S.size()), s.B * s.H * s.M * s.E, "[B, H, M, E]");
+  detail::check_size(op, "initial.z", int64_t(initial->z.size()), s.B * s.H * s.M, "[B, H, M]");
+  return s;
 }
 
 // Rows of x[b, :, h, :] as a contiguous [N, D] matrix.
@@ -63,13 +74,6 @@ const double* state_z(const State* state, const Sizes& s, int64_t b, int64_t h) 
   return state ? state->z.data() + (b * s.H + h) * s.M : nullptr;
 }
 
-void check_state(const State* state, const Sizes& s, const LinearAttentionOptions& options) {
-  if (!state) return;
-  if (!options.causal) throw std::invalid_argument("reference: an initial state needs causal mode");
-  if (state->batch != s.B || state->heads != s.H || state->feature_dim != s.M || state->value_dim != s.E)
-    throw std::invalid_argument("reference: state shape does not match [B, H, M, E]");
-}
-
 State zero_state(const Sizes& s) {
   return {s.B, s.H, s.M, s.E, std::vector<double>(s.B * s.H * s.M * s.E), std::vector<double>(s.B * s.H * s.M)};
 }
@@ -98,8 +102,8 @@ void numerator_denominator(std::vector<double>& num, double& den, const Sizes& s
 
 Tensor linear_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const LinearAttentionOptions& options, const State* initial, State* final_state) {
-  const Sizes s = sizes_of(q, k, v, options);
-  check_state(initial, s, options);
+  // final_state may be initial itself: each head's sums are read before they are added to.
+  const Sizes s = check_arguments("reference::linear_attention_forward", q, k, v, options, initial);
   Tensor out({s.B, s.Nq, s.H, s.E});
   if (final_state) *final_state = initial ? *initial : zero_state(s);
   std::vector<double> num;
@@ -127,8 +131,9 @@ Tensor linear_attention_forward(const Tensor& q, const Tensor& k, const Tensor& 
 
 Gradients linear_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const LinearAttentionOptions& options, const State* initial, State* dinitial) {
-  const Sizes s = sizes_of(q, k, v, options);
-  check_state(initial, s, options);
+  const char* op = "reference::linear_attention_backward";
+  const Sizes s = check_arguments(op, q, k, v, options, initial, &dout);
+  detail::check_outputs(op, {detail::object_region("dinitial", dinitial)}, {detail::object_region("initial", initial)});
   Gradients g{Tensor(q.extent), Tensor(k.extent), Tensor(v.extent)};
   if (dinitial) *dinitial = zero_state(s);
   std::vector<double> num, dnum(s.E);

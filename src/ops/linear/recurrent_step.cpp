@@ -3,16 +3,18 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/validate.hpp"
 #include "kernels/linear_tiles.hpp"
 #include "ops/linear/linear_common.hpp"
-#include "core/validate.hpp"
 
 namespace linattn {
 
 void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, RecurrentState& state,
                     const LinearAttentionOptions& options) {
   const char* op = "recurrent_step";
-  const detail::LinearProblem p = detail::check_linear_forward(op, out, q, k, v, options);
+  // The state is written too: out and q, k, v must lie outside S and z.
+  const detail::LinearProblem p =
+      detail::check_linear_forward(op, out, q, k, v, options, detail::state_regions(&state, "state.S()", "state.z()"));
   detail::check_extent(op, "q", q, 1, 1, "one token per step");
   detail::check_extent(op, "k", k, 1, 1, "one token per step");
   detail::check_state(op, "state", state, p);

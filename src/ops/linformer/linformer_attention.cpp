@@ -7,10 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "core/validate.hpp"
 #include "kernels/random_kernels.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/softmax_attention.hpp"
-#include "core/validate.hpp"
+#include "ops/linformer/linformer_checks.hpp"
 
 namespace linattn {
 namespace {
@@ -22,51 +23,7 @@ constexpr int64_t kRowsPerItem = 8;  // rows of dE per work item of its backward
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-struct Sizes {
-  int64_t B = 0, Nq = 0, Nk = 0, H = 0, D = 0, Ev = 0, P = 0, N_max = 0;
-  int64_t projection_size() const { return P * N_max; }  // elements of one head's projection
-};
-
-// The checks both directions share; returns the sizes.
-Sizes check_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v, std::span<const float> E,
-                   std::span<const float> F, const LinformerOptions& o) {
-  using namespace detail;
-  if (o.causal) {
-    fail(op,
-         "causal is true, expected false: Linformer projects keys and values along the whole sequence, so every "
-         "projected position mixes in future tokens and no causal mask can exclude them");
-  }
-  check_attention_inputs(op, q, k, v);
-  const Sizes s{q.extent[0], q.extent[1], k.extent[1],        q.extent[2],
-                q.extent[3], v.extent[3], o.projected_length, o.max_length};
-  if (s.P < 1) fail(op, "options.projected_length is " + std::to_string(s.P) + ", expected ≥ 1");
-  if (s.N_max < 1) fail(op, "options.max_length is " + std::to_string(s.N_max) + ", expected ≥ 1");
-  if (s.Nk > s.N_max) {
-    std::ostringstream m;
-    m << "k.extent[1] (sequence) is " << s.Nk << ", expected ≤ " << s.N_max
-      << " (options.max_length): E and F have one column per position and none for positions past it";
-    fail(op, m.str());
-  }
-  const int64_t heads = o.share_heads ? 1 : s.H;
-  const char* shape =
-      o.share_heads ? "[1, projected_length, max_length] with share_heads" : "[heads, projected_length, max_length]";
-  const int64_t expected = checked_mul(op, "E's size", heads, checked_mul(op, "E's size", s.P, s.N_max));
-  check_size(op, "E", int64_t(E.size()), expected, shape);
-  if (o.share_key_value) {
-    check_size(op, "F", int64_t(F.size()), 0, "empty: share_key_value projects values with E");
-  } else {
-    check_size(op, "F", int64_t(F.size()), expected, shape);
-  }
-  check_key_lengths(op, o.key_lengths, s.B, s.Nk);
-  return s;
-}
-
-// A valid view of exactly `extent`; `because` says where the shape comes from.
-void check_shape(const char* op, const char* name, ConstTensorView view, std::array<int64_t, 4> extent,
-                 const char* because) {
-  detail::check_view(op, name, view);
-  for (int axis = 0; axis < 4; ++axis) detail::check_extent(op, name, view, axis, extent[axis], because);
-}
+using Sizes = detail::LinformerSizes;
 
 // x̃ (b, h): [P, Dx] row-major, one slab of a [B, H, P, Dx] buffer.
 float* slab(std::vector<float>& x, const Sizes& s, int64_t b, int64_t h, int64_t dim) {
@@ -177,12 +134,12 @@ struct ProjectedSoftmax {
 void linformer_attention_forward(TensorView out, std::span<float> lse, ConstTensorView q, ConstTensorView k,
                                  ConstTensorView v, std::span<const float> E, std::span<const float> F,
                                  const LinformerOptions& options) {
-  const Sizes s = check_inputs(kForward, q, k, v, E, F, options);
-  check_shape(kForward, "out", out, {s.B, s.Nq, s.H, s.Ev}, "[B, Nq, H, Ev] of q and v");
-  detail::check_no_alias(kForward, "out", out, "q", q);
-  detail::check_no_alias(kForward, "out", out, "k", k);
-  detail::check_no_alias(kForward, "out", out, "v", v);
+  using detail::region;
+  const Sizes s = detail::check_linformer_arguments(kForward, q, k, v, E.size(), F.size(), options);
+  detail::check_output_shape(kForward, "out", out, q, v);
   detail::check_size(kForward, "lse", int64_t(lse.size()), s.B * s.H * s.Nq, "[B, H, Nq]");
+  detail::check_outputs(kForward, {region("lse", lse), region("out", out)},
+                        {region("q", q), region("k", k), region("v", v), region("E", E), region("F", F)});
   std::span<const float> Fv = options.share_key_value ? E : F;
   std::vector<float> kp = project(k, E, s, options), vp = project(v, Fv, s, options);
   const ProjectedSoftmax softmax(options, s);
@@ -195,21 +152,18 @@ void linformer_attention_backward(TensorView dq, TensorView dk, TensorView dv, s
                                   std::span<const float> E, std::span<const float> F, ConstTensorView out,
                                   std::span<const float> lse, const LinformerOptions& options) {
   using namespace detail;
-  const Sizes s = check_inputs(kBackward, q, k, v, E, F, options);
-  check_shape(kBackward, "dq", dq, q.extent, "q's shape");
-  check_shape(kBackward, "dk", dk, k.extent, "k's shape");
-  check_shape(kBackward, "dv", dv, v.extent, "v's shape");
-  check_shape(kBackward, "dout", dout, {s.B, s.Nq, s.H, s.Ev}, "[B, Nq, H, Ev] of q and v");
-  check_shape(kBackward, "out", out, {s.B, s.Nq, s.H, s.Ev}, "[B, Nq, H, Ev] of q and v");
+  const Sizes s = check_linformer_arguments(kBackward, q, k, v, E.size(), F.size(), options);
+  check_like(kBackward, "dq", dq, q, "q");
+  check_like(kBackward, "dk", dk, k, "k");
+  check_like(kBackward, "dv", dv, v, "v");
+  check_output_shape(kBackward, "dout", dout, q, v);
+  check_output_shape(kBackward, "out", out, q, v);
   check_size(kBackward, "lse", int64_t(lse.size()), s.B * s.H * s.Nq, "[B, H, Nq]");
-  check_no_alias(kBackward, "dq", dq, "q", q);
-  check_no_alias(kBackward, "dk", dk, "k", k);
-  check_no_alias(kBackward, "dv", dv, "v", v);
-  check_no_alias(kBackward, "dk", dk, "dv", dv);
-  check_no_alias(kBackward, "dq", dq, "dk", dk);
-  check_no_alias(kBackward, "dq", dq, "dv", dv);
   check_size(kBackward, "dE", int64_t(dE.size()), int64_t(E.size()), "E's size");
   check_size(kBackward, "dF", int64_t(dF.size()), int64_t(F.size()), "F's size");
+  check_outputs(kBackward, {region("dq", dq), region("dk", dk), region("dv", dv), region("dE", dE), region("dF", dF)},
+                {region("dout", dout), region("q", q), region("k", k), region("v", v), region("E", E), region("F", F),
+                 region("out", out), region("lse", lse)});
   std::span<const float> Fv = options.share_key_value ? E : F;
   std::vector<float> kp = project(k, E, s, options), vp = project(v, Fv, s, options);
   std::vector<float> dkp(kp.size()), dvp(vp.size());

@@ -1,11 +1,11 @@
 // The Linformer oracle in fp64: k̃ = E k and ṽ = F v as plain sums over the visible keys, then the
 // softmax oracle over the projected positions; the backward chains the softmax oracle's gradients
 // through the same sums.
-#include <cassert>
 #include <vector>
 
-#include "linattn/linformer.hpp"
 #include "core/validate.hpp"
+#include "linattn/linformer.hpp"
+#include "ops/linformer/linformer_checks.hpp"
 
 namespace linattn::reference {
 namespace {
@@ -60,12 +60,26 @@ struct ProjectedSoftmax {
   }
 };
 
+// The driver's checks, on the tensors' shapes.
+void check_arguments(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<double>& E,
+                     const std::vector<double>& F, const LinformerOptions& options) {
+  const ConstTensorView qs = detail::shape_only(op, "q", q.extent, q.data.size());
+  const ConstTensorView ks = detail::shape_only(op, "k", k.extent, k.data.size());
+  const ConstTensorView vs = detail::shape_only(op, "v", v.extent, v.data.size());
+  detail::check_linformer_arguments(op, qs, ks, vs, E.size(), F.size(), options);
+}
+
 }  // namespace
 
 Tensor linformer_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<double>& E,
                                    const std::vector<double>& F, const LinformerOptions& options,
                                    std::vector<double>* lse) {
-  assert(!options.causal && k.extent[1] <= options.max_length);
+  const char* op = "reference::linformer_attention_forward";
+  check_arguments(op, q, k, v, E, F, options);
+  using detail::object_region;
+  detail::check_outputs(op, {object_region("lse", lse)},
+                        {object_region("q", &q.data), object_region("k", &k.data), object_region("v", &v.data),
+                         object_region("E", &E), object_region("F", &F)});
   const std::vector<double>& Fv = options.share_key_value ? E : F;
   const ProjectedSoftmax softmax(options, q.extent[0]);
   return softmax_attention_forward(q, project(k, E, options), project(v, Fv, options), softmax.options, lse);
@@ -74,7 +88,10 @@ Tensor linformer_attention_forward(const Tensor& q, const Tensor& k, const Tenso
 LinformerGradients linformer_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                                 const std::vector<double>& E, const std::vector<double>& F,
                                                 const LinformerOptions& options) {
-  assert(!options.causal && k.extent[1] <= options.max_length);
+  const char* op = "reference::linformer_attention_backward";
+  check_arguments(op, q, k, v, E, F, options);
+  detail::check_output_shape(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
+                             detail::shape_only(q.extent), detail::shape_only(v.extent));
   const bool shared = options.share_key_value;
   const std::vector<double>& Fv = shared ? E : F;
   const ProjectedSoftmax softmax(options, q.extent[0]);

@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
+#include "core/validate.hpp"
 #include "kernels/softmax_decode.hpp"
 #include "kernels/softmax_pack.hpp"
 #include "kernels/softmax_tile_matmul.hpp"
 #include "kernels/softmax_tile_rows.hpp"
-#include "core/validate.hpp"
 
 namespace linattn {
 namespace {
@@ -48,6 +48,9 @@ constexpr int64_t kDecodeChunk = 2048;  // keys per chunk (a multiple of kTileK)
 // Up to this many queries, scores are dot products along each key's row (a lane sum per query and
 // key); beyond, the tile product's broadcast FMAs, which form 16 queries' scores at once, cost less.
 constexpr int64_t kDecodeDotRows = 2;
+// Below this many key elements (heads · Nk · (D + E)) the decode runs on the calling thread: the
+// fork and join of a parallel region (~10–40 µs with passive waiting) would outweigh the work.
+constexpr int64_t kDecodeParallelWork = int64_t(1) << 20;
 static_assert(kDecodeRows <= kernels::kTileLanes && kDecodeChunk % kTileK == 0);
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -91,40 +94,12 @@ struct Plan {
   }
 };
 
-ConstTensorView span_view(std::span<const float> x) {
-  const int64_t n = std::max<int64_t>(int64_t(x.size()), 1);
-  return ConstTensorView(x.data(), {1, 1, 1, n}, {n, n, n, 1});
-}
-
-// An output whose elements are all distinct: with its axes ordered by stride, each stride clears
-// the span of the smaller ones (conservative for interleaved layouts). A zero stride on an axis of
-// extent > 1 would make several threads write one element: a race, and no determinism.
-void check_distinct_elements(const char* op, const char* name, ConstTensorView x) {
-  std::array<int, 4> axes{0, 1, 2, 3};
-  std::stable_sort(axes.begin(), axes.end(), [&](int a, int b) { return x.stride[a] < x.stride[b]; });
-  int64_t span = 1;  // elements covered by the axes so far
-  for (int axis : axes) {
-    if (x.extent[axis] == 1) continue;
-    if (x.stride[axis] < span) {
-      std::ostringstream m;
-      m << name << ".stride[" << axis << "] (" << detail::axis_name(axis) << ") is " << x.stride[axis]
-        << ", expected ≥ " << span << " so that no two elements of an output share memory";
-      detail::fail(op, m.str());
-    }
-    span = x.stride[axis] * (x.extent[axis] - 1) + span;
-  }
-}
-
 // The checks both directions share: q, k, v and their agreement, options, lse's size.
 Plan make_plan(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v, size_t lse_size,
                const SoftmaxAttentionOptions& options) {
   detail::check_attention_inputs(op, q, k, v);
   detail::check_key_lengths(op, options.key_lengths, q.batch(), k.seq());
-  if (options.scale && !std::isfinite(*options.scale)) {
-    std::ostringstream m;
-    m << "options.scale is " << *options.scale << ", expected a finite value";
-    detail::fail(op, m.str());
-  }
+  detail::check_scale(op, options.scale);
   Plan p;
   p.B = q.batch(), p.Nq = q.seq(), p.Nk = k.seq(), p.H = q.heads(), p.D = q.dim(), p.E = v.dim();
   p.Dp = round_up(p.D, kernels::kTileLanes);
@@ -362,7 +337,8 @@ void decode_forward(TensorView out, std::span<float> lse, ConstTensorView q, Con
   const auto partials = zeros(heads * chunks * stride);
   std::vector<DecodeScratch> scratch;
   for (int t = 0; t < threads; ++t) scratch.emplace_back(p);
-#pragma omp parallel
+    // A small cache (a model's decode step over a few hundred keys) costs less than waking the threads.
+#pragma omp parallel if (heads * p.Nk * (p.D + p.E) >= kDecodeParallelWork)
   {
     DecodeScratch& w = scratch[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
@@ -436,18 +412,9 @@ void softmax_attention_forward(TensorView out, std::span<float> lse, ConstTensor
                                ConstTensorView v, const SoftmaxAttentionOptions& options) {
   const char* op = kForward;
   const Plan p = make_plan(op, q, k, v, lse.size(), options);
-  detail::check_view(op, "out", out);
-  detail::check_extent(op, "out", out, 0, p.B, "q's batch");
-  detail::check_extent(op, "out", out, 1, p.Nq, "q's sequence length");
-  detail::check_extent(op, "out", out, 2, p.H, "q's heads");
-  detail::check_extent(op, "out", out, 3, p.E, "v's value dim");
-  const ConstTensorView lse_view = span_view(lse);
-  for (auto [name, in] : {std::pair{"q", q}, std::pair{"k", k}, std::pair{"v", v}}) {
-    detail::check_no_alias(op, "out", out, name, in);
-    detail::check_no_alias(op, "lse", lse_view, name, in);
-  }
-  detail::check_no_alias(op, "lse", lse_view, "out", out);
-  check_distinct_elements(op, "out", out);
+  detail::check_output_shape(op, "out", out, q, v);
+  using detail::region;
+  detail::check_outputs(op, {region("lse", lse), region("out", out)}, {region("q", q), region("k", k), region("v", v)});
 
   if (p.Nq <= kDecodeRows) {
     decode_forward(out, lse, q, k, v, p);
@@ -492,32 +459,15 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
                                 const SoftmaxAttentionOptions& options) {
   const char* op = kBackward;
   const Plan p = make_plan(op, q, k, v, lse.size(), options);
-  for (auto [name, x] : {std::pair{"out", out}, std::pair{"dout", dout}}) {
-    detail::check_view(op, name, x);
-    detail::check_extent(op, name, x, 0, p.B, "q's batch");
-    detail::check_extent(op, name, x, 1, p.Nq, "q's sequence length");
-    detail::check_extent(op, name, x, 2, p.H, "q's heads");
-    detail::check_extent(op, name, x, 3, p.E, "v's value dim");
-  }
-  const std::pair<const char*, ConstTensorView> grads[] = {{"dq", dq}, {"dk", dk}, {"dv", dv}};
-  const std::pair<const char*, ConstTensorView> inputs[] = {{"q", q}, {"k", k}, {"v", v}, {"out", out}, {"dout", dout}};
-  for (int g = 0; g < 3; ++g) {
-    const auto [name, x] = grads[g];
-    const ConstTensorView& like = inputs[g].second;
-    detail::check_view(op, name, x);
-    for (int axis = 0; axis < 4; ++axis) {
-      const std::string because = std::string(inputs[g].first) + "'s " + detail::axis_name(axis);
-      detail::check_extent(op, name, x, axis, like.extent[axis], because.c_str());
-    }
-  }
-  const ConstTensorView lse_view = span_view(lse);
-  for (int g = 0; g < 3; ++g) {
-    for (const auto& [in_name, in] : inputs) detail::check_no_alias(op, grads[g].first, grads[g].second, in_name, in);
-    detail::check_no_alias(op, grads[g].first, grads[g].second, "lse", lse_view);
-    for (int other = g + 1; other < 3; ++other)
-      detail::check_no_alias(op, grads[g].first, grads[g].second, grads[other].first, grads[other].second);
-    check_distinct_elements(op, grads[g].first, grads[g].second);
-  }
+  detail::check_output_shape(op, "out", out, q, v);
+  detail::check_output_shape(op, "dout", dout, q, v);
+  detail::check_like(op, "dq", dq, q, "q");
+  detail::check_like(op, "dk", dk, k, "k");
+  detail::check_like(op, "dv", dv, v, "v");
+  using detail::region;
+  detail::check_outputs(
+      op, {region("dq", dq), region("dk", dk), region("dv", dv)},
+      {region("q", q), region("k", k), region("v", v), region("out", out), region("dout", dout), region("lse", lse)});
 
   const int threads = omp_get_max_threads();
   if (p.items_per_head(true)) {

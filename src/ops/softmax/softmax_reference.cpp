@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/validate.hpp"
 #include "linattn/reference.hpp"
 
 namespace linattn::reference {
@@ -47,10 +48,27 @@ double probabilities(std::vector<double>& p, const Sizes& s, const SoftmaxAttent
   return max_score + std::log(sum);
 }
 
+// The drivers' checks, on the tensors' shapes: q, k, v agreeing, key_lengths and scale.
+void check_arguments(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const SoftmaxAttentionOptions& options) {
+  // One statement each: the checks run, and name the arguments, in order.
+  const ConstTensorView qs = detail::shape_only(op, "q", q.extent, q.data.size());
+  const ConstTensorView ks = detail::shape_only(op, "k", k.extent, k.data.size());
+  const ConstTensorView vs = detail::shape_only(op, "v", v.extent, v.data.size());
+  detail::check_attention_inputs(op, qs, ks, vs);
+  detail::check_key_lengths(op, options.key_lengths, q.extent[0], k.extent[1]);
+  detail::check_scale(op, options.scale);
+}
+
 }  // namespace
 
 Tensor softmax_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const SoftmaxAttentionOptions& options, std::vector<double>* lse) {
+  const char* op = "reference::softmax_attention_forward";
+  check_arguments(op, q, k, v, options);
+  using detail::object_region;
+  detail::check_outputs(op, {object_region("lse", lse)},
+                        {object_region("q", &q.data), object_region("k", &k.data), object_region("v", &v.data)});
   const Sizes s = sizes_of(q, k, v, options);
   Tensor out({s.B, s.Nq, s.H, s.E});
   if (lse) lse->assign(s.B * s.H * s.Nq, 0.0);
@@ -69,6 +87,10 @@ Tensor softmax_attention_forward(const Tensor& q, const Tensor& k, const Tensor&
 // out_i = Σ_j p_ij v_j, p_ij = softmax_j(s_ij), s_ij = scale · q_i·k_j.
 Gradients softmax_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                      const SoftmaxAttentionOptions& options) {
+  const char* op = "reference::softmax_attention_backward";
+  check_arguments(op, q, k, v, options);
+  detail::check_output_shape(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
+                             detail::shape_only(q.extent), detail::shape_only(v.extent));
   const Sizes s = sizes_of(q, k, v, options);
   Gradients g{Tensor(q.extent), Tensor(k.extent), Tensor(v.extent)};
   std::vector<double> p, dp(s.Nk);
