@@ -23,7 +23,7 @@ TEST(RandomDraws, ModelStreamIsUnchanged) {
 }
 
 TEST(RandomDraws, FeatureDrawStreamIsUnchanged) {
-  detail::Random normal(7);
+  Random normal(7);
   EXPECT_EQ(normal.normal(), 0x1.6d123f133d2b8p-1);
   EXPECT_EQ(normal.normal(), -0x1.e192f7952dd38p-3);
   EXPECT_EQ(normal.normal(), 0x1.9c4d6b299942bp+0);
@@ -34,7 +34,7 @@ TEST(RandomDraws, FeatureDrawStreamIsUnchanged) {
 }
 
 TEST(RandomDraws, BoxMullerPairIsOnUnitCircleTimesRadius) {
-  const auto [c, s] = detail::box_muller(0.25, 0.125);
+  const auto [c, s] = box_muller(0.25, 0.125);
   const double r = std::sqrt(-2.0 * std::log(0.25));
   EXPECT_NEAR(c * c + s * s, r * r, 1e-12);
   EXPECT_NEAR(std::atan2(s, c), 2.0 * 3.141592653589793 * 0.125, 1e-12);

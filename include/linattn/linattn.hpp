@@ -9,6 +9,7 @@
 #include "linattn/npy.hpp"
 #include "linattn/performer.hpp"
 #include "linattn/quality.hpp"
+#include "linattn/random.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"

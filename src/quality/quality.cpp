@@ -21,7 +21,7 @@ namespace {
 
 // The seed of a trial's stream `stream` (0: inputs, 1: features, 2: projections): distinct streams,
 // since the same seed would give ω the very numbers k was drawn from.
-uint64_t draw_seed(uint64_t trial_seed, uint64_t stream) { return detail::splitmix64(trial_seed * 3 + stream); }
+uint64_t draw_seed(uint64_t trial_seed, uint64_t stream) { return splitmix64(trial_seed * 3 + stream); }
 
 // One trial's inputs, [B, N, H, ·] contiguous, and the exact softmax output.
 struct Trial {
@@ -30,7 +30,7 @@ struct Trial {
 
 Trial make_trial(const QualityOptions& o, uint64_t seed) {
   const int64_t B = o.batch, N = o.seq_len, H = o.heads, D = o.dim, E = o.value_dim;
-  detail::Random normal(draw_seed(seed, 0));
+  Random normal(draw_seed(seed, 0));
   Trial t;
   const double s = o.qk_std;
   for (const auto& [x, n, scale] :
@@ -118,7 +118,7 @@ std::vector<ErrorCurvePoint> linformer_error_curve(std::span<const int64_t> proj
       [&](std::vector<float>& out, const Trial& t, int64_t P, uint64_t seed) {
         std::vector<float> Ep(size_t(H * P * N), 0.0f), Fp(Ep.size(), 0.0f);
         if (init == LinformerInit::gaussian) {
-          detail::Random normal(draw_seed(seed, 2));
+          Random normal(draw_seed(seed, 2));
           const double scale = 1.0 / std::sqrt(double(P));
           for (float& e : Ep) e = float(scale * normal.normal());
           for (float& e : Fp) e = float(scale * normal.normal());

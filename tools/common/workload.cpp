@@ -6,10 +6,10 @@
 #include <string>
 
 #include "common/command.hpp"
-#include "core/random_draws.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/performer.hpp"
+#include "linattn/random.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/softmax_attention.hpp"
 
@@ -139,7 +139,7 @@ struct Workload::Extra {
 
 namespace {
 std::vector<float> normal(int64_t count, std::mt19937_64& rng) {
-  detail::Random draws(rng());  // portable normals: std::normal_distribution differs between libraries
+  Random draws(rng());  // portable normals: std::normal_distribution differs between libraries
   std::vector<float> x(static_cast<size_t>(count));
   for (float& value : x) value = float(draws.normal());
   return x;
