@@ -6,7 +6,8 @@
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
+#include "linattn/performer.hpp"  // the alias of favor.hpp, kept for existing code
 #include "linattn/quality.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/reference.hpp"

@@ -7,7 +7,7 @@
 
 #include "core/random_draws.hpp"
 #include "feature_maps/random_projection.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "core/validate.hpp"
 
 namespace linattn {

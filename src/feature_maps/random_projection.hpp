@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/random_kernels.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "core/validate.hpp"
 
 namespace linattn::detail {

@@ -12,7 +12,7 @@
 #include "core/random_draws.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "core/validate.hpp"
 

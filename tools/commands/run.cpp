@@ -18,7 +18,7 @@
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "linattn/threads.hpp"

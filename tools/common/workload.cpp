@@ -8,7 +8,7 @@
 #include "common/command.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/softmax_attention.hpp"
 

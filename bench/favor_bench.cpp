@@ -6,7 +6,7 @@
 #include "bench_common.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 
 namespace linattn::bench {
 namespace {
