@@ -1,62 +1,33 @@
-// Performer (FAVOR+ features, m = default_favor_features(D) = 267 for D = 64) through non-causal and causal
-// linear attention, and Linformer (P = 256 projected positions), forward and backward, [B, H, N, D] storage.
-// Args: N, threads.
+// FAVOR+ (the table's "favor"; m = default_favor_features(D) = 267 for D = 64) through non-causal and
+// causal linear attention, and Linformer (the table's "linformer", P = 256 projected positions),
+// forward and backward, [B, H, N, D] storage. The program is bench_favor; bench_performer, its old
+// name, is kept as an alias (bench/CMakeLists.txt). Args: N, (causal,) threads.
 #include <vector>
 
 #include "bench_common.hpp"
-#include "linattn/linear_attention.hpp"
-#include "linattn/linformer.hpp"
-#include "linattn/favor.hpp"
 
 namespace linattn::bench {
 namespace {
 
 constexpr int64_t kB = 4, kH = 8, kD = 64, kE = 64, kP = 256;
 
-LinearAttentionOptions favor_options(bool causal) {
-  LinearAttentionOptions options;
-  options.feature_map = favor_feature_map(kD);
-  options.causal = causal;
-  return options;
-}
-
-double favor_forward_flops(const LinearAttentionOptions& o, int64_t N) {
-  const int64_t M = o.feature_map->feature_dim(kD);
-  // φ itself: ωᵀx for every row of q and k (2·D·M each).
-  const double features = 2.0 * double(kB * kH * N) * 2.0 * double(kD * M);
-  return features +
-         (o.causal ? causal_forward_flops(kB, kH, N, M, kE, o.chunk_size) : linear_forward_flops(kB, kH, N, N, M, kE));
-}
-double favor_backward_flops(const LinearAttentionOptions& o, int64_t N) {
-  const int64_t M = o.feature_map->feature_dim(kD);
-  // φ again and its backward ω·∂φ, for q and k.
-  const double features = 2.0 * double(kB * kH * N) * 4.0 * double(kD * M);
-  return features + (o.causal ? causal_backward_flops(kB, kH, N, M, kE, o.chunk_size)
-                              : linear_backward_flops(kB, kH, N, N, M, kE));
-}
-
 // Args: N, causal, threads.
-void BM_FavorForward(benchmark::State& state) {
+void FavorRun(benchmark::State& state, bool backward) {
   const ThreadScope threads(int(state.range(2)));
+  const table::Operator& op = table::find("favor");
   Problem p(kB, kH, state.range(0), kD, kE);
-  const LinearAttentionOptions options = favor_options(state.range(1) != 0);
+  table::Sizes s = sizes(kB, kH, p.N, p.N, kD, kE);
+  s.causal = state.range(1) != 0;
+  const table::Options options = op.options(s);
+  const table::Operands operands = p.operands();
   for (auto _ : state) {
-    linear_attention_forward(p.out.view, p.q.view, p.k.view, p.v.view, options);
+    (backward ? op.backward : op.forward)(operands, options);
     benchmark::ClobberMemory();
   }
-  set_counters(state, favor_forward_flops(options, p.N), p.forward_bytes(), int(state.range(2)));
+  set_counters(state, op, s, backward, int(state.range(2)));
 }
-
-void BM_FavorBackward(benchmark::State& state) {
-  const ThreadScope threads(int(state.range(2)));
-  Problem p(kB, kH, state.range(0), kD, kE);
-  const LinearAttentionOptions options = favor_options(state.range(1) != 0);
-  for (auto _ : state) {
-    linear_attention_backward(p.dq.view, p.dk.view, p.dv.view, p.dout.view, p.q.view, p.k.view, p.v.view, options);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, favor_backward_flops(options, p.N), p.backward_bytes(), int(state.range(2)));
-}
+void BM_FavorForward(benchmark::State& state) { FavorRun(state, false); }
+void BM_FavorBackward(benchmark::State& state) { FavorRun(state, true); }
 
 #define LINATTN_FAVOR_BENCHMARK(fn)                        \
   BENCHMARK(fn)                                            \
@@ -67,54 +38,52 @@ void BM_FavorBackward(benchmark::State& state) {
 LINATTN_FAVOR_BENCHMARK(BM_FavorForward);
 LINATTN_FAVOR_BENCHMARK(BM_FavorBackward);
 
-// Linformer with one projection per head: E, F: [H, P, N].
+// Linformer with one projection per head: E, F: [H, P, N], and what a forward saves for the backward.
 struct Linformer {
-  Tensor q, k, v, out;
+  table::Sizes s;
+  Tensor q, k, v, out, dout, dq, dk, dv;
   Floats E, F, lse;
-  LinformerOptions options;
+  std::vector<float> dE, dF;
   explicit Linformer(int64_t N)
-      : q(kB, kH, N, kD, 1),
+      : s(sizes(kB, kH, N, N, kD, kE)),
+        q(kB, kH, N, kD, 1),
         k(kB, kH, N, kD, 2),
         v(kB, kH, N, kE, 3),
         out(kB, kH, N, kE, 4),
+        dout(kB, kH, N, kE, 7),
+        dq(kB, kH, N, kD, 8),
+        dk(kB, kH, N, kD, 9),
+        dv(kB, kH, N, kE, 10),
         E(random_floats(kH * kP * N, 5, -0.05f, 0.05f)),
         F(random_floats(kH * kP * N, 6, -0.05f, 0.05f)),
-        lse(kB * kH * N) {
-    options.projected_length = kP;
-    options.max_length = N;
+        lse(kB * kH * N),
+        dE(E.size()),
+        dF(F.size()) {
+    s.projected = kP;
   }
-  void forward() { linformer_attention_forward(out.view, lse, q.view, k.view, v.view, E, F, options); }
+  table::Operands operands() {
+    table::Operands a;
+    a.q = q.view, a.k = k.view, a.v = v.view, a.out = out.view, a.lse = lse, a.E = E, a.F = F;
+    a.dout = dout.view, a.dq = dq.view, a.dk = dk.view, a.dv = dv.view, a.dE = dE, a.dF = dF;
+    return a;
+  }
 };
 
-void BM_LinformerForward(benchmark::State& state) {
-  const int64_t N = state.range(0);
+void LinformerRun(benchmark::State& state, bool backward) {
   const ThreadScope threads(int(state.range(1)));
-  Linformer l(N);
+  const table::Operator& op = table::find("linformer");
+  Linformer l(state.range(0));
+  const table::Options options = op.options(l.s);
+  const table::Operands operands = l.operands();
+  if (backward) op.forward(operands, options);  // out and lse, which the backward reads
   for (auto _ : state) {
-    l.forward();
+    (backward ? op.backward : op.forward)(operands, options);
     benchmark::ClobberMemory();
   }
-  set_counters(state, linformer_forward_flops(kB, kH, N, N, kP, kD, kE),
-               2 * tensor_bytes(kB, kH, N, kD) + 2 * tensor_bytes(kB, kH, N, kE) + 2 * tensor_bytes(1, kH, kP, N),
-               int(state.range(1)));
+  set_counters(state, op, l.s, backward, int(state.range(1)));
 }
-
-void BM_LinformerBackward(benchmark::State& state) {
-  const int64_t N = state.range(0);
-  const ThreadScope threads(int(state.range(1)));
-  Linformer l(N);
-  l.forward();
-  Tensor dout(kB, kH, N, kE, 7), dq(kB, kH, N, kD, 8), dk(kB, kH, N, kD, 9), dv(kB, kH, N, kE, 10);
-  std::vector<float> dE(l.E.size()), dF(l.F.size());
-  for (auto _ : state) {
-    linformer_attention_backward(dq.view, dk.view, dv.view, dE, dF, dout.view, l.q.view, l.k.view, l.v.view, l.E, l.F,
-                                 l.out.view, l.lse, l.options);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, linformer_backward_flops(kB, kH, N, N, kP, kD, kE),
-               4 * tensor_bytes(kB, kH, N, kD) + 4 * tensor_bytes(kB, kH, N, kE) + 4 * tensor_bytes(1, kH, kP, N),
-               int(state.range(1)));
-}
+void BM_LinformerForward(benchmark::State& state) { LinformerRun(state, false); }
+void BM_LinformerBackward(benchmark::State& state) { LinformerRun(state, true); }
 
 BENCHMARK(BM_LinformerForward)->Apply(sizes_by_threads<1024, 4096, 16384>);
 BENCHMARK(BM_LinformerBackward)->Apply(sizes_by_threads<1024, 4096, 16384>);
