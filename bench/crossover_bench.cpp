@@ -33,9 +33,7 @@ void BM_CrossoverLinear(benchmark::State& state) {
   const bool causal = state.range(1) != 0;
   CrossoverRun(state, table::find(causal ? "causal" : "linear"), causal);
 }
-void BM_CrossoverSoftmax(benchmark::State& state) {
-  CrossoverRun(state, table::find("softmax"), state.range(1) != 0);
-}
+void BM_CrossoverSoftmax(benchmark::State& state) { CrossoverRun(state, table::find("softmax"), state.range(1) != 0); }
 
 #define LINATTN_CROSSOVER_BENCHMARK(fn)                                                   \
   BENCHMARK(fn)                                                                           \

@@ -1,6 +1,6 @@
 // The recurrent step (the table's "recurrent": one token for every head against the carried state
-// S, z), H = 8, D = E = 64, at positions 1K..64K: the state is prefilled to the position by the causal forward (final_state), then each
-// iteration steps 256 tokens and the state is put back (untimed). Args: position, threads.
+// S, z), H = 8, D = E = 64, at positions 1K..64K: the state is prefilled to the position by the causal forward
+// (final_state), then each iteration steps 256 tokens and the state is put back (untimed). Args: position, threads.
 #include <vector>
 
 #include "bench_common.hpp"

@@ -200,7 +200,9 @@ double linear_working_with(const Sizes& s, bool backward, int64_t M_, bool chunk
   if (chunk_states && backward) floats += bh(s) * (n / 64 + 1) * M * (E + 1);
   return floats;
 }
-double linear_working(const Sizes& s, bool backward) { return linear_working_with(s, backward, map_features(s), false); }
+double linear_working(const Sizes& s, bool backward) {
+  return linear_working_with(s, backward, map_features(s), false);
+}
 double causal_working(const Sizes& s, bool backward) { return linear_working_with(s, backward, map_features(s), true); }
 double favor_working(const Sizes& s, bool backward) {
   return linear_working_with(s, backward, favor_features(s), s.causal);
@@ -329,11 +331,10 @@ Sizes shape(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t D, int64_t E) 
 }
 
 // Sequence lengths around the tile (16) and chunk (32, 64) sizes, odd head dims, E ≠ D, cross-attention.
-const std::array<Sizes, 9> kAwkward = {shape(1, 1, 1, 1, 1, 1),      shape(3, 2, 2, 1, 16, 16),
-                                       shape(1, 63, 63, 3, 59, 16),   shape(2, 64, 64, 3, 64, 64),
-                                       shape(1, 65, 65, 1, 128, 59),  shape(3, 97, 97, 3, 16, 128),
-                                       shape(1, 1000, 1000, 1, 64, 64), shape(1, 97, 65, 3, 59, 64),
-                                       shape(1, 63, 130, 1, 64, 16)};
+const std::array<Sizes, 9> kAwkward = {
+    shape(1, 1, 1, 1, 1, 1),         shape(3, 2, 2, 1, 16, 16),    shape(1, 63, 63, 3, 59, 16),
+    shape(2, 64, 64, 3, 64, 64),     shape(1, 65, 65, 1, 128, 59), shape(3, 97, 97, 3, 16, 128),
+    shape(1, 1000, 1000, 1, 64, 64), shape(1, 97, 65, 3, 59, 64),  shape(1, 63, 130, 1, 64, 16)};
 
 constexpr Storage kStorages[] = {Storage::bnhd, Storage::bhnd, Storage::padded};
 
@@ -408,8 +409,8 @@ std::vector<TestCase> linformer_cases() {
 // see no key; ragged cases drop keys per batch.
 std::vector<TestCase> softmax_gradient_cases() {
   std::vector<TestCase> cases;
-  for (const Sizes& base : {shape(1, 1, 1, 1, 1, 1), shape(2, 5, 5, 2, 3, 4), shape(1, 3, 7, 1, 5, 2),
-                            shape(2, 7, 3, 1, 4, 4)})
+  for (const Sizes& base :
+       {shape(1, 1, 1, 1, 1, 1), shape(2, 5, 5, 2, 3, 4), shape(1, 3, 7, 1, 5, 2), shape(2, 7, 3, 1, 4, 4)})
     for (bool causal : {false, true}) {
       TestCase c{base, Storage::padded, true};
       c.sizes.causal = causal;
@@ -447,37 +448,153 @@ std::vector<TestCase> linformer_gradient_cases() {
 constexpr double kBound = 1e-5;
 
 const Operator kOperators[] = {
-    {"softmax", "exact softmax attention (tiled, online softmax); causal: bottom-right mask", Causality::optional,
-     true, true, false, false, no_features, softmax_options, softmax_forward, softmax_backward, softmax_oracle_forward,
-     softmax_oracle_backward, softmax_forward_flops, softmax_backward_flops, softmax_forward_bytes,
-     softmax_backward_bytes, softmax_working, softmax_cases, softmax_gradient_cases, kBound},
-    {"linear", "non-causal linear attention, φ by Sizes::map (elu + 1 by default)", Causality::never, true, false,
-     false, false, map_features, linear_options, linear_forward, linear_backward, linear_oracle_forward,
-     linear_oracle_backward, linear_forward_flops, linear_backward_flops, attention_forward_bytes,
-     attention_backward_bytes, linear_working, linear_cases, linear_gradient_cases, kBound},
-    {"causal", "causal linear attention, chunked (intra-chunk masked product + inter-chunk state)",
-     Causality::always, true, false, false, false, map_features, causal_options, linear_forward, linear_backward,
-     linear_oracle_forward, linear_oracle_backward, causal_forward_flops, causal_backward_flops,
-     attention_forward_bytes, attention_backward_bytes, causal_working, causal_cases, linear_gradient_cases, kBound},
-    {"recurrent", "the recurrent step, token by token against a RecurrentState (no backward: it serves generation)",
-     Causality::always, false, false, false, true, map_features, recurrent_options, recurrent_forward, nullptr,
-     recurrent_oracle_forward, nullptr, recurrent_forward_flops, no_flops, recurrent_forward_bytes, no_bytes,
-     linear_working, recurrent_cases, no_cases, kBound},
-    {"favor", "linear attention with FAVOR+ positive random features (Performer's; alias \"performer\")",
-     Causality::optional, true, false, false, false, favor_features, favor_options, linear_forward, linear_backward,
-     linear_oracle_forward, linear_oracle_backward, favor_forward_flops, favor_backward_flops,
-     attention_forward_bytes, attention_backward_bytes, favor_working, random_features_cases,
-     random_features_gradient_cases, kBound},
-    {"random_fourier", "unnormalised linear attention with random Fourier features (Gaussian kernel)",
-     Causality::optional, true, false, false, false, fourier_features, fourier_options, linear_forward, linear_backward,
-     linear_oracle_forward, linear_oracle_backward, fourier_forward_flops, fourier_backward_flops,
-     attention_forward_bytes, attention_backward_bytes, fourier_working, random_features_cases,
-     random_features_gradient_cases, kBound},
-    {"linformer", "Linformer: keys and values projected along the sequence (E, F), then exact softmax",
-     Causality::never, true, true, true, false, no_features, linformer_options, linformer_forward, linformer_backward,
-     linformer_oracle_forward, linformer_oracle_backward, linformer_forward_flops, linformer_backward_flops,
-     linformer_forward_bytes, linformer_backward_bytes, linformer_working, linformer_cases,
-     linformer_gradient_cases, kBound},
+    {.name = "softmax",
+     .summary = "exact softmax attention (tiled, online softmax); causal: bottom-right mask",
+     .causality = Causality::optional,
+     .has_backward = true,
+     .has_lse = true,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = no_features,
+     .options = softmax_options,
+     .forward = softmax_forward,
+     .backward = softmax_backward,
+     .oracle_forward = softmax_oracle_forward,
+     .oracle_backward = softmax_oracle_backward,
+     .forward_flops = softmax_forward_flops,
+     .backward_flops = softmax_backward_flops,
+     .forward_bytes = softmax_forward_bytes,
+     .backward_bytes = softmax_backward_bytes,
+     .working_floats = softmax_working,
+     .test_cases = softmax_cases,
+     .gradient_cases = softmax_gradient_cases,
+     .bound = kBound},
+    {.name = "linear",
+     .summary = "non-causal linear attention, φ by Sizes::map (elu + 1 by default)",
+     .causality = Causality::never,
+     .has_backward = true,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = map_features,
+     .options = linear_options,
+     .forward = linear_forward,
+     .backward = linear_backward,
+     .oracle_forward = linear_oracle_forward,
+     .oracle_backward = linear_oracle_backward,
+     .forward_flops = linear_forward_flops,
+     .backward_flops = linear_backward_flops,
+     .forward_bytes = attention_forward_bytes,
+     .backward_bytes = attention_backward_bytes,
+     .working_floats = linear_working,
+     .test_cases = linear_cases,
+     .gradient_cases = linear_gradient_cases,
+     .bound = kBound},
+    {.name = "causal",
+     .summary = "causal linear attention, chunked (intra-chunk masked product + inter-chunk state)",
+     .causality = Causality::always,
+     .has_backward = true,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = map_features,
+     .options = causal_options,
+     .forward = linear_forward,
+     .backward = linear_backward,
+     .oracle_forward = linear_oracle_forward,
+     .oracle_backward = linear_oracle_backward,
+     .forward_flops = causal_forward_flops,
+     .backward_flops = causal_backward_flops,
+     .forward_bytes = attention_forward_bytes,
+     .backward_bytes = attention_backward_bytes,
+     .working_floats = causal_working,
+     .test_cases = causal_cases,
+     .gradient_cases = linear_gradient_cases,
+     .bound = kBound},
+    {.name = "recurrent",
+     .summary = "the recurrent step, token by token against a RecurrentState (no backward: it serves generation)",
+     .causality = Causality::always,
+     .has_backward = false,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = true,
+     .feature_dim = map_features,
+     .options = recurrent_options,
+     .forward = recurrent_forward,
+     .backward = nullptr,
+     .oracle_forward = recurrent_oracle_forward,
+     .oracle_backward = nullptr,
+     .forward_flops = recurrent_forward_flops,
+     .backward_flops = no_flops,
+     .forward_bytes = recurrent_forward_bytes,
+     .backward_bytes = no_bytes,
+     .working_floats = linear_working,
+     .test_cases = recurrent_cases,
+     .gradient_cases = no_cases,
+     .bound = kBound},
+    {.name = "favor",
+     .summary = "linear attention with FAVOR+ positive random features (Performer's; alias \"performer\")",
+     .causality = Causality::optional,
+     .has_backward = true,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = favor_features,
+     .options = favor_options,
+     .forward = linear_forward,
+     .backward = linear_backward,
+     .oracle_forward = linear_oracle_forward,
+     .oracle_backward = linear_oracle_backward,
+     .forward_flops = favor_forward_flops,
+     .backward_flops = favor_backward_flops,
+     .forward_bytes = attention_forward_bytes,
+     .backward_bytes = attention_backward_bytes,
+     .working_floats = favor_working,
+     .test_cases = random_features_cases,
+     .gradient_cases = random_features_gradient_cases,
+     .bound = kBound},
+    {.name = "random_fourier",
+     .summary = "unnormalised linear attention with random Fourier features (Gaussian kernel)",
+     .causality = Causality::optional,
+     .has_backward = true,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = fourier_features,
+     .options = fourier_options,
+     .forward = linear_forward,
+     .backward = linear_backward,
+     .oracle_forward = linear_oracle_forward,
+     .oracle_backward = linear_oracle_backward,
+     .forward_flops = fourier_forward_flops,
+     .backward_flops = fourier_backward_flops,
+     .forward_bytes = attention_forward_bytes,
+     .backward_bytes = attention_backward_bytes,
+     .working_floats = fourier_working,
+     .test_cases = random_features_cases,
+     .gradient_cases = random_features_gradient_cases,
+     .bound = kBound},
+    {.name = "linformer",
+     .summary = "Linformer: keys and values projected along the sequence (E, F), then exact softmax",
+     .causality = Causality::never,
+     .has_backward = true,
+     .has_lse = true,
+     .has_projections = true,
+     .carries_state = false,
+     .feature_dim = no_features,
+     .options = linformer_options,
+     .forward = linformer_forward,
+     .backward = linformer_backward,
+     .oracle_forward = linformer_oracle_forward,
+     .oracle_backward = linformer_oracle_backward,
+     .forward_flops = linformer_forward_flops,
+     .backward_flops = linformer_backward_flops,
+     .forward_bytes = linformer_forward_bytes,
+     .backward_bytes = linformer_backward_bytes,
+     .working_floats = linformer_working,
+     .test_cases = linformer_cases,
+     .gradient_cases = linformer_gradient_cases,
+     .bound = kBound},
 };
 
 }  // namespace
@@ -501,7 +618,8 @@ int64_t projection_floats(const Sizes& s) {
 
 std::vector<int64_t> ragged_key_lengths(const Sizes& s) {
   std::vector<int64_t> lengths;
-  for (int64_t b = 0; b < s.batch; ++b) lengths.push_back(std::max<int64_t>(std::min<int64_t>(2, s.seq_k), s.seq_k - 1 - 7 * b));
+  for (int64_t b = 0; b < s.batch; ++b)
+    lengths.push_back(std::max<int64_t>(std::min<int64_t>(2, s.seq_k), s.seq_k - 1 - 7 * b));
   return lengths;
 }
 

@@ -25,13 +25,13 @@ struct Sizes {
   bool causal = false;
   // linear, causal, recurrent: the feature map ("elu", "relu", "identity", "favor").
   std::string_view map = "elu";
-  bool normalize = true;      // linear family: the normaliser (random_fourier: always false)
-  int64_t features = 0;       // favor, random_fourier: m random features (0: the operator's default)
-  uint64_t seed = 0;          // favor, random_fourier: the draw
-  int64_t chunk = 32;         // causal linear: tokens per chunk (LinearAttentionOptions::chunk_size)
-  int64_t projected = 0;      // linformer: P (0: min(Nk, 256))
-  int64_t max_length = 0;     // linformer: N_max, the projections' columns (0: Nk)
-  bool share_heads = false;   // linformer: one projection pair for all heads
+  bool normalize = true;                 // linear family: the normaliser (random_fourier: always false)
+  int64_t features = 0;                  // favor, random_fourier: m random features (0: the operator's default)
+  uint64_t seed = 0;                     // favor, random_fourier: the draw
+  int64_t chunk = 32;                    // causal linear: tokens per chunk (LinearAttentionOptions::chunk_size)
+  int64_t projected = 0;                 // linformer: P (0: min(Nk, 256))
+  int64_t max_length = 0;                // linformer: N_max, the projections' columns (0: Nk)
+  bool share_heads = false;              // linformer: one projection pair for all heads
   std::span<const int64_t> key_lengths;  // per batch; empty: every key (not for recurrent)
 };
 
@@ -49,8 +49,8 @@ struct Options {
 struct Operands {
   ConstTensorView q, k, v, dout;  // [B, Nq|Nk, H, D|E]
   TensorView out, dq, dk, dv;
-  std::span<float> lse;            // softmax, linformer: [B, H, Nq]
-  std::span<const float> E, F;     // linformer: [P_heads, P, N_max]
+  std::span<float> lse;         // softmax, linformer: [B, H, Nq]
+  std::span<const float> E, F;  // linformer: [P_heads, P, N_max]
   std::span<float> dE, dF;
   RecurrentState* state = nullptr;  // recurrent: stepped through every token (the caller resets it)
 };

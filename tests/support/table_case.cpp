@@ -29,8 +29,12 @@ table::Operands TableRun::operands() {
 }
 
 table::OracleInputs TableRun::oracle_inputs() const {
-  return {reference::to_double(q.view), reference::to_double(k.view), reference::to_double(v.view),
-          reference::to_double(dout.view), widen(E), widen(F)};
+  return {reference::to_double(q.view),
+          reference::to_double(k.view),
+          reference::to_double(v.view),
+          reference::to_double(dout.view),
+          widen(E),
+          widen(F)};
 }
 
 std::unique_ptr<TableRun> make_run(const table::Operator& op, const table::TestCase& c, std::mt19937_64& rng) {
@@ -69,8 +73,8 @@ std::unique_ptr<TableRun> make_run(const table::Operator& op, const table::TestC
 
 std::string describe(const table::TestCase& c, const TableRun& run) {
   const table::Sizes& s = run.sizes;
-  std::string d = "B=" + std::to_string(s.batch) + " Nq=" + std::to_string(s.seq_q) + " Nk=" +
-                  std::to_string(s.seq_k) + " H=" + std::to_string(s.heads) + " D=" + std::to_string(s.dim) +
+  std::string d = "B=" + std::to_string(s.batch) + " Nq=" + std::to_string(s.seq_q) + " Nk=" + std::to_string(s.seq_k) +
+                  " H=" + std::to_string(s.heads) + " D=" + std::to_string(s.dim) +
                   " E=" + std::to_string(s.value_dim) + " " + layout_name(layout_of(c.storage)) +
                   " map=" + std::string(s.map) + (s.causal ? " causal" : "") + " chunk=" + std::to_string(s.chunk) +
                   " key_lengths=";

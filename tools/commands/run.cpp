@@ -15,10 +15,10 @@
 #include "common/tensor_files.hpp"
 #include "common/workload.hpp"
 #include "linattn/error.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"
-#include "linattn/favor.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "linattn/threads.hpp"
@@ -164,7 +164,7 @@ void check_shapes(const RunArgs& a, const Tensors& t) {
 LinearAttentionOptions linear_options(const RunArgs& a, int64_t dim) {
   LinearAttentionOptions o;
   o.feature_map = a.op == Op::favor ? favor_feature_map(dim, FavorOptions{a.features, a.seed, true})
-                                        : feature_map_by_name(a.feature_map);
+                                    : feature_map_by_name(a.feature_map);
   o.eps = a.eps;
   o.normalize = a.normalize;
   o.causal = a.causal || a.op == Op::causal || a.op == Op::recurrent;

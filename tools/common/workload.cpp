@@ -98,8 +98,7 @@ Workload::Workload(const Problem& p)
     extra_->F = extra_->E;
   }
   if (op_.carries_state)
-    extra_->state =
-        RecurrentState(p.batch, p.heads, feature_dim(p), p.value_dim, options_.linear.feature_map->name());
+    extra_->state = RecurrentState(p.batch, p.heads, feature_dim(p), p.value_dim, options_.linear.feature_map->name());
 }
 
 Workload::~Workload() = default;
