@@ -161,3 +161,12 @@ def test_accuracy_writes_curves_for_both_inputs_and_a_plot(tmp_path):
     png = (out / "accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "accuracy.png.tmp").exists()
+
+
+def test_favor_is_an_alias_of_performer():
+    """FAVOR+ is "favor" in the library and the table; the command takes both names and prints "performer"."""
+    runs = [json.loads(run_cli("bench", "--op", op, "--batch", 1, "--heads", 2, "--seq", 16, "--dim", 8,
+                               "--features", 12, "--json", "--budget", 0, "--min-reps", 1, "--backward").stdout)
+            for op in ("favor", "performer")]
+    assert runs[0]["op"] == runs[1]["op"] == "performer"
+    assert runs[0]["flops"] == runs[1]["flops"] > 0 and runs[0]["feature_dim"] == 12
