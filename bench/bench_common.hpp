@@ -123,4 +123,16 @@ inline void set_counters(benchmark::State& state, const table::Operator& op, con
                backward ? op.backward_bytes(s) : op.forward_bytes(s), threads);
 }
 
+// Times the forward (or the backward) of `op` at sizes `s` on `operands`, then sets its counters.
+inline void time_operator(benchmark::State& state, const table::Operator& op, const table::Sizes& s,
+                          const table::Operands& operands, bool backward, int threads) {
+  const table::Options options = op.options(s);               // outside the loop: a FAVOR+ draw is not free
+  if (backward && op.has_lse) op.forward(operands, options);  // out and lse, which the backward reads
+  for (auto _ : state) {
+    (backward ? op.backward : op.forward)(operands, options);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, op, s, backward, threads);
+}
+
 }  // namespace linattn::bench

@@ -9,16 +9,9 @@ namespace {
 
 void CausalRun(benchmark::State& state, Storage storage, bool backward) {
   const ThreadScope threads(int(state.range(1)));
-  const table::Operator& op = table::find("causal");
-  Problem p(4, 8, state.range(0), 64, 64, storage);
+  const Problem p(4, 8, state.range(0), 64, 64, storage);
   const table::Sizes s = sizes(p.B, p.H, p.N, p.N, p.D, p.E);
-  const table::Options options = op.options(s);
-  const table::Operands operands = p.operands();
-  for (auto _ : state) {
-    (backward ? op.backward : op.forward)(operands, options);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, op, s, backward, int(state.range(1)));
+  time_operator(state, table::find("causal"), s, p.operands(), backward, int(state.range(1)));
   // The flops the strips actually multiply (fewer than the chunked algorithm's count above).
   if (!backward)
     state.counters["FLOPS_executed"] =

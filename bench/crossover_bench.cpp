@@ -19,14 +19,9 @@ void CrossoverRun(benchmark::State& state, const table::Operator& op, bool causa
   std::vector<float> lse(op.has_lse ? kB * kH * N : 0);
   table::Sizes s = sizes(kB, kH, N, N, kD, kE);
   s.causal = causal;
-  const table::Options options = op.options(s);
   table::Operands operands;
   operands.q = q.view, operands.k = k.view, operands.v = v.view, operands.out = out.view, operands.lse = lse;
-  for (auto _ : state) {
-    op.forward(operands, options);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, op, s, false, threads);
+  time_operator(state, op, s, operands, false, threads);
 }
 
 void BM_CrossoverLinear(benchmark::State& state) {

@@ -14,17 +14,10 @@ constexpr int64_t kB = 4, kH = 8, kD = 64, kE = 64, kP = 256;
 // Args: N, causal, threads.
 void FavorRun(benchmark::State& state, bool backward) {
   const ThreadScope threads(int(state.range(2)));
-  const table::Operator& op = table::find("favor");
-  Problem p(kB, kH, state.range(0), kD, kE);
+  const Problem p(kB, kH, state.range(0), kD, kE);
   table::Sizes s = sizes(kB, kH, p.N, p.N, kD, kE);
   s.causal = state.range(1) != 0;
-  const table::Options options = op.options(s);
-  const table::Operands operands = p.operands();
-  for (auto _ : state) {
-    (backward ? op.backward : op.forward)(operands, options);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, op, s, backward, int(state.range(2)));
+  time_operator(state, table::find("favor"), s, p.operands(), backward, int(state.range(2)));
 }
 void BM_FavorForward(benchmark::State& state) { FavorRun(state, false); }
 void BM_FavorBackward(benchmark::State& state) { FavorRun(state, true); }
@@ -71,16 +64,8 @@ struct Linformer {
 
 void LinformerRun(benchmark::State& state, bool backward) {
   const ThreadScope threads(int(state.range(1)));
-  const table::Operator& op = table::find("linformer");
   Linformer l(state.range(0));
-  const table::Options options = op.options(l.s);
-  const table::Operands operands = l.operands();
-  if (backward) op.forward(operands, options);  // out and lse, which the backward reads
-  for (auto _ : state) {
-    (backward ? op.backward : op.forward)(operands, options);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, op, l.s, backward, int(state.range(1)));
+  time_operator(state, table::find("linformer"), l.s, l.operands(), backward, int(state.range(1)));
 }
 void BM_LinformerForward(benchmark::State& state) { LinformerRun(state, false); }
 void BM_LinformerBackward(benchmark::State& state) { LinformerRun(state, true); }

@@ -7,16 +7,9 @@ namespace {
 
 void LinearRun(benchmark::State& state, Storage storage, bool backward) {
   const ThreadScope threads(int(state.range(1)));
-  const table::Operator& op = table::find("linear");
-  Problem p(4, 8, state.range(0), 64, 64, storage);
-  const table::Sizes s = sizes(p.B, p.H, p.N, p.N, p.D, p.E);
-  const table::Options options = op.options(s);
-  const table::Operands operands = p.operands();
-  for (auto _ : state) {
-    (backward ? op.backward : op.forward)(operands, options);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, op, s, backward, int(state.range(1)));
+  const Problem p(4, 8, state.range(0), 64, 64, storage);
+  time_operator(state, table::find("linear"), sizes(p.B, p.H, p.N, p.N, p.D, p.E), p.operands(), backward,
+                int(state.range(1)));
 }
 void BM_LinearForward(benchmark::State& state) { LinearRun(state, Storage::bhnd, false); }
 void BM_LinearForwardBnhd(benchmark::State& state) { LinearRun(state, Storage::bnhd, false); }

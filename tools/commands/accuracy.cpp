@@ -114,8 +114,10 @@ const Registrar registrar{
     {"accuracy", "Error of Performer or Linformer against softmax as m or P grows", 25, [](CLI::App& app) {
        auto a = std::make_shared<AccuracyArgs>();
        QualityOptions& q = a->quality;
-       app.add_option("--method", a->method, "performer (m random features) or linformer (P projected positions)")
+       app.add_option("--method", a->method,
+                      "performer (alias favor: FAVOR+, m random features) or linformer (P projected positions)")
            ->capture_default_str()
+           ->transform(CLI::Transformer(std::map<std::string, std::string>{{"favor", "performer"}}))
            ->check(CLI::IsMember({"performer", "linformer"}));
        app.add_option("--sizes", a->sizes, "The m or P values, comma-separated")
            ->delimiter(',')
