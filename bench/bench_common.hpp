@@ -1,6 +1,7 @@
 #pragma once
 // What every benchmark program shares: random inputs in [B, H, N, D] storage (the layout PyTorch and
-// the prefix-sum baseline use), thread control, and the FLOPS / bytes counters.
+// the prefix-sum baseline use), thread control, and the FLOPS / bytes counters, which come from the
+// operator table's flop and byte models (table/operator_table.hpp; docs/performance.md).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -9,9 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "flops.hpp"
 #include "linattn/threads.hpp"
 #include "linattn/view.hpp"
+#include "operator_table.hpp"
 
 namespace linattn::bench {
 
@@ -78,10 +79,21 @@ struct Problem {
         dq(B, H, N, D, 6, storage),
         dk(B, H, N, D, 7, storage),
         dv(B, H, N, E, 8, storage) {}
-  // Compulsory traffic: q, k, v read and out written; the backward reads dout too and writes dq, dk, dv.
-  double forward_bytes() const { return 2 * tensor_bytes(B, H, N, D) + 2 * tensor_bytes(B, H, N, E); }
-  double backward_bytes() const { return 4 * tensor_bytes(B, H, N, D) + 3 * tensor_bytes(B, H, N, E); }
+  // The operands of a forward (q, k, v, out) and of a backward (dout, dq, dk, dv too).
+  table::Operands operands() const {
+    table::Operands a;
+    a.q = q.view, a.k = k.view, a.v = v.view, a.dout = dout.view;
+    a.out = out.view, a.dq = dq.view, a.dk = dk.view, a.dv = dv.view;
+    return a;
+  }
 };
+
+// The table's sizes of B × H heads of Nq queries over Nk keys, head dims D and E.
+inline table::Sizes sizes(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D, int64_t E) {
+  table::Sizes s;
+  s.batch = B, s.heads = H, s.seq_q = Nq, s.seq_k = Nk, s.dim = D, s.value_dim = E;
+  return s;
+}
 
 // Registers sizes × threads {1, 2} (args "N" and "threads"), timed by the wall clock in milliseconds.
 template <int64_t... kSizes>
@@ -103,6 +115,24 @@ inline void set_counters(benchmark::State& state, double flops, double bytes, in
   state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bytes_per_second"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = threads;
+}
+// The same from the table's models of one forward (or one backward) of `op` at sizes `s`.
+inline void set_counters(benchmark::State& state, const table::Operator& op, const table::Sizes& s, bool backward,
+                         int threads) {
+  set_counters(state, backward ? op.backward_flops(s) : op.forward_flops(s),
+               backward ? op.backward_bytes(s) : op.forward_bytes(s), threads);
+}
+
+// Times the forward (or the backward) of `op` at sizes `s` on `operands`, then sets its counters.
+inline void time_operator(benchmark::State& state, const table::Operator& op, const table::Sizes& s,
+                          const table::Operands& operands, bool backward, int threads) {
+  const table::Options options = op.options(s);               // outside the loop: a FAVOR+ draw is not free
+  if (backward && op.has_lse) op.forward(operands, options);  // out and lse, which the backward reads
+  for (auto _ : state) {
+    (backward ? op.backward : op.forward)(operands, options);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, op, s, backward, threads);
 }
 
 }  // namespace linattn::bench

@@ -4,49 +4,31 @@
 #include <vector>
 
 #include "bench_common.hpp"
-#include "linattn/linear_attention.hpp"
-#include "linattn/softmax_attention.hpp"
 
 namespace linattn::bench {
 namespace {
 
 constexpr int64_t kB = 1, kH = 8, kD = 64, kE = 64;
 
-void BM_CrossoverLinear(benchmark::State& state) {
+// The forward of `op` (the causal one when the causal arg is set) on fresh inputs.
+void CrossoverRun(benchmark::State& state, const table::Operator& op, bool causal) {
   const int64_t N = state.range(0);
-  const bool causal = state.range(1) != 0;
   const int threads = int(state.range(2));
   const ThreadScope scope(threads);
   Tensor q(kB, kH, N, kD, 1), k(kB, kH, N, kD, 2), v(kB, kH, N, kE, 3), out(kB, kH, N, kE, 4);
-  LinearAttentionOptions options;
-  options.causal = causal;
-  for (auto _ : state) {
-    linear_attention_forward(out.view, q.view, k.view, v.view, options);
-    benchmark::ClobberMemory();
-  }
-  const int64_t M = options.feature_map->feature_dim(kD);
-  set_counters(
-      state,
-      causal ? causal_forward_flops(kB, kH, N, M, kE, options.chunk_size) : linear_forward_flops(kB, kH, N, N, M, kE),
-      2 * tensor_bytes(kB, kH, N, kD) + 2 * tensor_bytes(kB, kH, N, kE), threads);
+  std::vector<float> lse(op.has_lse ? kB * kH * N : 0);
+  table::Sizes s = sizes(kB, kH, N, N, kD, kE);
+  s.causal = causal;
+  table::Operands operands;
+  operands.q = q.view, operands.k = k.view, operands.v = v.view, operands.out = out.view, operands.lse = lse;
+  time_operator(state, op, s, operands, false, threads);
 }
 
-void BM_CrossoverSoftmax(benchmark::State& state) {
-  const int64_t N = state.range(0);
+void BM_CrossoverLinear(benchmark::State& state) {
   const bool causal = state.range(1) != 0;
-  const int threads = int(state.range(2));
-  const ThreadScope scope(threads);
-  Tensor q(kB, kH, N, kD, 1), k(kB, kH, N, kD, 2), v(kB, kH, N, kE, 3), out(kB, kH, N, kE, 4);
-  std::vector<float> lse(kB * kH * N);
-  SoftmaxAttentionOptions options;
-  options.causal = causal;
-  for (auto _ : state) {
-    softmax_attention_forward(out.view, lse, q.view, k.view, v.view, options);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, softmax_forward_flops(kB, kH, N, N, kD, kE, causal),
-               2 * tensor_bytes(kB, kH, N, kD) + 2 * tensor_bytes(kB, kH, N, kE), threads);
+  CrossoverRun(state, table::find(causal ? "causal" : "linear"), causal);
 }
+void BM_CrossoverSoftmax(benchmark::State& state) { CrossoverRun(state, table::find("softmax"), state.range(1) != 0); }
 
 #define LINATTN_CROSSOVER_BENCHMARK(fn)                                                   \
   BENCHMARK(fn)                                                                           \

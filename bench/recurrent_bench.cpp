@@ -1,11 +1,9 @@
-// The recurrent step (one token for every head against the carried state S, z), H = 8, D = E = 64, at
-// positions 1K..64K: the state is prefilled to the position by the causal forward (final_state), then each
-// iteration steps 256 tokens and the state is put back (untimed). Args: position, threads.
+// The recurrent step (the table's "recurrent": one token for every head against the carried state
+// S, z), H = 8, D = E = 64, at positions 1K..64K: the state is prefilled to the position by the causal forward
+// (final_state), then each iteration steps 256 tokens and the state is put back (untimed). Args: position, threads.
 #include <vector>
 
 #include "bench_common.hpp"
-#include "linattn/linear_attention.hpp"
-#include "linattn/recurrent_state.hpp"
 
 namespace linattn::bench {
 namespace {
@@ -15,9 +13,11 @@ constexpr int64_t kB = 1, kH = 8, kD = 64, kE = 64, kSteps = 256;
 void BM_RecurrentStep(benchmark::State& state) {
   const int64_t position = state.range(0);
   const ThreadScope threads(int(state.range(1)));
-  const LinearAttentionOptions options;
-  const int64_t M = options.feature_map->feature_dim(kD);
-  RecurrentState prefilled(kB, kH, M, kE, options.feature_map->name());
+  const table::Operator& op = table::find("recurrent");
+  const table::Sizes s = sizes(kB, kH, kSteps, kSteps, kD, kE);
+  const table::Options table_options = op.options(s);
+  const LinearAttentionOptions& options = table_options.linear;
+  RecurrentState prefilled(kB, kH, op.feature_dim(s), kE, options.feature_map->name());
   {
     Tensor q(kB, kH, position, kD, 11), k(kB, kH, position, kD, 12), v(kB, kH, position, kE, 13);
     Tensor out(kB, kH, position, kE, 14);
@@ -27,21 +27,19 @@ void BM_RecurrentStep(benchmark::State& state) {
   const Floats q = random_floats(kSteps * kH * kD, 1), k = random_floats(kSteps * kH * kD, 2),
                v = random_floats(kSteps * kH * kE, 3);
   std::vector<float> out(kSteps * kH * kE);
-  RecurrentState s = prefilled;
+  RecurrentState carried = prefilled;
+  table::Operands operands;
+  operands.q = bnhd(q.data(), kB, kSteps, kH, kD), operands.k = bnhd(k.data(), kB, kSteps, kH, kD);
+  operands.v = bnhd(v.data(), kB, kSteps, kH, kE), operands.out = bnhd(out.data(), kB, kSteps, kH, kE);
+  operands.state = &carried;
   for (auto _ : state) {
-    for (int64_t t = 0; t < kSteps; ++t)
-      recurrent_step(bnhd(out.data() + t * kH * kE, kB, 1, kH, kE), bnhd(q.data() + t * kH * kD, kB, 1, kH, kD),
-                     bnhd(k.data() + t * kH * kD, kB, 1, kH, kD), bnhd(v.data() + t * kH * kE, kB, 1, kH, kE), s,
-                     options);
+    op.forward(operands, table_options);  // kSteps recurrent steps
     benchmark::ClobberMemory();
     state.PauseTiming();
-    s = prefilled;
+    carried = prefilled;
     state.ResumeTiming();
   }
-  set_counters(state, double(kSteps) * recurrent_step_flops(kB, kH, M, kE),
-               double(kSteps) * (2 * tensor_bytes(kB, kH, 1, kD) + 2 * tensor_bytes(kB, kH, 1, kE)) +
-                   2 * 4.0 * double(kB * kH * (M * kE + M)),
-               int(state.range(1)));
+  set_counters(state, op, s, false, int(state.range(1)));
   state.SetItemsProcessed(state.iterations() * kSteps);  // tokens per second
   state.counters["position"] = double(position);
 }

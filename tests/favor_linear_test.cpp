@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "linattn/linear_attention.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
 #include "support/tensors.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "linattn/linear_attention.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "linattn/error.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "support/finite_difference.hpp"
 #include "support/temp_dir.hpp"
 

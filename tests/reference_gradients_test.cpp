@@ -6,7 +6,9 @@
 #include <random>
 
 #include "linattn/reference.hpp"
+#include "operator_table.hpp"
 #include "support/finite_difference.hpp"
+#include "support/table_case.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn {
@@ -128,6 +130,51 @@ TEST(LinearReferenceGradient, CrossAttentionNonCausalAndCausal) {
     EXPECT_LT(fd_error(v, g.dv, loss), kFiniteDifferenceBound);
   }
 }
+
+// Every operator of the table with a backward, at its gradient cases: its oracle's backward against
+// central differences of its oracle's forward (q, k, v, and Linformer's E and F), then its fast
+// backward against that oracle.
+class TableGradient : public ::testing::TestWithParam<const table::Operator*> {};
+
+TEST_P(TableGradient, OracleMatchesFiniteDifferencesAndFastBackwardMatchesOracle) {
+  const table::Operator& op = *GetParam();
+  const std::vector<table::TestCase> cases = op.gradient_cases();
+  ASSERT_FALSE(cases.empty()) << op.name << " declares no gradient case";
+  std::mt19937_64 rng(13);
+  for (const table::TestCase& c : cases) {
+    const auto run = testing::make_run(op, c, rng);
+    SCOPED_TRACE(testing::describe(c, *run));
+    table::OracleInputs in = run->oracle_inputs();
+    const auto loss = [&] { return inner(in.dout, op.oracle_forward(in, run->options).out); };
+    const table::OracleBackward g = op.oracle_backward(in, run->options);
+    EXPECT_LT(fd_error(in.q, g.dq, loss), kFiniteDifferenceBound);
+    EXPECT_LT(fd_error(in.k, g.dk, loss), kFiniteDifferenceBound);
+    EXPECT_LT(fd_error(in.v, g.dv, loss), kFiniteDifferenceBound);
+    if (op.has_projections) {
+      EXPECT_LT(testing::finite_difference_relative_error(in.E, g.dE, loss), kFiniteDifferenceBound);
+      EXPECT_LT(testing::finite_difference_relative_error(in.F, g.dF, loss), kFiniteDifferenceBound);
+    }
+    op.forward(run->operands(), run->options);  // out and lse, which some backwards read
+    op.backward(run->operands(), run->options);
+    EXPECT_LE(testing::relative_error(run->dq.view, g.dq), op.bound);
+    EXPECT_LE(testing::relative_error(run->dk.view, g.dk), op.bound);
+    EXPECT_LE(testing::relative_error(run->dv.view, g.dv), op.bound);
+    if (op.has_projections) {
+      EXPECT_LE(testing::relative_error(run->dE, g.dE), op.bound);
+      EXPECT_LE(testing::relative_error(run->dF, g.dF), op.bound);
+    }
+  }
+}
+
+std::vector<const table::Operator*> operators_with_backward() {
+  std::vector<const table::Operator*> ops;
+  for (const table::Operator& op : table::operators())
+    if (op.has_backward) ops.push_back(&op);
+  return ops;
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, TableGradient, ::testing::ValuesIn(operators_with_backward()),
+                         [](const auto& p) { return std::string(p.param->name); });
 
 // The oracles agree with each other where the math says they must: linear attention with φ = exp
 // is not available, but causal softmax at N = 1 is the value itself, and a fully masked row is 0.

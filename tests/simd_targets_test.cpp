@@ -33,7 +33,7 @@ HWY_AFTER_NAMESPACE();
 #include "linattn/feature_map.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"

@@ -237,4 +237,12 @@ inline void prefix_sum_causal_backward(float* dq, float* dk, float* dv, const fl
   }
 }
 
+// The flops of prefix_sum_causal_backward (its own count: the baseline is no operator of the table).
+// Forward sweep S, z update and readout (4·M·E + 3·M), ∂φ(q) = S·dnum + z·dden (2·M·E + 2·M), ∂den
+// (2·E); reverse sweep R += φ(q)dnumᵀ (2·M·E), dv = Rᵀφ(k) (2·M·E), ∂φ(k) = R·v + r (2·M·E + M).
+inline double prefix_sum_backward_flops(int64_t B, int64_t H, int64_t N, int64_t M_, int64_t E_) {
+  const double M = double(M_), E = double(E_);
+  return double(B * H) * double(N) * (12.0 * M * E + 7.0 * M + 2.0 * E);
+}
+
 }  // namespace linattn::baseline

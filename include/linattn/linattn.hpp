@@ -2,12 +2,13 @@
 // Everything public in linattn.
 #include "linattn/boundary.hpp"
 #include "linattn/error.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/feature_map.hpp"
 #include "linattn/file_io.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/performer.hpp"  // the alias of favor.hpp, kept for existing code
 #include "linattn/quality.hpp"
 #include "linattn/random.hpp"
 #include "linattn/recurrent_state.hpp"

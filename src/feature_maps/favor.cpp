@@ -1,5 +1,5 @@
 // FAVOR+ positive random features (Performer) with a causal-safe stabiliser; the formula and why it
-// is safe are in include/linattn/performer.hpp and docs/performer-linformer.md.
+// is safe are in include/linattn/favor.hpp and docs/performer-linformer.md.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -8,10 +8,11 @@
 #include <vector>
 
 #include "core/random_draws.hpp"
+#include "feature_maps/favor_reference.hpp"
+#include "linattn/favor.hpp"
 #include "core/validate.hpp"
 #include "feature_maps/random_projection.hpp"
 #include "kernels/random_kernels.hpp"
-#include "linattn/performer.hpp"
 
 namespace linattn {
 namespace {
@@ -45,21 +46,6 @@ int64_t features_row(float* phi, const float* t, float half_norm, int64_t m, Fea
   const int64_t index = shift != 0.0f ? int64_t(std::find(t, t + m, top) - t) : m;
   return index < m ? index : -1;
 }
-// The oracle: keys exp(min(aᵢ, cap))/√m, queries exp(aᵢ − c)/√m, element by element.
-int64_t features_row(double* phi, const double* t, double half_norm, int64_t m, FeatureRole role) {
-  const double norm = 1.0 / std::sqrt(double(m));
-  if (role == FeatureRole::key) {
-    for (int64_t i = 0; i < m; ++i) phi[i] = std::exp(std::min(t[i] - half_norm, kFavorKeyCap)) * norm;
-    return -1;
-  }
-  int64_t top = 0;
-  for (int64_t i = 1; i < m; ++i)
-    if (t[i] > t[top]) top = i;
-  const double shift = query_shift(t[top] - half_norm);
-  for (int64_t i = 0; i < m; ++i) phi[i] = std::exp(t[i] - half_norm - shift) * norm;
-  return shift != 0.0 ? top : -1;
-}
-
 // g: [m], holding φ, becomes the exponents' gradient gᵢ = dφᵢ φᵢ (0 where a key exponent is capped:
 // the cap is flat there). When the query shift is active, c = a_top − band moves with a_top and
 // φ_top = e^band/√m is flat, so g_top = −Σ_{i≠top} gᵢ, summed without g_top (which can be e³⁰ times
@@ -106,16 +92,17 @@ class FavorMap final : public detail::RandomProjectionMap {
     (void)dim;  // checked by feature_dim at the boundary
     backward_rows(dx, dphi, x, rows, role);
   }
+  // The oracle: favor_reference.cpp, which shares no code with forward_rows / backward_rows.
   void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim, FeatureRole role) const override {
     assert(dim == dim_);
     (void)dim;  // checked by feature_dim at the boundary
-    forward_rows(phi, x, rows, role);
+    detail::favor_forward_reference(phi, x, rows, dim_, omega_, role);
   }
   void backward_reference(double* dx, const double* dphi, const double* x, int64_t rows, int64_t dim,
                           FeatureRole role) const override {
     assert(dim == dim_);
     (void)dim;  // checked by feature_dim at the boundary
-    backward_rows(dx, dphi, x, rows, role);
+    detail::favor_backward_reference(dx, dphi, x, rows, dim_, omega_, role);
   }
 
   FeatureMapPtr redraw(uint64_t seed) const override {

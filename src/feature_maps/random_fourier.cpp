@@ -7,16 +7,16 @@
 
 #include "core/random_draws.hpp"
 #include "core/validate.hpp"
+#include "feature_maps/random_fourier_reference.hpp"
 #include "feature_maps/random_projection.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 
 namespace linattn {
 namespace {
 
 // φ: [m] = √(2/m)[cos t, sin t] for one row, t: [m/2].
-template <class T>
-void fourier_features_row(T* phi, const T* t, int64_t half) {
-  const T scale = std::sqrt(T(1) / T(half));  // √(2/m)
+void fourier_features_row(float* phi, const float* t, int64_t half) {
+  const float scale = std::sqrt(1.0f / float(half));  // √(2/m)
   for (int64_t i = 0; i < half; ++i) {
     phi[i] = scale * std::cos(t[i]);
     phi[half + i] = scale * std::sin(t[i]);
@@ -24,9 +24,8 @@ void fourier_features_row(T* phi, const T* t, int64_t half) {
 }
 
 // g: [m/2] = √(2/m)(−dcosᵢ sin tᵢ + dsinᵢ cos tᵢ), the gradient of tᵢ.
-template <class T>
-void fourier_grads_row(T* g, const T* dphi, const T* t, int64_t half) {
-  const T scale = std::sqrt(T(1) / T(half));
+void fourier_grads_row(float* g, const float* dphi, const float* t, int64_t half) {
+  const float scale = std::sqrt(1.0f / float(half));
   for (int64_t i = 0; i < half; ++i) g[i] = scale * (dphi[half + i] * std::cos(t[i]) - dphi[i] * std::sin(t[i]));
 }
 
@@ -54,25 +53,26 @@ class FourierMap final : public detail::RandomProjectionMap {
     (void)dim;  // checked by feature_dim at the boundary
     backward_rows(dx, dphi, x, rows);
   }
+  // The oracle: random_fourier_reference.cpp, which shares no code with rows_apply / backward_rows.
   void forward_reference(double* phi, const double* x, int64_t rows, int64_t dim, FeatureRole) const override {
     assert(dim == dim_);
     (void)dim;  // checked by feature_dim at the boundary
-    rows_apply(x, rows, [&](int64_t r, const double* t) { fourier_features_row(phi + r * 2 * rows_, t, rows_); });
+    detail::random_fourier_forward_reference(phi, x, rows, dim_, omega_);
   }
   void backward_reference(double* dx, const double* dphi, const double* x, int64_t rows, int64_t dim,
                           FeatureRole) const override {
     assert(dim == dim_);
     (void)dim;  // checked by feature_dim at the boundary
-    backward_rows(dx, dphi, x, rows);
+    detail::random_fourier_backward_reference(dx, dphi, x, rows, dim_, omega_);
   }
 
   FeatureMapPtr redraw(uint64_t seed) const override { return std::make_shared<FourierMap>(dim_, 2 * rows_, seed); }
 
  private:
   // f(r, t) for each row r of x: [rows, D], with t: [m/2] = ω x̂ projected kBlockRows rows at a time.
-  template <class T, class F>
-  void rows_apply(const T* x, int64_t rows, const F& f) const {
-    std::vector<T> t(static_cast<size_t>(std::min(rows, kBlockRows) * ldt_));
+  template <class F>
+  void rows_apply(const float* x, int64_t rows, const F& f) const {
+    std::vector<float> t(static_cast<size_t>(std::min(rows, kBlockRows) * ldt_));
     for (int64_t first = 0; first < rows; first += kBlockRows) {
       const int64_t n = std::min(kBlockRows, rows - first);
       project_block(t.data(), x + first * dim_, n);
@@ -80,10 +80,9 @@ class FourierMap final : public detail::RandomProjectionMap {
     }
   }
   // dx: [rows, D] = Σᵢ gᵢ ∂tᵢ/∂x.
-  template <class T>
-  void backward_rows(T* dx, const T* dphi, const T* x, int64_t rows) const {
+  void backward_rows(float* dx, const float* dphi, const float* x, int64_t rows) const {
     const int64_t block = std::min(rows, kBlockRows);
-    std::vector<T> t(static_cast<size_t>(block * ldt_)), g(t.size());
+    std::vector<float> t(static_cast<size_t>(block * ldt_)), g(t.size());
     for (int64_t first = 0; first < rows; first += kBlockRows) {
       const int64_t n = std::min(kBlockRows, rows - first);
       project_block(t.data(), x + first * dim_, n);

@@ -1,15 +1,16 @@
 #pragma once
 // What FAVOR+ and random Fourier features share: the draws ω [R, D] and the product t = ω x̂ with
-// x̂ = x·D^(−1/4), in fp32 (SIMD kernels) for the fast path and fp64 (plain loops) for the oracle.
+// x̂ = x·D^(−1/4), in fp32 (SIMD kernels), for the fast paths only: the fp64 oracles
+// (favor_reference.cpp, random_fourier_reference.cpp) compute t from ω on their own.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "kernels/random_kernels.hpp"
-#include "linattn/performer.hpp"
 #include "core/validate.hpp"
+#include "kernels/random_kernels.hpp"
+#include "linattn/favor.hpp"
 
 namespace linattn::detail {
 
@@ -59,26 +60,9 @@ class RandomProjectionMap : public RandomFeatureMap {
   void project_block(float* t, const float* x, int64_t rows) const {
     kernels::ordered_gemm(t, ldt_, x, dim_, wt_.data(), ldt_, rows, ldt_, dim_, false);
   }
-  // The oracle's, straight from the definition.
-  void project_block(double* t, const double* x, int64_t rows) const {
-    const double scale = std::pow(double(dim_), -0.25);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < rows_; ++i) {
-        double sum = 0;
-        for (int64_t d = 0; d < dim_; ++d) sum += omega_[size_t(i * dim_ + d)] * (x[r * dim_ + d] * scale);
-        t[r * ldt_ + i] = sum;
-      }
-  }
   // dx: [rows, D] = Σᵢ gᵢ ∂tᵢ/∂x = Σᵢ gᵢ ωᵢ D^(−1/4) for each row of g: [rows, ldt_] (its first R).
   void project_backward(float* dx, const float* g, int64_t rows) const {
     kernels::ordered_gemm(dx, dim_, g, ldt_, w_.data(), dim_, rows, dim_, rows_, false);
-  }
-  void project_backward(double* dx, const double* g, int64_t rows) const {
-    const double scale = std::pow(double(dim_), -0.25);
-    std::fill(dx, dx + rows * dim_, 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < rows_; ++i)
-        for (int64_t d = 0; d < dim_; ++d) dx[r * dim_ + d] += g[r * ldt_ + i] * omega_[size_t(i * dim_ + d)] * scale;
   }
 
   int64_t dim_;

@@ -13,7 +13,7 @@
 #include "core/validate.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
-#include "linattn/performer.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/softmax_attention.hpp"
 
 namespace linattn {

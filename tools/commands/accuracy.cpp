@@ -76,7 +76,7 @@ int accuracy(const AccuracyArgs& a) {
                        " (Linformer projects N keys onto P ≤ N positions)");
   // The largest size's run, plus softmax's output to compare with.
   Problem p;
-  p.op = a.method == "performer" ? Op::performer : Op::linformer;
+  p.op = a.method == "performer" ? Op::favor : Op::linformer;
   p.batch = q.batch, p.heads = q.heads, p.seq = q.seq_len, p.dim = q.dim, p.value_dim = q.value_dim;
   for (int64_t size : a.sizes) (a.method == "performer" ? p.features : p.projected) = std::max(p.features, size);
   check_memory(2 * estimated_bytes(p, false), "accuracy --method " + a.method);
@@ -114,8 +114,10 @@ const Registrar registrar{
     {"accuracy", "Error of Performer or Linformer against softmax as m or P grows", 25, [](CLI::App& app) {
        auto a = std::make_shared<AccuracyArgs>();
        QualityOptions& q = a->quality;
-       app.add_option("--method", a->method, "performer (m random features) or linformer (P projected positions)")
+       app.add_option("--method", a->method,
+                      "performer (alias favor: FAVOR+, m random features) or linformer (P projected positions)")
            ->capture_default_str()
+           ->transform(CLI::Transformer(std::map<std::string, std::string>{{"favor", "performer"}}))
            ->check(CLI::IsMember({"performer", "linformer"}));
        app.add_option("--sizes", a->sizes, "The m or P values, comma-separated")
            ->delimiter(',')

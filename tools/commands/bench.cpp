@@ -71,7 +71,7 @@ const Registrar registrar{
     {"bench", "Measure one operator configuration: median time, GFLOP/s, peak memory", 30, [](CLI::App& app) {
        auto args = std::make_shared<BenchArgs>();
        Problem& p = args->problem;
-       app.add_option("--op", p.op, "softmax, linear, causal, recurrent, performer or linformer")
+       app.add_option("--op", p.op, "softmax, linear, causal, recurrent, performer (alias favor: FAVOR+) or linformer")
            ->required()
            ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
            ->option_text("OP REQUIRED");

@@ -229,7 +229,7 @@ std::string plot_script(const CompareArgs& a, const std::vector<Op>& ops, const 
 
 int compare(const CompareArgs& a) {
   std::vector<Op> ops = a.methods;
-  if (ops.empty()) ops = {Op::softmax, Op::linear, Op::causal, Op::performer, Op::linformer};
+  if (ops.empty()) ops = {Op::softmax, Op::linear, Op::causal, Op::favor, Op::linformer};
   std::sort(ops.begin(), ops.end());
   ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
   const std::vector<int64_t> seqs = sweep(a);
@@ -358,7 +358,7 @@ const Registrar registrar{
            ->delimiter(',')
            ->check(CLI::PositiveNumber);
        app.add_option("--methods", a->methods,
-                      "Comma-separated subset of softmax,linear,causal,recurrent,performer,linformer "
+                      "Comma-separated subset of softmax,linear,causal,recurrent,performer (alias favor),linformer "
                       "(default: all but recurrent)")
            ->delimiter(',')
            ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))

@@ -15,10 +15,10 @@
 #include "common/tensor_files.hpp"
 #include "common/workload.hpp"
 #include "linattn/error.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"
-#include "linattn/performer.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "linattn/threads.hpp"
@@ -163,8 +163,8 @@ void check_shapes(const RunArgs& a, const Tensors& t) {
 // dim: the head dim D, which the Performer map is drawn for.
 LinearAttentionOptions linear_options(const RunArgs& a, int64_t dim) {
   LinearAttentionOptions o;
-  o.feature_map = a.op == Op::performer ? favor_feature_map(dim, FavorOptions{a.features, a.seed, true})
-                                        : feature_map_by_name(a.feature_map);
+  o.feature_map = a.op == Op::favor ? favor_feature_map(dim, FavorOptions{a.features, a.seed, true})
+                                    : feature_map_by_name(a.feature_map);
   o.eps = a.eps;
   o.normalize = a.normalize;
   o.causal = a.causal || a.op == Op::causal || a.op == Op::recurrent;
@@ -191,7 +191,7 @@ void run_fast(const RunArgs& a, Tensors& t) {
                                    t.out.view, t.lse, softmax_options(a));
       return;
     case Op::linear:
-    case Op::performer:
+    case Op::favor:
     case Op::causal:
       if (linear.causal) {
         causal_linear_attention_forward(t.out.view, t.q.view, t.k.view, t.v.view, linear);
@@ -209,7 +209,7 @@ void run_fast(const RunArgs& a, Tensors& t) {
       const auto e = t.q.extent();
       RecurrentState state(e[0], e[2], linear.feature_map->feature_dim(e[3]), t.v.extent()[3],
                            linear.feature_map->name());
-      recurrent_forward(t.out.view, t.q.view, t.k.view, t.v.view, state, linear);
+      table::step_through(t.out.view, t.q.view, t.k.view, t.v.view, state, linear);
       return;
     }
     case Op::linformer: {
@@ -282,14 +282,14 @@ int run(RunArgs& a) {
   if (linformer && a.causal)
     throw UsageError("--causal: --op linformer has no causal mode (every projected key mixes all positions)");
   if (!a.dproj_f.empty() && a.proj_f.empty()) throw UsageError("--dproj-f needs --proj-f");
-  if (a.op == Op::performer && a.feature_map != "elu") throw UsageError("--feature-map: --op performer uses favor");
+  if (a.op == Op::favor && a.feature_map != "elu") throw UsageError("--feature-map: --op performer uses favor");
   if (a.causal && a.op == Op::linear) a.op = Op::causal;
   if (a.op == Op::recurrent && !a.dout.empty()) throw UsageError("--dout: --op recurrent has no backward");
   if (a.op == Op::recurrent && !a.key_lengths.empty())
     throw UsageError("--key-lengths: not supported by --op recurrent");
   if ((a.op == Op::softmax || linformer) && a.feature_map != "elu")
     throw UsageError("--feature-map applies to the linear operators");
-  if (a.op != Op::performer && (a.features != 0 || a.seed != 0))
+  if (a.op != Op::favor && (a.features != 0 || a.seed != 0))
     throw UsageError("--features and --seed apply to --op performer");
   if (a.op != Op::softmax && !linformer && a.scale) throw UsageError("--scale applies to --op softmax and linformer");
   if (a.op != Op::softmax && !linformer && !a.lse.empty())

@@ -1,6 +1,8 @@
 #pragma once
-// One attention configuration, ready to run: the operator, its sizes, random inputs, and the
-// documented flop count and memory estimate that bench and compare report (docs/cli.md).
+// One attention configuration, ready to run: the operator, its sizes, random inputs, and the flop
+// count and memory estimate that bench and compare report. The operators, their calls and their
+// models are the operator table's (table/operator_table.hpp); this file maps the command's
+// flags onto it (docs/cli.md).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,13 +14,18 @@
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
+#include "operator_table.hpp"
 
 namespace linattn::cli {
 
-enum class Op { softmax, linear, causal, recurrent, performer, linformer };
+// favor is FAVOR+ (the table's "favor"); the command names it "performer" in its output, as it
+// always has, and takes both "favor" and "performer" as --op / --methods values.
+enum class Op { softmax, linear, causal, recurrent, favor, linformer };
 const char* op_name(Op op);
-// Name → op, for CLI11's CheckedTransformer.
+// Name → op, for CLI11's CheckedTransformer (the printed names, and the alias "favor").
 const std::map<std::string, Op>& op_names();
+// The table's row for the op.
+const table::Operator& table_operator(Op op);
 // The recurrent step has no backward: it serves generation.
 bool has_backward(Op op);
 // Causal ops are compared against causal softmax.
@@ -28,25 +35,23 @@ struct Problem {
   Op op = Op::softmax;
   int64_t batch = 1, heads = 1, seq = 1, dim = 64, value_dim = 64;
   bool causal = false;    // softmax only: the causal mask (causal and recurrent are causal anyway)
-  int64_t features = 0;   // performer: M random features (0: the library's default for D)
+  int64_t features = 0;   // favor: M random features (0: the library's default for D)
   int64_t projected = 0;  // linformer: k, the projected length (0: min(N, 256))
   uint64_t seed = 0;      // inputs and random features
 };
 
-// M: the feature dim linear attention works in (D for elu+1).
+// The table's sizes of the problem: N queries and N keys, the library's default chunk.
+table::Sizes sizes(const Problem& p);
+// M: the feature dim linear attention works in (D for elu+1, and for the operators without features).
 int64_t feature_dim(const Problem& p);
 // Linformer's k after defaults.
 int64_t projected_length(const Problem& p);
-// Floating-point operations of one forward and one backward, leading terms (docs/cli.md).
+// Floating-point operations of one forward and one backward: the table's flop models (docs/cli.md).
 double forward_flops(const Problem& p);
 double backward_flops(const Problem& p);
 // Bytes the configuration needs: inputs, outputs, gradients when `backward`, and the operator's
 // saved state and scratch, with a fixed allowance for thread tiles. An estimate that errs high.
 double estimated_bytes(const Problem& p, bool backward);
-
-// The recurrent step over a whole sequence: token n of every (batch, head) per step, from state.
-void recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, RecurrentState& state,
-                       const LinearAttentionOptions& options);
 
 // Buffers and the operator call for one Problem; inputs are N(0, 1) from p.seed.
 class Workload {
@@ -64,8 +69,11 @@ class Workload {
 
  private:
   struct Extra;
+  table::Operands operands();
+
   Problem p_;
-  FeatureMapPtr map_;
+  const table::Operator& op_;
+  table::Options options_;  // built once: a FAVOR+ draw is not free
   std::vector<float> q_, k_, v_, out_, lse_, dout_, dq_, dk_, dv_;
   std::unique_ptr<Extra> extra_;  // the recurrent state, Linformer projections
 };

@@ -93,7 +93,12 @@ def test_bench_flop_count_is_the_documented_one():
     assert j["flops"] == 2 * 1 * 2 * 32 * 32 * (8 + 4)
     j = json.loads(run_cli("bench", "--op", "linear", "--batch", 1, "--heads", 2, "--seq", 32, "--dim", 8,
                            "--value-dim", 4, "--json", "--budget", 0, "--min-reps", 1, "--backward").stdout)
-    assert j["flops"] == 4 * 2 * 32 * 8 * 4 + 8 * 2 * 32 * 8 * 4
+    # The operator table's count (docs/cli.md), per (batch, head) with N = 32, M = D = 8, E = 4:
+    # forward N(2ME + M) + N(2ME + 2M + E), backward N(6ME + 2M) + N(4ME + 4M): 10·N·M·E leading.
+    n, m, e = 32, 8, 4
+    forward = n * (2 * m * e + m) + n * (2 * m * e + 2 * m + e)
+    backward = n * (6 * m * e + 2 * m) + n * (4 * m * e + 4 * m)
+    assert j["flops"] == 2 * (forward + backward)
 
 
 def test_bench_text_output():
@@ -156,3 +161,12 @@ def test_accuracy_writes_curves_for_both_inputs_and_a_plot(tmp_path):
     png = (out / "accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "accuracy.png.tmp").exists()
+
+
+def test_favor_is_an_alias_of_performer():
+    """FAVOR+ is "favor" in the library and the table; the command takes both names and prints "performer"."""
+    runs = [json.loads(run_cli("bench", "--op", op, "--batch", 1, "--heads", 2, "--seq", 16, "--dim", 8,
+                               "--features", 12, "--json", "--budget", 0, "--min-reps", 1, "--backward").stdout)
+            for op in ("favor", "performer")]
+    assert runs[0]["op"] == runs[1]["op"] == "performer"
+    assert runs[0]["flops"] == runs[1]["flops"] > 0 and runs[0]["feature_dim"] == 12

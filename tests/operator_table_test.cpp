@@ -1,0 +1,124 @@
+// The operator table itself (table/): every row complete and findable, its test cases awkward,
+// its flop models what the kernels multiply, and include/linattn/performer.hpp the alias it claims.
+#include "operator_table.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "linattn/error.hpp"
+#include "linattn/performer.hpp"  // the old name: it must still declare everything favor.hpp does
+
+namespace linattn {
+namespace {
+
+TEST(OperatorTable, EveryOperatorOnceWithEveryEntry) {
+  std::set<std::string> names;
+  for (const table::Operator& op : table::operators()) {
+    SCOPED_TRACE(op.name);
+    EXPECT_TRUE(names.insert(op.name).second) << "declared twice";
+    EXPECT_EQ(&table::find(op.name), &op);
+    EXPECT_TRUE(op.options && op.forward && op.oracle_forward && op.forward_flops && op.forward_bytes &&
+                op.working_floats && op.test_cases && op.gradient_cases && op.feature_dim);
+    EXPECT_EQ(op.backward != nullptr, op.has_backward);
+    EXPECT_EQ(op.oracle_backward != nullptr, op.has_backward);
+    EXPECT_EQ(op.gradient_cases().empty(), !op.has_backward);
+    EXPECT_GT(op.bound, 0.0);
+  }
+  for (const char* name : {"softmax", "linear", "causal", "recurrent", "favor", "random_fourier", "linformer"})
+    EXPECT_TRUE(names.count(name)) << name;
+}
+
+TEST(OperatorTable, UnknownNameThrowsNamingTheChoices) {
+  try {
+    table::find("performer");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"performer\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("favor"), std::string::npos) << e.what();
+  }
+}
+
+// Around the tiles and chunks (1, 63, 65, 97), odd head dims, E ≠ D, and strides that differ from
+// extents: every operator's sweep holds some of each.
+TEST(OperatorTable, TestCasesAreAwkward) {
+  for (const table::Operator& op : table::operators()) {
+    SCOPED_TRACE(op.name);
+    bool odd_length = false, odd_dim = false, unequal_dims = false, strided = false;
+    for (const table::TestCase& c : op.test_cases()) {
+      const table::Sizes& s = c.sizes;
+      odd_length |= s.seq_q == 1 || s.seq_q == 63 || s.seq_q == 65 || s.seq_q == 97;
+      odd_dim |= s.dim % 2 == 1;
+      unequal_dims |= s.dim != s.value_dim;
+      strided |= c.storage != table::Storage::bnhd;
+    }
+    EXPECT_TRUE(odd_length);
+    EXPECT_TRUE(odd_dim);
+    EXPECT_TRUE(unequal_dims);
+    EXPECT_TRUE(strided || op.carries_state);  // the recurrent step runs on one storage
+  }
+}
+
+table::Sizes square(int64_t n, int64_t d) {
+  table::Sizes s;
+  s.batch = 2, s.heads = 3, s.seq_q = s.seq_k = n, s.dim = s.value_dim = d;
+  return s;
+}
+
+// The linear backward runs five GEMMs of 2·N·M·E (S again, dφ(K), dV, S·dO, dS): 10·N·M·E, not the
+// 8·N·M·E the command used to count; the forward two (S, φ(Q)S).
+TEST(OperatorTable, LinearCountsAreWhatTheKernelsMultiply) {
+  const table::Operator& linear = table::find("linear");
+  const table::Sizes s = square(4096, 256);
+  const double nme = 2.0 * 3.0 * 4096.0 * 256.0 * 256.0;
+  EXPECT_NEAR(linear.forward_flops(s) / nme, 4.0, 0.05);
+  EXPECT_NEAR(linear.backward_flops(s) / nme, 10.0, 0.1);
+  // Causal: the same leading terms, plus the chunk tiles; the recurrent step: the forward's.
+  const table::Operator& causal = table::find("causal");
+  EXPECT_GT(causal.forward_flops(s), linear.forward_flops(s));
+  EXPECT_NEAR(table::find("recurrent").forward_flops(s) / nme, 4.0, 0.05);
+  // What the strips execute is less than the chunked count, more than the linear one.
+  EXPECT_LT(table::causal_forward_flops_executed(s), causal.forward_flops(s));
+  EXPECT_GT(table::causal_forward_flops_executed(s), linear.forward_flops(s));
+}
+
+TEST(OperatorTable, SoftmaxCountsPairs) {
+  const table::Operator& softmax = table::find("softmax");
+  table::Sizes s = square(32, 8);
+  s.value_dim = 4;
+  EXPECT_EQ(softmax.forward_flops(s), 2.0 * 3.0 * 32 * 32 * 2 * (8 + 4));
+  s.causal = true;
+  EXPECT_EQ(softmax.forward_flops(s), 2.0 * 3.0 * (32 * 33 / 2) * 2 * (8 + 4));
+  EXPECT_EQ(softmax.backward_flops(s), 2.0 * 3.0 * (32 * 33 / 2) * (6 * 8 + 4 * 4));
+}
+
+TEST(OperatorTable, FavorCountsItsProjection) {
+  table::Sizes s = square(100, 16);
+  s.features = 40;
+  const table::Operator& favor = table::find("favor");
+  EXPECT_EQ(favor.feature_dim(s), 40);
+  table::Sizes linear = s;
+  linear.dim = 40;  // elu+1 with M = D = 40 has favor's linear part
+  linear.value_dim = 16;
+  const double projection = 2.0 * 3.0 * 200 * 2 * 16 * 40;
+  EXPECT_DOUBLE_EQ(favor.forward_flops(s), projection + table::find("linear").forward_flops(linear));
+  EXPECT_DOUBLE_EQ(favor.backward_flops(s), 2 * projection + table::find("linear").backward_flops(linear));
+}
+
+TEST(OperatorTable, CompulsoryBytes) {
+  const table::Sizes s = square(10, 4);
+  // q, k, v read and out written; the backward reads dO too and writes dq, dk, dv.
+  EXPECT_EQ(table::find("linear").forward_bytes(s), 4.0 * 6 * 10 * 4 * 4);
+  EXPECT_EQ(table::find("linear").backward_bytes(s), 4.0 * 6 * 10 * 4 * 7);
+}
+
+TEST(OperatorTable, PerformerHeaderIsAnAliasOfFavor) {
+  const FeatureMapPtr map = favor_feature_map(16, FavorOptions{.n_features = 0, .seed = 1, .orthogonal = true});
+  EXPECT_EQ(map->feature_dim(16), default_favor_features(16));
+  EXPECT_EQ(as_random_feature_map(*map).kind(), "favor");
+}
+
+}  // namespace
+}  // namespace linattn
