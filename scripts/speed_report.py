@@ -277,7 +277,7 @@ def main():
                     'of peak (its own flops)')
         report.target(f'2 causal {short} vs prefix-sum baseline', t_base / t_ours, '>=', 4, 'x')
         # Judged on the smaller of the chunked algorithm's count and what the kernels multiply: the
-        # forward's strips skip part of each chunk's triangle (src/table/operator_table.cpp); the backward's count
+        # forward's strips skip part of each chunk's triangle (table/operator_table.cpp); the backward's count
         # is already below what its kernels multiply.
         r = causal[f'BM_Causal{direction}/N:{N_lin}/threads:2/real_time']
         counted = r['FLOPS']
