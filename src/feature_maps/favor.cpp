@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/random_draws.hpp"
-#include "kernels/random_kernels.hpp"
+#include "kernels/rows.hpp"
 #include "feature_maps/random_projection.hpp"
 #include "linattn/performer.hpp"
 #include "core/validate.hpp"
