@@ -73,10 +73,12 @@ struct Operands {
 };
 
 const Case kCases[] = {
-    {1, 16, 1, false, false, false, false},  {3, 48, 17, false, true, true, false},  {4, 64, 64, true, true, false, true},
-    {5, 80, 64, false, false, true, true},   {64, 144, 33, true, true, true, false}, {64, 64, 64, false, true, false, true},
-    {63, 32, 64, true, false, true, false},  {6, 128, 2, false, true, true, true},   {7, 13, 9, false, false, false, true},
-    {13, 61, 40, true, true, true, true},    {9, 3, 5, false, true, false, false},   {12, 100, 0, false, false, true, true},
+    {1, 16, 1, false, false, false, false},  {3, 48, 17, false, true, true, false},
+    {4, 64, 64, true, true, false, true},    {5, 80, 64, false, false, true, true},
+    {64, 144, 33, true, true, true, false},  {64, 64, 64, false, true, false, true},
+    {63, 32, 64, true, false, true, false},  {6, 128, 2, false, true, true, true},
+    {7, 13, 9, false, false, false, true},   {13, 61, 40, true, true, true, true},
+    {9, 3, 5, false, true, false, false},    {12, 100, 0, false, false, true, true},
     {2, 65, 31, false, false, false, false}, {11, 7, 70, true, true, true, false},
 };
 

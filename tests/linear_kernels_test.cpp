@@ -80,7 +80,8 @@ TEST(LinearKernels, GemmRowScaleMatchesFp64) {
                                b = uniform(size_t(depth * ldb), rng, -1, 1);
       const std::vector<float> scale = uniform(size_t(rows), rng, 0.5f, 2.0f);
       std::vector<float> c(size_t(rows * ldc), 9.0f);
-      gemm({c.data(), ldc, rows, cols}, plain(a.data(), lda), {b.data(), ldb, depth, cols}, {.row_scale = scale.data()});
+      gemm({c.data(), ldc, rows, cols}, plain(a.data(), lda), {b.data(), ldb, depth, cols},
+           {.row_scale = scale.data()});
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < cols; ++j) {
           double want = 0, mag = 0;

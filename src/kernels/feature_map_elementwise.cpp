@@ -157,9 +157,7 @@ HWY_EXPORT(BackwardN);
 HWY_EXPORT(BackwardFromPhiRows);
 
 void feature_tile(const FeatureTile& tile) { HWY_DYNAMIC_DISPATCH(FeatureTileNow)(tile); }
-void map_forward(TileMap map, float* phi, const float* x, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ForwardN)(map, phi, x, n);
-}
+void map_forward(TileMap map, float* phi, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ForwardN)(map, phi, x, n); }
 void map_backward(TileMap map, float* dx, const float* dphi, const float* x, int64_t n) {
   HWY_DYNAMIC_DISPATCH(BackwardN)(map, dx, dphi, x, n);
 }

@@ -21,11 +21,11 @@ struct RowsAhead {
 };
 
 struct GemmOptions {
-  bool accumulate = false;             // each chain starts from c's old value (else from 0)
-  const float* row_scale = nullptr;    // [c.rows]: row r's result is multiplied by row_scale[r]
-  const int32_t* k_begin = nullptr;    // [c.rows]: row r's depth range starts here (null: 0)
-  const int32_t* k_end = nullptr;      // [c.rows]: and ends here (null: b.rows)
-  const RowsAhead* ahead = nullptr;    // rows to prefetch meanwhile (null: none)
+  bool accumulate = false;           // each chain starts from c's old value (else from 0)
+  const float* row_scale = nullptr;  // [c.rows]: row r's result is multiplied by row_scale[r]
+  const int32_t* k_begin = nullptr;  // [c.rows]: row r's depth range starts here (null: 0)
+  const int32_t* k_end = nullptr;    // [c.rows]: and ends here (null: b.rows)
+  const RowsAhead* ahead = nullptr;  // rows to prefetch meanwhile (null: none)
 };
 
 // c: [rows, cols] = c.rows × c.cols, b: [depth, cols] = b.rows × (≥ c.cols), any cols (whole vectors

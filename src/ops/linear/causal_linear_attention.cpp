@@ -85,7 +85,8 @@ struct ChunkScratch {
   }
   // S += φ(K)ᵀ V, z += Σ φ(K) over the chunk's n tokens (prefetching `ahead` meanwhile).
   void advance(const LinearProblem& p, int64_t n, const kernels::RowsAhead& ahead) {
-    kernels::gemm({S(), p.Ep, p.M, p.Ep}, {phi_k.data(), 1, p.Mp}, {V, ldv, n, p.Ep}, {.accumulate = true, .ahead = &ahead});
+    kernels::gemm({S(), p.Ep, p.M, p.Ep}, {phi_k.data(), 1, p.Mp}, {V, ldv, n, p.Ep},
+                  {.accumulate = true, .ahead = &ahead});
     kernels::add_weighted_rows(z(), phi_k.data(), p.Mp, nullptr, n, p.M);
   }
   // φ(Q), φ(K), V of tokens [t, t + n) of head (b, h); keys from `valid` on are 0.
@@ -143,7 +144,8 @@ void triangular_acc(float* C, int64_t ldc, const float* A, int64_t lda, const fl
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
     const int64_t k0 = lower ? 0 : r, k1 = lower ? r + rows : n;
-    kernels::gemm({C + r * ldc, ldc, rows, cols}, {A + r * lda + k0, lda, 1}, {B + k0 * ldb, ldb, k1 - k0, cols}, {.accumulate = true});
+    kernels::gemm({C + r * ldc, ldc, rows, cols}, {A + r * lda + k0, lda, 1}, {B + k0 * ldb, ldb, k1 - k0, cols},
+                  {.accumulate = true});
   }
 }
 
@@ -243,7 +245,8 @@ void forward_chunk(ChunkScratch& w, TensorView out, ConstTensorView q, ConstTens
   const kernels::RowsAhead next_q = ahead.of(q, out, true, C);
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
-    kernels::gemm({o + r * ldo, ldo, rows, p.Ep}, {X + r * Kp, Kp, 1}, {w.SV(), p.Ep, p.Mp + r + rows, p.Ep}, {.row_scale = scale ? scale + r : nullptr, .ahead = r + kStrip >= n ? &next_q : nullptr});
+    kernels::gemm({o + r * ldo, ldo, rows, p.Ep}, {X + r * Kp, Kp, 1}, {w.SV(), p.Ep, p.Mp + r + rows, p.Ep},
+                  {.row_scale = scale ? scale + r : nullptr, .ahead = r + kStrip >= n ? &next_q : nullptr});
   }
   if (!direct) kernels::unpack_rows(head_rows(out, b, h), t, {w.num.data(), p.Ep, n, p.E}, n);
   // S += φ(K)ᵀ V, z += Σ φ(K)
@@ -288,7 +291,8 @@ void backward_chunk_forward_sweep(ChunkScratch& w, TensorView dq, ConstTensorVie
   // P = dout Sᵀ + mask(dout Vᵀ) φ(K); meanwhile the next item's q and k rows are fetched
   kernels::transpose(w.St.data(), p.Mp, S, p.Ep, p.M, p.E);
   const kernels::RowsAhead next_qk = ahead.of(q, k, false, w.C);
-  kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.g.data(), p.Ep, 1}, {w.St.data(), p.Mp, p.E, p.Mp}, {.ahead = &next_qk});
+  kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.g.data(), p.Ep, 1}, {w.St.data(), p.Mp, p.E, p.Mp},
+                {.ahead = &next_qk});
   masked_product(w.W.data(), w.Cp, w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
   triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true);
   if (p.normalize) {
@@ -338,7 +342,8 @@ void backward_chunk_reverse_sweep(ChunkScratch& w, TensorView dk, TensorView dv,
   // dφ(K) = g + V Gᵀ + (mask_{i ≥ j}(V dnumᵀ) + dden) φ(Q)
   for (int64_t r = 0; r < n; ++r) std::copy_n(g, p.Mp, w.P.data() + r * p.Mp);
   kernels::transpose(w.St.data(), p.Mp, G, p.Ep, p.M, p.E);
-  kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.V, w.ldv, 1}, {w.St.data(), p.Mp, p.E, p.Mp}, {.accumulate = true, .ahead = &next_qk});
+  kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.V, w.ldv, 1}, {w.St.data(), p.Mp, p.E, p.Mp},
+                {.accumulate = true, .ahead = &next_qk});
   masked_product(w.W.data(), w.Cp, w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
   if (p.normalize)
     for (int64_t j = 0; j < n; ++j)

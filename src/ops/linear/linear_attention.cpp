@@ -34,9 +34,11 @@ void queries_forward(TensorView out, ConstTensorView q, const PackedState& state
       // Meanwhile the next item's q rows are fetched, and its out rows (to be written).
       const kernels::RowsAhead next = rows_ahead(walk, q, out, true, b, t);
       if (rows_in_place(out)) {
-        kernels::gemm({head_rows(out, b, h).at(i), out.stride[1], n, p.Ep}, {phi.data(), p.Mp, 1}, {state.S_of(bh), p.Ep, p.M, p.Ep}, {.row_scale = row_scale, .ahead = &next});
+        kernels::gemm({head_rows(out, b, h).at(i), out.stride[1], n, p.Ep}, {phi.data(), p.Mp, 1},
+                      {state.S_of(bh), p.Ep, p.M, p.Ep}, {.row_scale = row_scale, .ahead = &next});
       } else {
-        kernels::gemm({num.data(), p.Ep, n, p.Ep}, {phi.data(), p.Mp, 1}, {state.S_of(bh), p.Ep, p.M, p.Ep}, {.row_scale = row_scale, .ahead = &next});
+        kernels::gemm({num.data(), p.Ep, n, p.Ep}, {phi.data(), p.Mp, 1}, {state.S_of(bh), p.Ep, p.M, p.Ep},
+                      {.row_scale = row_scale, .ahead = &next});
         kernels::unpack_rows(head_rows(out, b, h), i, {num.data(), p.Ep, n, p.E}, n);
       }
     }
@@ -76,7 +78,8 @@ void queries_backward(TensorView dq, PackedState& grad, ConstTensorView dout, Co
         kernels::pack_rows({g.data(), p.Ep, n, p.E}, head_rows(dout, b, h), i, n);
         // P_i = S dout_i: [n, Mp], while the next tile's q and dout rows are fetched
         const kernels::RowsAhead next = rows_ahead(walk, q, dout, false, b, t);
-        kernels::gemm({P.data(), p.Mp, n, p.Mp}, {g.data(), p.Ep, 1}, {St.data() + bh * p.E * p.Mp, p.Mp, p.E, p.Mp}, {.ahead = &next});
+        kernels::gemm({P.data(), p.Mp, n, p.Mp}, {g.data(), p.Ep, 1}, {St.data() + bh * p.E * p.Mp, p.Mp, p.E, p.Mp},
+                      {.ahead = &next});
         if (p.normalize) {
           for (int64_t r = 0; r < n; ++r) {
             const float d = den[r] + p.eps;

@@ -288,7 +288,8 @@ void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const Li
         }
         // S += φ(K)ᵀ V, while the next tile's k and v rows are fetched.
         const kernels::RowsAhead next = rows_ahead(walk, k, v, false, b, t);
-        kernels::gemm({S, p.Ep, p.M, p.Ep}, {phi.data(), 1, p.Mp}, {V, ldv, n, p.Ep}, {.accumulate = true, .ahead = &next});
+        kernels::gemm({S, p.Ep, p.M, p.Ep}, {phi.data(), 1, p.Mp}, {V, ldv, n, p.Ep},
+                      {.accumulate = true, .ahead = &next});
       }
     }
 #pragma omp for schedule(static)
@@ -326,7 +327,8 @@ void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTen
         // dφ(k_j) = dS v_j + dz, while the next tile's k and v rows are fetched
         for (int64_t r = 0; r < valid; ++r) std::copy_n(grad.z_of(bh), p.Mp, dphi.data() + r * p.Mp);
         const kernels::RowsAhead next = rows_ahead(walk, k, v, false, b, t);
-        kernels::gemm({dphi.data(), p.Mp, valid, p.Mp}, {val.data(), p.Ep, 1}, {dSt.data() + bh * p.E * p.Mp, p.Mp, p.E, p.Mp}, {.accumulate = true, .ahead = &next});
+        kernels::gemm({dphi.data(), p.Mp, valid, p.Mp}, {val.data(), p.Ep, 1},
+                      {dSt.data() + bh * p.E * p.Mp, p.Mp, p.E, p.Mp}, {.accumulate = true, .ahead = &next});
         // dv_j = dSᵀ φ(k_j)
         kernels::gemm({dval.data(), p.Ep, valid, p.Ep}, {phi.data(), p.Mp, 1}, {grad.S_of(bh), p.Ep, p.M, p.Ep});
       }

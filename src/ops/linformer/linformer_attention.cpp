@@ -146,7 +146,8 @@ void project_backward(TensorView dx, std::span<float> dE, const std::vector<floa
         const int64_t L = detail::key_length(o.key_lengths, b, s.Nk);
         for (int64_t h = o.share_heads ? 0 : p; h < (o.share_heads ? s.H : p + 1); ++h) {
           // dE_h[r.., :L] += dx̃[r..] · x[:L]ᵀ
-          kernels::gemm({de, s.N_max, nr, L}, {dxp.data() + ((b * s.H + h) * s.P + r) * dim, dim, 1}, {xt.data() + (b * s.H + h) * dim * s.Nk, s.Nk, dim, L}, {.accumulate = true});
+          kernels::gemm({de, s.N_max, nr, L}, {dxp.data() + ((b * s.H + h) * s.P + r) * dim, dim, 1},
+                        {xt.data() + (b * s.H + h) * dim * s.Nk, s.Nk, dim, L}, {.accumulate = true});
         }
       }
     }

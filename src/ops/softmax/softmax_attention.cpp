@@ -241,7 +241,8 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
     kernels::gemm({w.s, kTileK, rows, kTileK}, {w.qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK});
     kernels::softmax_forward_tile(w.s, kTileK, w.o, p.Ep, w.row_max, w.row_sum, w.key_end, rows, kTileK, p.Ep);
     // o += p v, over each row's visible keys only
-    kernels::gemm({w.o, p.Ep, rows, p.Ep}, {w.s, kTileK, 1}, {keys.v(kt), p.Ep, count, p.Ep}, {.accumulate = true, .k_end = w.key_end});
+    kernels::gemm({w.o, p.Ep, rows, p.Ep}, {w.s, kTileK, 1}, {keys.v(kt), p.Ep, count, p.Ep},
+                  {.accumulate = true, .k_end = w.key_end});
   }
   kernels::softmax_forward_finish(w.o, p.Ep, lse + (b * p.H + h) * p.Nq + i0, w.row_max, w.row_sum, rows, p.Ep);
   kernels::unpack_rows(kernels::head_rows(out, b, h), i0, {w.o, p.Ep, rows, out.dim()}, rows);
@@ -298,7 +299,8 @@ void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTen
       if (k_rows) {
         kernels::softmax_decode_scores(w.s, kTileK, w.qs, p.Dp, rows, k.row(b, j0, h), k.stride[1], count, p.D);
       } else {
-        kernels::gemm({w.st, kDecodeRows, count, kDecodeRows}, {k.row(b, j0, h), k.stride[1], k.stride[3]}, {w.qt, kDecodeRows, p.D, kDecodeRows});
+        kernels::gemm({w.st, kDecodeRows, count, kDecodeRows}, {k.row(b, j0, h), k.stride[1], k.stride[3]},
+                      {w.qt, kDecodeRows, p.D, kDecodeRows});
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < count; ++j) w.s[r * kTileK + j] = w.st[j * kDecodeRows + r];
       }
@@ -313,7 +315,8 @@ void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTen
       } else {
         kernels::pack_rows({w.vp, p.Ep, count, v.dim()}, kernels::head_rows(v, b, h), j0, count);
       }
-      kernels::gemm({w.o, p.Ep, rows, p.Ep}, {w.s, kTileK, 1}, {vt, ldv, count, p.Ep}, {.accumulate = true, .k_end = w.key_end});
+      kernels::gemm({w.o, p.Ep, rows, p.Ep}, {w.s, kTileK, 1}, {vt, ldv, count, p.Ep},
+                    {.accumulate = true, .k_end = w.key_end});
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -411,15 +414,18 @@ void backward_pair(float* dq, float* dk, float* dv, const QueryPack& queries, co
   kernels::gemm({w.dp, kTileK, rows, kTileK}, {dos, p.Ep, 1}, {keys.v(kt), kTileK, p.E, kTileK});
   kernels::softmax_backward_tile(w.s, w.dp, kTileK, lse + i0, queries.delta(qt), w.key_end, rows, kTileK);
   if (dq)
-    kernels::gemm({dq, p.Dp, rows, p.Dp}, {w.dp, kTileK, 1}, {keys.kr(kt), p.Dp, count, p.Dp}, {.accumulate = true, .k_end = w.key_end});
+    kernels::gemm({dq, p.Dp, rows, p.Dp}, {w.dp, kTileK, 1}, {keys.kr(kt), p.Dp, count, p.Dp},
+                  {.accumulate = true, .k_end = w.key_end});
   if (!dk) return;
   for (int64_t c = 0; c < count; ++c) {
     const int64_t begin = p.query_begin(b, j0 + c);
     w.query_begin[c] = int32_t(std::clamp(begin - i0, int64_t(0), rows));
     w.query_end[c] = begin < p.Nq ? int32_t(rows) : 0;
   }
-  kernels::gemm({dv, p.Ep, count, p.Ep}, {w.s, 1, kTileK}, {dos, p.Ep, rows, p.Ep}, {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end});
-  kernels::gemm({dk, p.Dp, count, p.Dp}, {w.dp, 1, kTileK}, {qs, p.Dp, rows, p.Dp}, {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end});
+  kernels::gemm({dv, p.Ep, count, p.Ep}, {w.s, 1, kTileK}, {dos, p.Ep, rows, p.Ep},
+                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end});
+  kernels::gemm({dk, p.Dp, count, p.Dp}, {w.dp, 1, kTileK}, {qs, p.Dp, rows, p.Dp},
+                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end});
 }
 
 }  // namespace
@@ -540,7 +546,8 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
           std::fill_n(w.dq, kTileQ * p.Dp, 0.0f);
           for (int64_t kt = 0; kt < p.key_tiles_seen(b, qt); ++kt)
             backward_pair(w.dq, w.dk(kt), w.dv(kt), qp, kp, lse_rows, p, b, qt, kt, w);
-          kernels::unpack_rows(kernels::head_rows(dq, b, h), qt * kTileQ, {w.dq, p.Dp, p.query_rows(qt), dq.dim()}, p.query_rows(qt), p.scale);
+          kernels::unpack_rows(kernels::head_rows(dq, b, h), qt * kTileQ, {w.dq, p.Dp, p.query_rows(qt), dq.dim()},
+                               p.query_rows(qt), p.scale);
         }
         kernels::unpack_rows(kernels::head_rows(dk, b, h), 0, {w.dk_all, p.Dp, p.Nk, dk.dim()}, p.Nk);
         kernels::unpack_rows(kernels::head_rows(dv, b, h), 0, {w.dv_all, p.Ep, p.Nk, dv.dim()}, p.Nk);
@@ -574,14 +581,17 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
           std::fill_n(w.dq, kTileQ * p.Dp, 0.0f);
           for (int64_t kt = 0; kt < p.key_tiles_seen(b, qt); ++kt)
             backward_pair(w.dq, nullptr, nullptr, qp, kp, lse_rows, p, b, qt, kt, w);
-          kernels::unpack_rows(kernels::head_rows(dq, b, h), qt * kTileQ, {w.dq, p.Dp, p.query_rows(qt), dq.dim()}, p.query_rows(qt), p.scale);
+          kernels::unpack_rows(kernels::head_rows(dq, b, h), qt * kTileQ, {w.dq, p.Dp, p.query_rows(qt), dq.dim()},
+                               p.query_rows(qt), p.scale);
         } else {
           const int64_t kt = item - p.q_tiles;
           w.clear_dk_dv();
           for (int64_t qt = p.first_query_tile(b, kt); qt < p.q_tiles; ++qt)
             backward_pair(nullptr, w.dk(0), w.dv(0), qp, kp, lse_rows, p, b, qt, kt, w);
-          kernels::unpack_rows(kernels::head_rows(dk, b, h), kt * kTileK, {w.dk(0), p.Dp, p.key_rows(kt), dk.dim()}, p.key_rows(kt));
-          kernels::unpack_rows(kernels::head_rows(dv, b, h), kt * kTileK, {w.dv(0), p.Ep, p.key_rows(kt), dv.dim()}, p.key_rows(kt));
+          kernels::unpack_rows(kernels::head_rows(dk, b, h), kt * kTileK, {w.dk(0), p.Dp, p.key_rows(kt), dk.dim()},
+                               p.key_rows(kt));
+          kernels::unpack_rows(kernels::head_rows(dv, b, h), kt * kTileK, {w.dv(0), p.Ep, p.key_rows(kt), dv.dim()},
+                               p.key_rows(kt));
         }
       }
     }
