@@ -8,7 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/linear_tiles.hpp"
+#include "kernels/feature_map_elementwise.hpp"
+#include "kernels/gemm.hpp"
 
 namespace linattn::kernels {
 namespace {
@@ -79,7 +80,8 @@ TEST(LinearKernels, GemmRowScaleMatchesFp64) {
                                b = uniform(size_t(depth * ldb), rng, -1, 1);
       const std::vector<float> scale = uniform(size_t(rows), rng, 0.5f, 2.0f);
       std::vector<float> c(size_t(rows * ldc), 9.0f);
-      gemm_set(c.data(), ldc, a.data(), lda, 1, b.data(), ldb, rows, depth, cols, scale.data());
+      gemm({c.data(), ldc, rows, cols}, plain(a.data(), lda), {b.data(), ldb, depth, cols},
+           {.row_scale = scale.data()});
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < cols; ++j) {
           double want = 0, mag = 0;
@@ -100,8 +102,8 @@ TEST(LinearKernels, PrefetchDoesNotChangeResults) {
   const std::vector<float> a = uniform(size_t(rows * depth), rng, -1, 1), b = uniform(size_t(depth * cols), rng, -1, 1);
   const std::vector<float> other = uniform(size_t(4096 * 64), rng, -1, 1);
   std::vector<float> plain(size_t(rows * cols), 0.5f), acc_plain = plain;
-  gemm_set(plain.data(), cols, a.data(), depth, 1, b.data(), cols, rows, depth, cols);
-  gemm_acc(acc_plain.data(), cols, a.data(), 1, depth, b.data(), cols, rows, depth, cols);
+  gemm({plain.data(), cols, rows, cols}, {a.data(), depth, 1}, {b.data(), cols, depth, cols});
+  gemm({acc_plain.data(), cols, rows, cols}, {a.data(), 1, depth}, {b.data(), cols, depth, cols}, {.accumulate = true});
   // One region, two regions, more lines than the GEMM has steps, a strided region, a write region.
   RowsAhead cases[4];
   cases[0].rows[0] = other.data(), cases[0].ld[0] = 64, cases[0].cols[0] = 64, cases[0].count = 64;
@@ -111,8 +113,9 @@ TEST(LinearKernels, PrefetchDoesNotChangeResults) {
   cases[3] = cases[0], cases[3].ld[0] = 1000, cases[3].count = 200;
   for (const RowsAhead& ahead : cases) {
     std::vector<float> set(plain.size(), 0.5f), acc(plain.size(), 0.5f);
-    gemm_set(set.data(), cols, a.data(), depth, 1, b.data(), cols, rows, depth, cols, nullptr, &ahead);
-    gemm_acc(acc.data(), cols, a.data(), 1, depth, b.data(), cols, rows, depth, cols, &ahead);
+    gemm({set.data(), cols, rows, cols}, {a.data(), depth, 1}, {b.data(), cols, depth, cols}, {.ahead = &ahead});
+    gemm({acc.data(), cols, rows, cols}, {a.data(), 1, depth}, {b.data(), cols, depth, cols},
+         {.accumulate = true, .ahead = &ahead});
     EXPECT_EQ(0, std::memcmp(set.data(), plain.data(), plain.size() * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(acc.data(), acc_plain.data(), plain.size() * sizeof(float)));
   }

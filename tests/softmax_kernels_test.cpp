@@ -1,4 +1,4 @@
-// The tile kernels of exact softmax attention against plain fp64 loops: the tile product (both A
+// The tile kernels of exact softmax attention against plain fp64 loops: the gemm as softmax uses it (both A
 // layouts, per-row ranges, every column-block width, accumulate or not), the online-softmax step,
 // the backward's p and ds, delta's summation order, and the decoding scores.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/softmax_decode.hpp"
-#include "kernels/softmax_tile_matmul.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/softmax_tile_rows.hpp"
 
 namespace linattn::kernels {
@@ -52,7 +52,7 @@ TEST(SoftmaxTileMatmul, MatchesPlainSums) {
     for (int64_t m = 0; m < t.rows; ++m)
       for (int64_t j = t.cols; j < ldc; ++j) c[m * ldc + j] = kNaN;
     std::vector<int32_t> begin(t.rows, 0), end(t.rows, int32_t(t.depth));
-    if (t.ranges) {  // runs of equal ranges (the 4-row path) and odd ones (the 1-row path)
+    if (t.ranges) {  // runs of equal ranges (the block path) and odd ones (the 1-row path)
       std::uniform_int_distribution<int32_t> pick(0, int32_t(t.depth));
       for (int64_t m = 0; m < t.rows; ++m) {
         if (m % 7 < 4 && m > 0) {
@@ -67,8 +67,10 @@ TEST(SoftmaxTileMatmul, MatchesPlainSums) {
           if (k < begin[m] || k >= end[m]) a[m * ars + k * acs] = kNaN;
     }
     const std::vector<float> c0 = c;
-    softmax_tile_matmul(c.data(), ldc, a.data(), ars, acs, b.data(), ldb, t.ranges ? begin.data() : nullptr,
-                        t.ranges ? end.data() : nullptr, t.rows, t.cols, t.depth, t.accumulate);
+    gemm({c.data(), ldc, t.rows, t.cols}, {a.data(), ars, acs}, {b.data(), ldb, t.depth, t.cols},
+         {.accumulate = t.accumulate,
+          .k_begin = t.ranges ? begin.data() : nullptr,
+          .k_end = t.ranges ? end.data() : nullptr});
     for (int64_t m = 0; m < t.rows; ++m) {
       for (int64_t j = 0; j < t.cols; ++j) {
         double want = t.accumulate ? c0[m * ldc + j] : 0.0, magnitude = std::abs(want);
@@ -172,7 +174,7 @@ TEST(SoftmaxRowDot, SumsInTheTileProductsOrder) {
     std::fill(v.begin() + e, v.end(), 0.0f);
     std::vector<float> vt(size_t(ep * 16), 0.0f), dp(16);  // vᵀ as one key column of a [ep, 16] tile
     for (int64_t c = 0; c < ep; ++c) vt[c * 16] = v[c];
-    softmax_tile_matmul(dp.data(), 16, dout.data(), ep, 1, vt.data(), 16, nullptr, nullptr, 1, 16, e, false);
+    gemm({dp.data(), 16, 1, 16}, {dout.data(), ep, 1}, {vt.data(), 16, e, 16});
     float delta = 0;
     softmax_row_dot(&delta, dout.data(), v.data(), ep, 1, ep);
     EXPECT_EQ(dp[0], delta) << e;

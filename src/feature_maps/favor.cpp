@@ -1,5 +1,7 @@
 // FAVOR+ positive random features (Performer) with a causal-safe stabiliser; the formula and why it
 // is safe are in include/linattn/favor.hpp and docs/performer-linformer.md.
+#include "linattn/favor.hpp"
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -8,11 +10,10 @@
 #include <vector>
 
 #include "core/random_draws.hpp"
-#include "feature_maps/favor_reference.hpp"
-#include "linattn/favor.hpp"
 #include "core/validate.hpp"
+#include "feature_maps/favor_reference.hpp"
 #include "feature_maps/random_projection.hpp"
-#include "kernels/random_kernels.hpp"
+#include "kernels/rows.hpp"
 
 namespace linattn {
 namespace {

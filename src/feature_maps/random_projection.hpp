@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
-#include "kernels/random_kernels.hpp"
+#include "kernels/gemm.hpp"
 #include "linattn/favor.hpp"
 
 namespace linattn::detail {
@@ -27,7 +27,7 @@ class RandomProjectionMap : public RandomFeatureMap {
   RandomProjectionMap(int64_t dim, uint64_t seed, std::vector<double> omega)
       : dim_(dim),
         rows_(int64_t(omega.size()) / dim),
-        ldt_((rows_ + kernels::kRandomPad - 1) / kernels::kRandomPad * kernels::kRandomPad),
+        ldt_(kernels::padded(rows_)),
         seed_(seed),
         omega_(std::move(omega)) {
     const double scale = std::pow(double(dim_), -0.25);
@@ -58,11 +58,11 @@ class RandomProjectionMap : public RandomFeatureMap {
 
   // t: [rows, ldt_] = ω x̂ for x: [rows, D] (columns past R hold 0 in fp32).
   void project_block(float* t, const float* x, int64_t rows) const {
-    kernels::ordered_gemm(t, ldt_, x, dim_, wt_.data(), ldt_, rows, ldt_, dim_, false);
+    kernels::gemm({t, ldt_, rows, ldt_}, {x, dim_, 1}, {wt_.data(), ldt_, dim_, ldt_});
   }
   // dx: [rows, D] = Σᵢ gᵢ ∂tᵢ/∂x = Σᵢ gᵢ ωᵢ D^(−1/4) for each row of g: [rows, ldt_] (its first R).
   void project_backward(float* dx, const float* g, int64_t rows) const {
-    kernels::ordered_gemm(dx, dim_, g, ldt_, w_.data(), dim_, rows, dim_, rows_, false);
+    kernels::gemm({dx, dim_, rows, dim_}, {g, ldt_, 1}, {w_.data(), dim_, rows_, dim_});
   }
 
   int64_t dim_;

@@ -1,4 +1,4 @@
-// SIMD elementwise feature maps (see feature_map_elementwise.hpp).
+// SIMD elementwise feature maps and feature tiles (see feature_map_elementwise.hpp).
 #include <algorithm>
 #include <cstring>
 
@@ -39,18 +39,110 @@ HWY_INLINE void Apply(float* HWY_RESTRICT y, const float* HWY_RESTRICT x, const 
   std::memcpy(y + i, yt, size_t(n - i) * sizeof(float));
 }
 
-void EluForwardN(float* phi, const float* x, int64_t n) { Apply<EluForward>(phi, x, nullptr, n); }
-void EluBackwardFromPhiRows(float* dx, int64_t ldx, const float* dphi, int64_t ldd, const float* phi, int64_t ldp,
-                            int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) Apply<EluBackwardFromPhi>(dx + r * ldx, phi + r * ldp, dphi + r * ldd, cols);
+struct Identity {
+  HWY_INLINE V operator()(D, V x, V) const { return x; }
+};
+
+// Vector columns of a feature tile taken together (their column sums stay in registers).
+constexpr int kVecs = HWY_LANES(float) >= 16 ? 4 : 2;
+
+// φ of vector v: column c of row x, through a buffer at the ragged end of a row (nothing past the row
+// is read; the lanes past it are 0).
+template <class F>
+HWY_INLINE V FeatureVector(D d, const F& f, const float* x, int64_t c, int64_t cols) {
+  const int64_t L = int64_t(hn::Lanes(d));
+  if (c + L <= cols) return f(d, hn::LoadU(d, x + c), hn::Zero(d));
+  HWY_ALIGN float buf[HWY_LANES(float)] = {};
+  const int64_t n = std::max<int64_t>(0, cols - c);
+  std::copy_n(x + c, n, buf);
+  return hn::IfThenElseZero(hn::FirstN(d, size_t(n)), f(d, hn::Load(d, buf), hn::Zero(d)));
 }
-void ReluBackwardFromPhiRows(float* dx, int64_t ldx, const float* dphi, int64_t ldd, const float* phi, int64_t ldp,
-                             int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) Apply<ReluBackwardFromPhi>(dx + r * ldx, phi + r * ldp, dphi + r * ldd, cols);
+
+// FeatureTile columns [c0, c0 + NV·L) with the map F: the group's column sums stay in registers across
+// the rows, and its NV vectors are independent of each other.
+template <int NV, class F>
+HWY_INLINE void FeatureColumns(const FeatureTile& t, int64_t c0) {
+  const D d;
+  const F f;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V sum[NV];
+  for (int j = 0; j < NV; ++j) sum[j] = t.sum ? hn::LoadU(d, t.sum + c0 + j * L) : hn::Zero(d);
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const float* x = t.x + r * t.ldx;
+    float* phi = t.phi + r * t.ldp;
+    V y[NV];
+    for (int j = 0; j < NV; ++j) y[j] = FeatureVector(d, f, x, c0 + j * L, t.cols);
+    for (int j = 0; j < NV; ++j) {
+      hn::StoreU(y[j], d, phi + c0 + j * L);
+      sum[j] = hn::Add(sum[j], y[j]);
+    }
+    if (t.dots) {
+      V dot = hn::Zero(d);
+      for (int j = 0; j < NV; ++j) dot = hn::MulAdd(y[j], hn::LoadU(d, t.dot + c0 + j * L), dot);
+      const float part = hn::GetLane(hn::SumOfLanes(d, dot));
+      t.dots[r] = c0 == 0 ? part : t.dots[r] + part;
+    }
+  }
+  if (t.sum)
+    for (int j = 0; j < NV; ++j) hn::StoreU(sum[j], d, t.sum + c0 + j * L);
 }
-void EluBackwardN(float* dx, const float* dphi, const float* x, int64_t n) { Apply<EluBackward>(dx, x, dphi, n); }
-void ReluForwardN(float* phi, const float* x, int64_t n) { Apply<ReluForward>(phi, x, nullptr, n); }
-void ReluBackwardN(float* dx, const float* dphi, const float* x, int64_t n) { Apply<ReluBackward>(dx, x, dphi, n); }
+
+// FeatureTile with the map F, in groups of up to kVecs vector columns.
+template <class F>
+void FeatureTileWith(const FeatureTile& t) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t c0 = 0;
+  for (; c0 + kVecs * L <= t.ldp; c0 += kVecs * L) FeatureColumns<kVecs, F>(t, c0);
+  switch ((t.ldp - c0) / L) {
+    case 1:
+      FeatureColumns<1, F>(t, c0);
+      break;
+    case 2:
+      FeatureColumns<2, F>(t, c0);
+      break;
+    case 3:
+      FeatureColumns<3, F>(t, c0);
+      break;
+    default:
+      break;
+  }
+}
+
+void FeatureTileNow(const FeatureTile& t) {
+  switch (t.map) {
+    case TileMap::elu:
+      return FeatureTileWith<EluForward>(t);
+    case TileMap::relu:
+      return FeatureTileWith<ReluForward>(t);
+    default:
+      return FeatureTileWith<Identity>(t);
+  }
+}
+
+void ForwardN(TileMap map, float* phi, const float* x, int64_t n) {
+  switch (map) {
+    case TileMap::elu:
+      return Apply<EluForward>(phi, x, nullptr, n);
+    case TileMap::relu:
+      return Apply<ReluForward>(phi, x, nullptr, n);
+    default:
+      return Apply<Identity>(phi, x, nullptr, n);
+  }
+}
+void BackwardN(TileMap map, float* dx, const float* dphi, const float* x, int64_t n) {
+  if (map == TileMap::elu) return Apply<EluBackward>(dx, x, dphi, n);
+  return Apply<ReluBackward>(dx, x, dphi, n);
+}
+void BackwardFromPhiRows(TileMap map, float* dx, int64_t ldx, const float* dphi, int64_t ldd, const float* phi,
+                         int64_t ldp, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (map == TileMap::elu)
+      Apply<EluBackwardFromPhi>(dx + r * ldx, phi + r * ldp, dphi + r * ldd, cols);
+    else
+      Apply<ReluBackwardFromPhi>(dx + r * ldx, phi + r * ldp, dphi + r * ldd, cols);
+  }
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace linattn::kernels
@@ -59,29 +151,19 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace linattn::kernels {
 
-HWY_EXPORT(EluForwardN);
-HWY_EXPORT(EluBackwardN);
-HWY_EXPORT(ReluForwardN);
-HWY_EXPORT(ReluBackwardN);
-HWY_EXPORT(EluBackwardFromPhiRows);
-HWY_EXPORT(ReluBackwardFromPhiRows);
+HWY_EXPORT(FeatureTileNow);
+HWY_EXPORT(ForwardN);
+HWY_EXPORT(BackwardN);
+HWY_EXPORT(BackwardFromPhiRows);
 
-void elu_forward(float* phi, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(EluForwardN)(phi, x, n); }
-void elu_backward(float* dx, const float* dphi, const float* x, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(EluBackwardN)(dx, dphi, x, n);
+void feature_tile(const FeatureTile& tile) { HWY_DYNAMIC_DISPATCH(FeatureTileNow)(tile); }
+void map_forward(TileMap map, float* phi, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ForwardN)(map, phi, x, n); }
+void map_backward(TileMap map, float* dx, const float* dphi, const float* x, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BackwardN)(map, dx, dphi, x, n);
 }
-void relu_forward(float* phi, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ReluForwardN)(phi, x, n); }
-void relu_backward(float* dx, const float* dphi, const float* x, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ReluBackwardN)(dx, dphi, x, n);
-}
-
-void elu_backward_from_phi(float* dx, int64_t ldx, const float* dphi, int64_t ldd, const float* phi, int64_t ldp,
-                           int64_t rows, int64_t cols) {
-  HWY_DYNAMIC_DISPATCH(EluBackwardFromPhiRows)(dx, ldx, dphi, ldd, phi, ldp, rows, cols);
-}
-void relu_backward_from_phi(float* dx, int64_t ldx, const float* dphi, int64_t ldd, const float* phi, int64_t ldp,
-                            int64_t rows, int64_t cols) {
-  HWY_DYNAMIC_DISPATCH(ReluBackwardFromPhiRows)(dx, ldx, dphi, ldd, phi, ldp, rows, cols);
+void map_backward_from_phi(TileMap map, float* dx, int64_t ldx, const float* dphi, int64_t ldd, const float* phi,
+                           int64_t ldp, int64_t rows, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(BackwardFromPhiRows)(map, dx, ldx, dphi, ldd, phi, ldp, rows, cols);
 }
 
 }  // namespace linattn::kernels

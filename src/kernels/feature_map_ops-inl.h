@@ -1,6 +1,6 @@
-// The elementwise feature maps as Highway functors, shared by the standalone kernels
-// (feature_map_elementwise.cpp) and the GEMMs that compute φ of the next tile on the side
-// (linear_tiles.cpp). Highway's per-target include guard: this file is compiled once per target.
+// The elementwise feature maps as Highway functors, shared by every kernel that applies one (the
+// standalone maps and the feature tiles of feature_map_elementwise.cpp). Highway's per-target include
+// guard: this file is compiled once per target.
 #if defined(LINATTN_KERNELS_FEATURE_MAP_OPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LINATTN_KERNELS_FEATURE_MAP_OPS_INL_H_
 #undef LINATTN_KERNELS_FEATURE_MAP_OPS_INL_H_

@@ -1,7 +1,7 @@
 // Decoding scores, SIMD over the head dim with Highway runtime dispatch (see the header).
 #include "kernels/softmax_decode.hpp"
 
-#include "kernels/softmax_tile_matmul.hpp"
+#include "kernels/tile.hpp"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/softmax_decode.cpp"
@@ -11,7 +11,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace linattn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-using Tag = hn::CappedTag<float, kTileLanes>;
+using Tag = hn::CappedTag<float, kPad>;
 using Vec = hn::Vec<Tag>;
 
 // Scalar spec: s[r·lds + j] = Σ_{d < depth} q[r·ldq + d] · k[j·k_stride + d]
@@ -21,7 +21,7 @@ void DecodeScores(float* HWY_RESTRICT s, int64_t lds, const float* HWY_RESTRICT 
   const int64_t lanes = int64_t(hn::Lanes(d));
   const int64_t full = depth / lanes * lanes;  // k's vectors before `full` are whole
   // The tail of a key row, copied into zeros: a masked load may read past the row on some targets.
-  HWY_ALIGN float tail[kTileLanes] = {};
+  HWY_ALIGN float tail[kPad] = {};
   for (int64_t j = 0; j < count; ++j) {
     const float* HWY_RESTRICT kj = k + j * k_stride;
     for (int64_t c = full; c < depth; ++c) tail[c - full] = kj[c];

@@ -5,7 +5,7 @@
 
 namespace linattn::kernels {
 
-// s: [rows, lds]; q: [rows, ldq] with ldq ≥ depth rounded up to kTileLanes, zero past depth;
+// s: [rows, lds]; q: [rows, ldq] with ldq ≥ depth rounded up to kPad, zero past depth;
 // key j's row is k[j·k_stride + 0 : depth] (contiguous), read for j < count only and d < depth only.
 // s[r, j] = Σ_{d < depth} q[r, d] · k[j, d] for r < rows, j < count (one vector FMA chain over d, then a
 // fixed-order lane sum); s[r, j ≥ count] is not written.

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/softmax_tile_matmul.hpp"
+#include "kernels/tile.hpp"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/softmax_tile_rows.cpp"
@@ -19,7 +19,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace linattn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-using Tag = hn::CappedTag<float, kTileLanes>;
+using Tag = hn::CappedTag<float, kPad>;
 using Vec = hn::Vec<Tag>;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -122,7 +122,7 @@ void BackwardTile(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, int64_t ld, con
   }
 }
 
-// Each row is one FMA chain over e ascending, the order in which softmax_tile_matmul forms
+// Each row is one FMA chain over e ascending, the order in which the gemm forms
 // dp = dO·vⱼ: where one key dominates a row (o = vⱼ), dp − delta then cancels to exactly 0.
 void RowDot(float* HWY_RESTRICT delta, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t ld,
             int64_t rows, int64_t cols) {

@@ -10,7 +10,7 @@ namespace linattn::kernels {
 // Forward, one key tile. s: [rows, lds] scaled scores q·k, overwritten with p = exp(s − m_new)
 // (0 where masked); o: [rows, ldo] running unnormalised output, rescaled by exp(m_old − m_new);
 // row_max, row_sum: [rows] running max m and sum l, updated. Rows with end ≤ 0 are left unchanged
-// (their p row is 0). s_cols, o_cols: columns of s and o (multiples of kTileLanes).
+// (their p row is 0). s_cols, o_cols: columns of s and o (multiples of kPad).
 void softmax_forward_tile(float* s, int64_t lds, float* o, int64_t ldo, float* row_max, float* row_sum,
                           const int32_t* end, int64_t rows, int64_t s_cols, int64_t o_cols);
 
@@ -26,7 +26,7 @@ void softmax_backward_tile(float* s, float* dp, int64_t ld, const float* lse, co
                            int64_t rows, int64_t cols);
 
 // delta[i] = Σ_e a[i, e] · b[i, e] (the backward's rowsum(dO ∘ O)), summed in the order of
-// softmax_tile_matmul's products; a, b: [rows, ld].
+// the gemm's chains; a, b: [rows, ld].
 void softmax_row_dot(float* delta, const float* a, const float* b, int64_t ld, int64_t rows, int64_t cols);
 
 }  // namespace linattn::kernels

@@ -12,9 +12,6 @@ namespace linattn {
 namespace detail {
 namespace {
 
-using kernels::gemm_acc;
-using kernels::gemm_set;
-
 // Scratch of one thread for chunks of up to C tokens.
 struct ChunkScratch {
   int64_t C, Cp;
@@ -88,7 +85,8 @@ struct ChunkScratch {
   }
   // S += φ(K)ᵀ V, z += Σ φ(K) over the chunk's n tokens (prefetching `ahead` meanwhile).
   void advance(const LinearProblem& p, int64_t n, const kernels::RowsAhead& ahead) {
-    kernels::gemm_acc(S(), p.Ep, phi_k.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep, &ahead);
+    kernels::gemm({S(), p.Ep, p.M, p.Ep}, {phi_k.data(), 1, p.Mp}, {V, ldv, n, p.Ep},
+                  {.accumulate = true, .ahead = &ahead});
     kernels::add_weighted_rows(z(), phi_k.data(), p.Mp, nullptr, n, p.M);
   }
   // φ(Q), φ(K), V of tokens [t, t + n) of head (b, h); keys from `valid` on are 0.
@@ -100,7 +98,7 @@ struct ChunkScratch {
     if (valid == n && rows_in_place(v)) {
       V = head_rows(v, b, h).at(t), ldv = v.stride[1];
     } else {
-      load_rows(val.data(), p.Ep, head_rows(v, b, h), t, n, valid, p.E);
+      kernels::pack_rows({val.data(), p.Ep, n, p.E}, head_rows(v, b, h), t, valid);
       V = val.data(), ldv = p.Ep;
     }
   }
@@ -135,7 +133,7 @@ void masked_product(float* A, int64_t lda, int64_t Cp, const float* X, int64_t l
     // Columns [c0, c1) hold the strip's part of the triangle; kStrip is a multiple of kPad. The
     // columns left out are exactly those mask_triangle zeroes below.
     const int64_t c0 = lower ? 0 : r, c1 = lower ? kernels::padded(r + rows) : np;
-    kernels::gemm_set(A + r * lda + c0, lda, X + r * ldx, ldx, 1, T + c0, Cp, rows, depth, c1 - c0);
+    kernels::gemm({A + r * lda + c0, lda, rows, c1 - c0}, {X + r * ldx, ldx, 1}, {T + c0, Cp, depth, c1 - c0});
   }
   mask_triangle(A, lda, Cp, n, lower);
 }
@@ -146,7 +144,8 @@ void triangular_acc(float* C, int64_t ldc, const float* A, int64_t lda, const fl
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
     const int64_t k0 = lower ? 0 : r, k1 = lower ? r + rows : n;
-    kernels::gemm_acc(C + r * ldc, ldc, A + r * lda + k0, lda, 1, B + k0 * ldb, ldb, rows, k1 - k0, cols);
+    kernels::gemm({C + r * ldc, ldc, rows, cols}, {A + r * lda + k0, lda, 1}, {B + k0 * ldb, ldb, k1 - k0, cols},
+                  {.accumulate = true});
   }
 }
 
@@ -246,10 +245,10 @@ void forward_chunk(ChunkScratch& w, TensorView out, ConstTensorView q, ConstTens
   const kernels::RowsAhead next_q = ahead.of(q, out, true, C);
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
-    gemm_set(o + r * ldo, ldo, X + r * Kp, Kp, 1, w.SV(), p.Ep, rows, p.Mp + r + rows, p.Ep,
-             scale ? scale + r : nullptr, r + kStrip >= n ? &next_q : nullptr);
+    kernels::gemm({o + r * ldo, ldo, rows, p.Ep}, {X + r * Kp, Kp, 1}, {w.SV(), p.Ep, p.Mp + r + rows, p.Ep},
+                  {.row_scale = scale ? scale + r : nullptr, .ahead = r + kStrip >= n ? &next_q : nullptr});
   }
-  if (!direct) store_rows(head_rows(out, b, h), t, n, n, w.num.data(), p.Ep, p.E);
+  if (!direct) kernels::unpack_rows(head_rows(out, b, h), t, {w.num.data(), p.Ep, n, p.E}, n);
   // S += φ(K)ᵀ V, z += Σ φ(K)
   w.advance(p, n, ahead.of(k, v, false, C));
 }
@@ -288,11 +287,12 @@ void backward_chunk_forward_sweep(ChunkScratch& w, TensorView dq, ConstTensorVie
   float* S = w.S();
   float* z = w.z();
   w.load(p, q, k, v, b, h, t, n, valid);
-  load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
+  kernels::pack_rows({w.g.data(), p.Ep, n, p.E}, head_rows(dout, b, h), t, n);
   // P = dout Sᵀ + mask(dout Vᵀ) φ(K); meanwhile the next item's q and k rows are fetched
   kernels::transpose(w.St.data(), p.Mp, S, p.Ep, p.M, p.E);
   const kernels::RowsAhead next_qk = ahead.of(q, k, false, w.C);
-  gemm_set(w.P.data(), p.Mp, w.g.data(), p.Ep, 1, w.St.data(), p.Mp, n, p.E, p.Mp, nullptr, &next_qk);
+  kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.g.data(), p.Ep, 1}, {w.St.data(), p.Mp, p.E, p.Mp},
+                {.ahead = &next_qk});
   masked_product(w.W.data(), w.Cp, w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
   triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true);
   if (p.normalize) {
@@ -330,7 +330,7 @@ void backward_chunk_reverse_sweep(ChunkScratch& w, TensorView dk, TensorView dv,
   // The next item's rows, fetched during the two products with G.
   const kernels::RowsAhead next_qk = ahead.of(q, k, false, w.C), next_vg = ahead.of(v, dout, false, w.C);
   w.load(p, q, k, v, b, h, t, n, valid);
-  load_rows(w.g.data(), p.Ep, head_rows(dout, b, h), t, n, n, p.E);
+  kernels::pack_rows({w.g.data(), p.Ep, n, p.E}, head_rows(dout, b, h), t, n);
   float* dden = w.dden.data();
   if (p.normalize) {
     for (int64_t r = 0; r < n; ++r) {
@@ -342,21 +342,22 @@ void backward_chunk_reverse_sweep(ChunkScratch& w, TensorView dk, TensorView dv,
   // dφ(K) = g + V Gᵀ + (mask_{i ≥ j}(V dnumᵀ) + dden) φ(Q)
   for (int64_t r = 0; r < n; ++r) std::copy_n(g, p.Mp, w.P.data() + r * p.Mp);
   kernels::transpose(w.St.data(), p.Mp, G, p.Ep, p.M, p.E);
-  gemm_acc(w.P.data(), p.Mp, w.V, w.ldv, 1, w.St.data(), p.Mp, n, p.E, p.Mp, &next_qk);
+  kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.V, w.ldv, 1}, {w.St.data(), p.Mp, p.E, p.Mp},
+                {.accumulate = true, .ahead = &next_qk});
   masked_product(w.W.data(), w.Cp, w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
   if (p.normalize)
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = j; i < n; ++i) w.W[j * w.Cp + i] += dden[i];
   triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_q.data(), p.Mp, n, p.Mp, false);
   // dV = φ(K) G + mask_{i ≥ j}(φ(K) φ(Q)ᵀ) dnum
-  gemm_set(w.num.data(), p.Ep, w.phi_k.data(), p.Mp, 1, G, p.Ep, n, p.M, p.Ep, nullptr, &next_vg);
+  kernels::gemm({w.num.data(), p.Ep, n, p.Ep}, {w.phi_k.data(), p.Mp, 1}, {G, p.Ep, p.M, p.Ep}, {.ahead = &next_vg});
   masked_product(w.A.data(), w.Cp, w.Cp, w.phi_k.data(), p.Mp, w.phi_q.data(), p.Mp, n, p.M, w.T.data(), false);
   triangular_acc(w.num.data(), p.Ep, w.A.data(), w.Cp, w.g.data(), p.Ep, n, p.Ep, false);
   store_feature_grad(head_rows(dk, b, h), w.features, p, FeatureRole::key, w.P.data(), w.phi_k.data(),
                      head_rows(k, b, h), t, n, valid);
-  store_rows(head_rows(dv, b, h), t, n, valid, w.num.data(), p.Ep, p.E);
+  kernels::unpack_rows(head_rows(dv, b, h), t, {w.num.data(), p.Ep, n, p.E}, valid);
   // G += φ(Q)ᵀ dnum, g += Σ dden_i φ(q_i)
-  gemm_acc(G, p.Ep, w.phi_q.data(), 1, p.Mp, w.g.data(), p.Ep, p.M, n, p.Ep);
+  kernels::gemm({G, p.Ep, p.M, p.Ep}, {w.phi_q.data(), 1, p.Mp}, {w.g.data(), p.Ep, n, p.Ep}, {.accumulate = true});
   if (p.normalize) kernels::add_weighted_rows(g, w.phi_q.data(), p.Mp, dden, n, p.M);
 }
 

@@ -34,11 +34,12 @@ void queries_forward(TensorView out, ConstTensorView q, const PackedState& state
       // Meanwhile the next item's q rows are fetched, and its out rows (to be written).
       const kernels::RowsAhead next = rows_ahead(walk, q, out, true, b, t);
       if (rows_in_place(out)) {
-        kernels::gemm_set(head_rows(out, b, h).at(i), out.stride[1], phi.data(), p.Mp, 1, state.S_of(bh), p.Ep, n, p.M,
-                          p.Ep, row_scale, &next);
+        kernels::gemm({head_rows(out, b, h).at(i), out.stride[1], n, p.Ep}, {phi.data(), p.Mp, 1},
+                      {state.S_of(bh), p.Ep, p.M, p.Ep}, {.row_scale = row_scale, .ahead = &next});
       } else {
-        kernels::gemm_set(num.data(), p.Ep, phi.data(), p.Mp, 1, state.S_of(bh), p.Ep, n, p.M, p.Ep, row_scale, &next);
-        store_rows(head_rows(out, b, h), i, n, n, num.data(), p.Ep, p.E);
+        kernels::gemm({num.data(), p.Ep, n, p.Ep}, {phi.data(), p.Mp, 1}, {state.S_of(bh), p.Ep, p.M, p.Ep},
+                      {.row_scale = row_scale, .ahead = &next});
+        kernels::unpack_rows(head_rows(out, b, h), i, {num.data(), p.Ep, n, p.E}, n);
       }
     }
   }
@@ -74,11 +75,11 @@ void queries_backward(TensorView dq, PackedState& grad, ConstTensorView dout, Co
         float* gz = blk == 0 ? grad.z_of(bh) : partial_z.at(b, blk, h);
         load_features(phi.data(), w, p, FeatureRole::query, head_rows(q, b, h), i, n, n,
                       p.normalize ? FeatureSums{.dot = z, .dots = den.data()} : FeatureSums{});
-        load_rows(g.data(), p.Ep, head_rows(dout, b, h), i, n, n, p.E);
+        kernels::pack_rows({g.data(), p.Ep, n, p.E}, head_rows(dout, b, h), i, n);
         // P_i = S dout_i: [n, Mp], while the next tile's q and dout rows are fetched
         const kernels::RowsAhead next = rows_ahead(walk, q, dout, false, b, t);
-        kernels::gemm_set(P.data(), p.Mp, g.data(), p.Ep, 1, St.data() + bh * p.E * p.Mp, p.Mp, n, p.E, p.Mp, nullptr,
-                          &next);
+        kernels::gemm({P.data(), p.Mp, n, p.Mp}, {g.data(), p.Ep, 1}, {St.data() + bh * p.E * p.Mp, p.Mp, p.E, p.Mp},
+                      {.ahead = &next});
         if (p.normalize) {
           for (int64_t r = 0; r < n; ++r) {
             const float d = den[r] + p.eps;
@@ -88,7 +89,7 @@ void queries_backward(TensorView dq, PackedState& grad, ConstTensorView dout, Co
           }
           kernels::add_weighted_rows(gz, phi.data(), p.Mp, dden.data(), n, p.M);
         }
-        kernels::gemm_acc(gS, p.Ep, phi.data(), 1, p.Mp, g.data(), p.Ep, p.M, n, p.Ep);
+        kernels::gemm({gS, p.Ep, p.M, p.Ep}, {phi.data(), 1, p.Mp}, {g.data(), p.Ep, n, p.Ep}, {.accumulate = true});
         store_feature_grad(head_rows(dq, b, h), w, p, FeatureRole::query, P.data(), phi.data(), head_rows(q, b, h), i,
                            n, n);
       }

@@ -11,6 +11,8 @@
 
 #include "core/validate.hpp"
 #include "kernels/feature_map_elementwise.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/rows.hpp"
 #include "ops/linear/linear_checks.hpp"
 
 namespace linattn::detail {
@@ -124,36 +126,6 @@ void unpack_state(RecurrentState& state, const PackedState& packed, const Linear
 FeatureScratch::FeatureScratch(const LinearProblem& p, int64_t rows)
     : x(size_t(rows * p.D)), dx(size_t(rows * p.D)), phi(size_t(rows * p.M)) {}
 
-void load_rows(float* dst, int64_t ld, HeadRows<const float> src, int64_t n0, int64_t n, int64_t valid, int64_t cols) {
-  valid = std::clamp<int64_t>(valid, 0, n);
-  for (int64_t r = 0; r < valid; ++r) {
-    const float* s = src.at(n0 + r);
-    float* d = dst + r * ld;
-    if (src.col == 1) {
-      std::memcpy(d, s, size_t(cols) * sizeof(float));
-    } else {
-      for (int64_t c = 0; c < cols; ++c) d[c] = s[c * src.col];
-    }
-    std::fill(d + cols, d + ld, 0.0f);
-  }
-  std::fill(dst + valid * ld, dst + n * ld, 0.0f);
-}
-
-void store_rows(HeadRows<float> dst, int64_t n0, int64_t n, int64_t valid, const float* src, int64_t ld, int64_t cols) {
-  valid = std::clamp<int64_t>(valid, 0, n);
-  for (int64_t r = 0; r < n; ++r) {
-    float* d = dst.at(n0 + r);
-    if (dst.col == 1) {
-      if (r < valid)
-        std::memcpy(d, src + r * ld, size_t(cols) * sizeof(float));
-      else
-        std::fill(d, d + cols, 0.0f);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) d[c * dst.col] = r < valid ? src[r * ld + c] : 0.0f;
-    }
-  }
-}
-
 void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, FeatureRole role, HeadRows<const float> x,
                    int64_t n0, int64_t n, int64_t valid, const FeatureSums& sums) {
   valid = std::clamp<int64_t>(valid, 0, n);
@@ -167,7 +139,7 @@ void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, Featur
     t.sum = sums.sum, t.dot = sums.dot, t.dots = sums.dots;
     if (valid > 0) kernels::feature_tile(t);
   } else {
-    load_rows(w.x.data(), p.D, x, n0, valid, valid, p.D);
+    kernels::pack_rows({w.x.data(), p.D, valid, p.D}, x, n0, valid);
     if (p.M == p.Mp) {
       if (valid > 0) p.map->forward(phi, w.x.data(), valid, p.D, role);
     } else {
@@ -191,10 +163,10 @@ void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProbl
     float* out = dx.at(n0);
     switch (p.builtin) {
       case LinearProblem::Builtin::elu:
-        kernels::elu_backward_from_phi(out, dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
+        kernels::map_backward_from_phi(kernels::TileMap::elu, out, dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
         break;
       case LinearProblem::Builtin::relu:
-        kernels::relu_backward_from_phi(out, dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
+        kernels::map_backward_from_phi(kernels::TileMap::relu, out, dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
         break;
       default:
         for (int64_t r = 0; r < valid; ++r) std::memcpy(dx.at(n0 + r), dphi + r * p.Mp, size_t(p.D) * sizeof(float));
@@ -209,10 +181,10 @@ void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProbl
       for (int64_t r = 0; r < valid; ++r) std::copy_n(dphi + r * p.Mp, p.M, w.phi.data() + r * p.M);
       g = w.phi.data();
     }
-    load_rows(w.x.data(), p.D, x, n0, valid, valid, p.D);
+    kernels::pack_rows({w.x.data(), p.D, valid, p.D}, x, n0, valid);
     p.map->backward(w.dx.data(), g, w.x.data(), valid, p.D, role);
   }
-  store_rows(dx, n0, n, valid, w.dx.data(), p.D, p.D);
+  kernels::unpack_rows(dx, n0, {w.dx.data(), p.D, n, p.D}, valid);
 }
 
 ThreadShare thread_share(int64_t items) {
@@ -290,12 +262,13 @@ void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const Li
         const float* V = head_rows(v, b, h).at(j);
         int64_t ldv = v.stride[1];
         if (!rows_in_place(v)) {
-          load_rows(val.data(), p.Ep, head_rows(v, b, h), j, n, n, p.E);
+          kernels::pack_rows({val.data(), p.Ep, n, p.E}, head_rows(v, b, h), j, n);
           V = val.data(), ldv = p.Ep;
         }
         // S += φ(K)ᵀ V, while the next tile's k and v rows are fetched.
         const kernels::RowsAhead next = rows_ahead(walk, k, v, false, b, t);
-        kernels::gemm_acc(S, p.Ep, phi.data(), 1, p.Mp, V, ldv, p.M, n, p.Ep, &next);
+        kernels::gemm({S, p.Ep, p.M, p.Ep}, {phi.data(), 1, p.Mp}, {V, ldv, n, p.Ep},
+                      {.accumulate = true, .ahead = &next});
       }
     }
 #pragma omp for schedule(static)
@@ -329,18 +302,18 @@ void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTen
       const int64_t valid = std::clamp<int64_t>(p.lengths[b] - j, 0, n);
       if (valid > 0) {
         load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, valid, valid);
-        load_rows(val.data(), p.Ep, head_rows(v, b, h), j, valid, valid, p.E);
+        kernels::pack_rows({val.data(), p.Ep, valid, p.E}, head_rows(v, b, h), j, valid);
         // dφ(k_j) = dS v_j + dz, while the next tile's k and v rows are fetched
         for (int64_t r = 0; r < valid; ++r) std::copy_n(grad.z_of(bh), p.Mp, dphi.data() + r * p.Mp);
         const kernels::RowsAhead next = rows_ahead(walk, k, v, false, b, t);
-        kernels::gemm_acc(dphi.data(), p.Mp, val.data(), p.Ep, 1, dSt.data() + bh * p.E * p.Mp, p.Mp, valid, p.E, p.Mp,
-                          &next);
+        kernels::gemm({dphi.data(), p.Mp, valid, p.Mp}, {val.data(), p.Ep, 1},
+                      {dSt.data() + bh * p.E * p.Mp, p.Mp, p.E, p.Mp}, {.accumulate = true, .ahead = &next});
         // dv_j = dSᵀ φ(k_j)
-        kernels::gemm_set(dval.data(), p.Ep, phi.data(), p.Mp, 1, grad.S_of(bh), p.Ep, valid, p.M, p.Ep);
+        kernels::gemm({dval.data(), p.Ep, valid, p.Ep}, {phi.data(), p.Mp, 1}, {grad.S_of(bh), p.Ep, p.M, p.Ep});
       }
       store_feature_grad(head_rows(dk, b, h), w, p, FeatureRole::key, dphi.data(), phi.data(), head_rows(k, b, h), j, n,
                          valid);
-      store_rows(head_rows(dv, b, h), j, n, valid, dval.data(), p.Ep, p.E);
+      kernels::unpack_rows(head_rows(dv, b, h), j, {dval.data(), p.Ep, n, p.E}, valid);
     }
   }
 }

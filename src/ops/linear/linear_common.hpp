@@ -8,7 +8,9 @@
 #include <span>
 #include <vector>
 
-#include "kernels/linear_tiles.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/pack.hpp"
+#include "kernels/rows.hpp"
 #include "linattn/boundary.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -64,21 +66,12 @@ void check_chunk_size(const char* op, const LinearAttentionOptions& options);
 // A state read by an operator matches [B, H, M, E] and the feature map's name.
 void check_state(const char* op, const char* name, const RecurrentState& state, const LinearProblem& p);
 
-// The rows of one (b, h) head of a [B, N, H, D] view: element (n, d) at data[n·row + d·col].
-template <class T>
-struct HeadRows {
-  T* data;
-  int64_t row, col;
-  T* at(int64_t n) const { return data + n * row; }
-};
+using kernels::head_rows;
+using kernels::HeadRows;
 // Whether x's rows can serve the tile kernels in place: contiguous, and a whole number of kPad.
 template <class T>
 bool rows_in_place(View4<T> x) {
   return x.stride[3] == 1 && x.dim() % kernels::kPad == 0;
-}
-template <class T>
-HeadRows<T> head_rows(View4<T> x, int64_t b, int64_t h) {
-  return {x.data + b * x.stride[0] + h * x.stride[2], x.stride[1], x.stride[3]};
 }
 // Tokens [begin, begin + count) of x.
 template <class T>
@@ -165,10 +158,6 @@ kernels::RowsAhead dense_part_ahead(ConstTensorView x, ConstTensorView y, bool f
 kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t h,
                                    int64_t n0, int64_t n);
 
-// dst: [n, ld] = rows [n0, n0 + n) of src (cols values each); rows from `valid` on, and the padding, are 0.
-void load_rows(float* dst, int64_t ld, HeadRows<const float> src, int64_t n0, int64_t n, int64_t valid, int64_t cols);
-// Rows [n0, n0 + n) of dst = src: [n, ld] (cols values each); rows from `valid` on are 0.
-void store_rows(HeadRows<float> dst, int64_t n0, int64_t n, int64_t valid, const float* src, int64_t ld, int64_t cols);
 // The normaliser's sums formed with a tile's φ (each optional): sum[0:Mp] += Σ_r φ_r over the valid
 // rows (the keys' z), dots[r] = φ_r · dot[0:Mp] (the queries' φ(q)·z).
 struct FeatureSums {

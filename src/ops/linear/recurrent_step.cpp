@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
-#include "kernels/linear_tiles.hpp"
+#include "kernels/rows.hpp"
 #include "ops/linear/linear_common.hpp"
 
 namespace linattn {
@@ -25,11 +25,11 @@ void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
   for (const auto& [src, phi, role] :
        {std::tuple{q, &phi_q, FeatureRole::query}, std::tuple{k, &phi_k, FeatureRole::key}}) {
     for (int64_t bh = 0; bh < BH; ++bh)
-      detail::load_rows(x.data() + bh * p.D, p.D, detail::head_rows(src, bh / p.H, bh % p.H), 0, 1, 1, p.D);
+      kernels::pack_rows({x.data() + bh * p.D, p.D, 1, p.D}, detail::head_rows(src, bh / p.H, bh % p.H), 0, 1);
     p.map->forward(phi->data(), x.data(), BH, p.D, role);
   }
   for (int64_t bh = 0; bh < BH; ++bh) {
-    detail::load_rows(vals.data() + bh * E, E, detail::head_rows(v, bh / p.H, bh % p.H), 0, 1, 1, E);
+    kernels::pack_rows({vals.data() + bh * E, E, 1, E}, detail::head_rows(v, bh / p.H, bh % p.H), 0, 1);
   }
   // Heads are independent; threads only pay off once the states are large.
 #pragma omp parallel for schedule(static) if (BH * M * E >= (1 << 18))
@@ -51,7 +51,7 @@ void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
       den += p.eps;
       for (int64_t e = 0; e < E; ++e) o[e] /= den;
     }
-    detail::store_rows(detail::head_rows(out, bh / p.H, bh % p.H), 0, 1, 1, o, E, E);
+    kernels::unpack_rows(detail::head_rows(out, bh / p.H, bh % p.H), 0, {o, E, 1, E}, 1);
   }
   state.set_position(state.position() + 1);
 }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
-#include "kernels/random_kernels.hpp"
+#include "kernels/gemm.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "ops/linformer/linformer_checks.hpp"
@@ -60,7 +60,7 @@ std::vector<float> project(ConstTensorView x, std::span<const float> E, const Si
       const float* e = head_projection(E, s, o, h);
       float* xp = slab(out, s, b, h, dim);
       // x̃ = E_h[:, :L] · x[:L]
-      kernels::ordered_gemm(xp, dim, e, s.N_max, rows.data(), dim, s.P, dim, L, false);
+      kernels::gemm({xp, dim, s.P, dim}, {e, s.N_max, 1}, {rows.data(), dim, L, dim});
     }
   }
   return out;
@@ -88,7 +88,7 @@ void project_backward(TensorView dx, std::span<float> dE, const std::vector<floa
       const float* g = dxp.data() + bh * s.P * dim;
       const float* et = Et.data() + (o.share_heads ? 0 : h) * s.Nk * s.P;
       // dx[:L] = E_h[:, :L]ᵀ · dx̃
-      kernels::ordered_gemm(rows.data(), dim, et, s.P, g, dim, L, dim, s.P, false);
+      kernels::gemm({rows.data(), dim, L, dim}, {et, s.P, 1}, {g, dim, s.P, dim});
       for (int64_t j = 0; j < s.Nk; ++j)
         for (int64_t d = 0; d < dim; ++d) dx(b, j, h, d) = j < L ? rows[size_t(j * dim + d)] : 0.0f;
     }
@@ -103,8 +103,8 @@ void project_backward(TensorView dx, std::span<float> dE, const std::vector<floa
         const int64_t L = detail::key_length(o.key_lengths, b, s.Nk);
         for (int64_t h = o.share_heads ? 0 : p; h < (o.share_heads ? s.H : p + 1); ++h) {
           // dE_h[r.., :L] += dx̃[r..] · x[:L]ᵀ
-          kernels::ordered_gemm(de, s.N_max, dxp.data() + ((b * s.H + h) * s.P + r) * dim, dim,
-                                xt.data() + (b * s.H + h) * dim * s.Nk, s.Nk, nr, L, dim, true);
+          kernels::gemm({de, s.N_max, nr, L}, {dxp.data() + ((b * s.H + h) * s.P + r) * dim, dim, 1},
+                        {xt.data() + (b * s.H + h) * dim * s.Nk, s.Nk, dim, L}, {.accumulate = true});
         }
       }
     }

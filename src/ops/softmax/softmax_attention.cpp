@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/pack.hpp"
 #include "kernels/softmax_decode.hpp"
-#include "kernels/softmax_pack.hpp"
-#include "kernels/softmax_tile_matmul.hpp"
 #include "kernels/softmax_tile_rows.hpp"
 
 namespace linattn {
@@ -39,11 +39,11 @@ namespace {
 constexpr const char* kForward = "softmax_attention_forward";
 constexpr const char* kBackward = "softmax_attention_backward";
 constexpr int64_t kTileQ = 64;  // query rows per tile
-constexpr int64_t kTileK = 64;  // key rows per tile (a multiple of kernels::kTileLanes)
+constexpr int64_t kTileK = 64;  // key rows per tile (a multiple of kernels::kPad)
 constexpr float kInf = std::numeric_limits<float>::infinity();
 // Decoding (Nq ≤ kDecodeRows, e.g. one token against a KV cache): the keys of a head are split into
 // chunks of kDecodeChunk keys, a number fixed by Nk alone (never by the thread count).
-constexpr int64_t kDecodeRows = 16;     // at most kTileLanes: the queries are the columns of one vector
+constexpr int64_t kDecodeRows = 16;     // at most kernels::kPad: the queries are the columns of one vector
 constexpr int64_t kDecodeChunk = 2048;  // keys per chunk (a multiple of kTileK)
 // Up to this many queries, scores are dot products along each key's row (a lane sum per query and
 // key); beyond, the tile product's broadcast FMAs, which form 16 queries' scores at once, cost less.
@@ -51,7 +51,7 @@ constexpr int64_t kDecodeDotRows = 2;
 // Below this many key elements (heads · Nk · (D + E)) the decode runs on the calling thread: the
 // fork and join of a parallel region (~10–40 µs with passive waiting) would outweigh the work.
 constexpr int64_t kDecodeParallelWork = int64_t(1) << 20;
-static_assert(kDecodeRows <= kernels::kTileLanes && kDecodeChunk % kTileK == 0);
+static_assert(kDecodeRows <= kernels::kPad && kDecodeChunk % kTileK == 0);
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t ceil_div(int64_t x, int64_t to) { return (x + to - 1) / to; }
@@ -59,7 +59,7 @@ int64_t ceil_div(int64_t x, int64_t to) { return (x + to - 1) / to; }
 // Shapes and masking of one call, shared by the forward and the backward.
 struct Plan {
   int64_t B = 0, Nq = 0, Nk = 0, H = 0, D = 0, E = 0;
-  int64_t Dp = 0, Ep = 0;  // D and E padded to kTileLanes: the leading dims of the tiles
+  int64_t Dp = 0, Ep = 0;  // D and E padded to kernels::kPad: the leading dims of the tiles
   int64_t q_tiles = 0, k_tiles = 0;
   float scale = 1;
   bool causal = false;
@@ -102,8 +102,8 @@ Plan make_plan(const char* op, ConstTensorView q, ConstTensorView k, ConstTensor
   detail::check_scale(op, options.scale);
   Plan p;
   p.B = q.batch(), p.Nq = q.seq(), p.Nk = k.seq(), p.H = q.heads(), p.D = q.dim(), p.E = v.dim();
-  p.Dp = round_up(p.D, kernels::kTileLanes);
-  p.Ep = round_up(p.E, kernels::kTileLanes);
+  p.Dp = round_up(p.D, kernels::kPad);
+  p.Ep = round_up(p.E, kernels::kPad);
   p.q_tiles = ceil_div(p.Nq, kTileQ);
   p.k_tiles = ceil_div(p.Nk, kTileK);
   p.scale = options.scale ? *options.scale : float(1.0 / std::sqrt(double(p.D)));
@@ -149,13 +149,13 @@ struct KeyPack {
 
   void pack(ConstTensorView k, ConstTensorView v_in, const Plan& p, int64_t b, int64_t h, int64_t t) const {
     const int64_t j0 = t * kTileK, count = p.key_rows(t);
-    kernels::softmax_pack_rows_transposed(kt(t), kTileK, k, b, h, j0, count);
+    kernels::pack_rows_transposed({kt(t), kTileK, k.dim(), count}, kernels::head_rows(k, b, h), j0);
     if (!backward) {
-      kernels::softmax_pack_rows(v(t), p.Ep, kTileK, v_in, b, h, j0, count, 1.0f);
+      kernels::pack_rows({v(t), p.Ep, kTileK, v_in.dim()}, kernels::head_rows(v_in, b, h), j0, count);
       return;
     }
-    kernels::softmax_pack_rows_transposed(v(t), kTileK, v_in, b, h, j0, count);
-    kernels::softmax_pack_rows(kr(t), p.Dp, kTileK, k, b, h, j0, count, 1.0f);
+    kernels::pack_rows_transposed({v(t), kTileK, v_in.dim(), count}, kernels::head_rows(v_in, b, h), j0);
+    kernels::pack_rows({kr(t), p.Dp, kTileK, k.dim()}, kernels::head_rows(k, b, h), j0, count);
   }
 };
 
@@ -178,9 +178,9 @@ struct QueryPack {
   void pack(ConstTensorView q, ConstTensorView dout, ConstTensorView out, const Plan& p, int64_t b, int64_t h,
             int64_t t, float* o_scratch) const {
     const int64_t i0 = t * kTileQ, rows = p.query_rows(t);
-    kernels::softmax_pack_rows(qs(t), p.Dp, kTileQ, q, b, h, i0, rows, p.scale);
-    kernels::softmax_pack_rows(dos(t), p.Ep, kTileQ, dout, b, h, i0, rows, 1.0f);
-    kernels::softmax_pack_rows(o_scratch, p.Ep, kTileQ, out, b, h, i0, rows, 1.0f);
+    kernels::pack_rows({qs(t), p.Dp, kTileQ, q.dim()}, kernels::head_rows(q, b, h), i0, rows, p.scale);
+    kernels::pack_rows({dos(t), p.Ep, kTileQ, dout.dim()}, kernels::head_rows(dout, b, h), i0, rows);
+    kernels::pack_rows({o_scratch, p.Ep, kTileQ, out.dim()}, kernels::head_rows(out, b, h), i0, rows);
     kernels::softmax_row_dot(delta(t), dos(t), o_scratch, p.Ep, rows, p.Ep);
   }
 };
@@ -204,7 +204,7 @@ struct ForwardScratch {
 void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                         const KeyPack& keys, const Plan& p, int64_t b, int64_t h, int64_t t, ForwardScratch& w) {
   const int64_t i0 = t * kTileQ, rows = p.query_rows(t);
-  kernels::softmax_pack_rows(w.qs, p.Dp, rows, q, b, h, i0, rows, p.scale);
+  kernels::pack_rows({w.qs, p.Dp, rows, q.dim()}, kernels::head_rows(q, b, h), i0, rows, p.scale);
   std::fill_n(w.o, kTileQ * p.Ep, 0.0f);
   std::fill_n(w.row_max, kTileQ, -kInf);
   std::fill_n(w.row_sum, kTileQ, 0.0f);
@@ -213,15 +213,14 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
     if (keys.streaming) keys.pack(k, v, p, b, h, kt);
     for (int64_t r = 0; r < rows; ++r) w.key_end[r] = int32_t(std::clamp(p.key_end(b, i0 + r) - j0, int64_t(0), count));
     // s = (scale · q) kᵀ
-    kernels::softmax_tile_matmul(w.s, kTileK, w.qs, p.Dp, 1, keys.kt(kt), kTileK, nullptr, nullptr, rows, kTileK, p.D,
-                                 false);
+    kernels::gemm({w.s, kTileK, rows, kTileK}, {w.qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK});
     kernels::softmax_forward_tile(w.s, kTileK, w.o, p.Ep, w.row_max, w.row_sum, w.key_end, rows, kTileK, p.Ep);
     // o += p v, over each row's visible keys only
-    kernels::softmax_tile_matmul(w.o, p.Ep, w.s, kTileK, 1, keys.v(kt), p.Ep, nullptr, w.key_end, rows, p.Ep, count,
-                                 true);
+    kernels::gemm({w.o, p.Ep, rows, p.Ep}, {w.s, kTileK, 1}, {keys.v(kt), p.Ep, count, p.Ep},
+                  {.accumulate = true, .k_end = w.key_end});
   }
   kernels::softmax_forward_finish(w.o, p.Ep, lse + (b * p.H + h) * p.Nq + i0, w.row_max, w.row_sum, rows, p.Ep);
-  kernels::softmax_unpack_rows(out, w.o, p.Ep, b, h, i0, rows, 1.0f);
+  kernels::unpack_rows(kernels::head_rows(out, b, h), i0, {w.o, p.Ep, rows, out.dim()}, rows);
 }
 
 // Decoding: few queries (Nq ≤ kDecodeRows) against many keys. Flash-decoding: the items are
@@ -231,7 +230,7 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
 // (a dot product per key along its contiguous row; Nq ≤ kDecodeDotRows), or else as
 // sᵀ = k · (scale · q)ᵀ by the tile product with k as its strided A operand and the queries as the
 // columns, then transposed. o += p v takes v as the tile product's B operand when its rows are
-// contiguous and E is a multiple of kTileLanes (else each v tile is packed).
+// contiguous and E is a multiple of kernels::kPad (else each v tile is packed).
 struct DecodeScratch {
   hwy::AlignedFreeUniquePtr<float[]> memory;
   float *qs, *qt, *st, *s, *o, *vp, *row_max, *row_sum;
@@ -262,7 +261,7 @@ void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTen
   const int64_t c1 = std::min(p.Nk, std::min(c0 + kDecodeChunk, p.key_end(b, rows - 1)));  // the last row sees most
   if (c0 < c1) {
     const bool k_rows = k.stride[3] == 1 && rows <= kDecodeDotRows, v_in_place = v.stride[3] == 1 && p.E == p.Ep;
-    kernels::softmax_pack_rows(w.qs, p.Dp, rows, q, b, h, 0, rows, p.scale);
+    kernels::pack_rows({w.qs, p.Dp, rows, q.dim()}, kernels::head_rows(q, b, h), 0, rows, p.scale);
     if (!k_rows) {  // qt[d, r] = qs[r, d]; columns r ≥ Nq are 0
       std::fill_n(w.qt, p.Dp * kDecodeRows, 0.0f);
       for (int64_t r = 0; r < rows; ++r)
@@ -275,8 +274,8 @@ void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTen
       if (k_rows) {
         kernels::softmax_decode_scores(w.s, kTileK, w.qs, p.Dp, rows, k.row(b, j0, h), k.stride[1], count, p.D);
       } else {
-        kernels::softmax_tile_matmul(w.st, kDecodeRows, k.row(b, j0, h), k.stride[1], k.stride[3], w.qt, kDecodeRows,
-                                     nullptr, nullptr, count, kDecodeRows, p.D, false);
+        kernels::gemm({w.st, kDecodeRows, count, kDecodeRows}, {k.row(b, j0, h), k.stride[1], k.stride[3]},
+                      {w.qt, kDecodeRows, p.D, kDecodeRows});
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < count; ++j) w.s[r * kTileK + j] = w.st[j * kDecodeRows + r];
       }
@@ -289,9 +288,10 @@ void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTen
         vt = v.row(b, j0, h);
         ldv = v.stride[1];
       } else {
-        kernels::softmax_pack_rows(w.vp, p.Ep, count, v, b, h, j0, count, 1.0f);
+        kernels::pack_rows({w.vp, p.Ep, count, v.dim()}, kernels::head_rows(v, b, h), j0, count);
       }
-      kernels::softmax_tile_matmul(w.o, p.Ep, w.s, kTileK, 1, vt, ldv, nullptr, w.key_end, rows, p.Ep, count, true);
+      kernels::gemm({w.o, p.Ep, rows, p.Ep}, {w.s, kTileK, 1}, {vt, ldv, count, p.Ep},
+                    {.accumulate = true, .k_end = w.key_end});
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -327,7 +327,7 @@ void decode_merge(TensorView out, float* lse, const float* partials, const Plan&
     w.row_sum[r] = l;
   }
   kernels::softmax_forward_finish(w.o, p.Ep, lse + (b * p.H + h) * p.Nq, w.row_max, w.row_sum, rows, p.Ep);
-  kernels::softmax_unpack_rows(out, w.o, p.Ep, b, h, 0, rows, 1.0f);
+  kernels::unpack_rows(kernels::head_rows(out, b, h), 0, {w.o, p.Ep, rows, out.dim()}, rows);
 }
 
 void decode_forward(TensorView out, std::span<float> lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
@@ -386,24 +386,22 @@ void backward_pair(float* dq, float* dk, float* dv, const QueryPack& queries, co
   const float* qs = queries.qs(qt);
   const float* dos = queries.dos(qt);
   // s = (scale · q) kᵀ; dp = dO vᵀ; then p = exp(s − lse), ds = p ∘ (dp − delta)
-  kernels::softmax_tile_matmul(w.s, kTileK, qs, p.Dp, 1, keys.kt(kt), kTileK, nullptr, nullptr, rows, kTileK, p.D,
-                               false);
-  kernels::softmax_tile_matmul(w.dp, kTileK, dos, p.Ep, 1, keys.v(kt), kTileK, nullptr, nullptr, rows, kTileK, p.E,
-                               false);
+  kernels::gemm({w.s, kTileK, rows, kTileK}, {qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK});
+  kernels::gemm({w.dp, kTileK, rows, kTileK}, {dos, p.Ep, 1}, {keys.v(kt), kTileK, p.E, kTileK});
   kernels::softmax_backward_tile(w.s, w.dp, kTileK, lse + i0, queries.delta(qt), w.key_end, rows, kTileK);
   if (dq)
-    kernels::softmax_tile_matmul(dq, p.Dp, w.dp, kTileK, 1, keys.kr(kt), p.Dp, nullptr, w.key_end, rows, p.Dp, count,
-                                 true);
+    kernels::gemm({dq, p.Dp, rows, p.Dp}, {w.dp, kTileK, 1}, {keys.kr(kt), p.Dp, count, p.Dp},
+                  {.accumulate = true, .k_end = w.key_end});
   if (!dk) return;
   for (int64_t c = 0; c < count; ++c) {
     const int64_t begin = p.query_begin(b, j0 + c);
     w.query_begin[c] = int32_t(std::clamp(begin - i0, int64_t(0), rows));
     w.query_end[c] = begin < p.Nq ? int32_t(rows) : 0;
   }
-  kernels::softmax_tile_matmul(dv, p.Ep, w.s, 1, kTileK, dos, p.Ep, w.query_begin, w.query_end, count, p.Ep, rows,
-                               true);
-  kernels::softmax_tile_matmul(dk, p.Dp, w.dp, 1, kTileK, qs, p.Dp, w.query_begin, w.query_end, count, p.Dp, rows,
-                               true);
+  kernels::gemm({dv, p.Ep, count, p.Ep}, {w.s, 1, kTileK}, {dos, p.Ep, rows, p.Ep},
+                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end});
+  kernels::gemm({dk, p.Dp, count, p.Dp}, {w.dp, 1, kTileK}, {qs, p.Dp, rows, p.Dp},
+                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end});
 }
 
 }  // namespace
@@ -498,10 +496,11 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
           std::fill_n(w.dq, kTileQ * p.Dp, 0.0f);
           for (int64_t kt = 0; kt < p.key_tiles_seen(b, qt); ++kt)
             backward_pair(w.dq, w.dk(kt), w.dv(kt), qp, kp, lse_rows, p, b, qt, kt, w);
-          kernels::softmax_unpack_rows(dq, w.dq, p.Dp, b, h, qt * kTileQ, p.query_rows(qt), p.scale);
+          kernels::unpack_rows(kernels::head_rows(dq, b, h), qt * kTileQ, {w.dq, p.Dp, p.query_rows(qt), dq.dim()},
+                               p.query_rows(qt), p.scale);
         }
-        kernels::softmax_unpack_rows(dk, w.dk_all, p.Dp, b, h, 0, p.Nk, 1.0f);
-        kernels::softmax_unpack_rows(dv, w.dv_all, p.Ep, b, h, 0, p.Nk, 1.0f);
+        kernels::unpack_rows(kernels::head_rows(dk, b, h), 0, {w.dk_all, p.Dp, p.Nk, dk.dim()}, p.Nk);
+        kernels::unpack_rows(kernels::head_rows(dv, b, h), 0, {w.dv_all, p.Ep, p.Nk, dv.dim()}, p.Nk);
       }
     }
     return;
@@ -532,14 +531,17 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
           std::fill_n(w.dq, kTileQ * p.Dp, 0.0f);
           for (int64_t kt = 0; kt < p.key_tiles_seen(b, qt); ++kt)
             backward_pair(w.dq, nullptr, nullptr, qp, kp, lse_rows, p, b, qt, kt, w);
-          kernels::softmax_unpack_rows(dq, w.dq, p.Dp, b, h, qt * kTileQ, p.query_rows(qt), p.scale);
+          kernels::unpack_rows(kernels::head_rows(dq, b, h), qt * kTileQ, {w.dq, p.Dp, p.query_rows(qt), dq.dim()},
+                               p.query_rows(qt), p.scale);
         } else {
           const int64_t kt = item - p.q_tiles;
           w.clear_dk_dv();
           for (int64_t qt = p.first_query_tile(b, kt); qt < p.q_tiles; ++qt)
             backward_pair(nullptr, w.dk(0), w.dv(0), qp, kp, lse_rows, p, b, qt, kt, w);
-          kernels::softmax_unpack_rows(dk, w.dk(0), p.Dp, b, h, kt * kTileK, p.key_rows(kt), 1.0f);
-          kernels::softmax_unpack_rows(dv, w.dv(0), p.Ep, b, h, kt * kTileK, p.key_rows(kt), 1.0f);
+          kernels::unpack_rows(kernels::head_rows(dk, b, h), kt * kTileK, {w.dk(0), p.Dp, p.key_rows(kt), dk.dim()},
+                               p.key_rows(kt));
+          kernels::unpack_rows(kernels::head_rows(dv, b, h), kt * kTileK, {w.dv(0), p.Ep, p.key_rows(kt), dv.dim()},
+                               p.key_rows(kt));
         }
       }
     }

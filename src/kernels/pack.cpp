@@ -1,0 +1,52 @@
+// Packing and unpacking of tiles (see pack.hpp): plain loops on contiguous rows, which the compiler
+// vectorises; the strided ones element by element.
+#include "kernels/pack.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace linattn::kernels {
+
+void pack_rows(Tile dst, HeadRows<const float> src, int64_t n0, int64_t valid, float factor) {
+  valid = std::clamp<int64_t>(valid, 0, dst.rows);
+  for (int64_t r = 0; r < valid; ++r) {
+    const float* in = src.at(n0 + r);
+    float* out = dst.row(r);
+    if (src.col == 1 && factor == 1.0f) {
+      std::memcpy(out, in, size_t(dst.cols) * sizeof(float));
+    } else if (src.col == 1) {
+      for (int64_t c = 0; c < dst.cols; ++c) out[c] = factor * in[c];
+    } else {
+      for (int64_t c = 0; c < dst.cols; ++c) out[c] = factor * in[c * src.col];
+    }
+    std::fill(out + dst.cols, out + dst.ld, 0.0f);
+  }
+  std::fill(dst.row(valid), dst.row(dst.rows), 0.0f);
+}
+
+void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0) {
+  for (int64_t c = 0; c < dst.rows; ++c) std::fill(dst.row(c) + dst.cols, dst.row(c) + dst.ld, 0.0f);
+  for (int64_t r = 0; r < dst.cols; ++r) {  // reads each row once (measured faster than column order)
+    const float* in = src.at(n0 + r);
+    for (int64_t c = 0; c < dst.rows; ++c) dst.data[c * dst.ld + r] = in[c * src.col];
+  }
+}
+
+void unpack_rows(HeadRows<float> dst, int64_t n0, ConstTile src, int64_t valid, float factor) {
+  valid = std::clamp<int64_t>(valid, 0, src.rows);
+  for (int64_t r = 0; r < src.rows; ++r) {
+    float* out = dst.at(n0 + r);
+    const float* in = src.row(r);
+    if (r >= valid) {
+      for (int64_t c = 0; c < src.cols; ++c) out[c * dst.col] = 0.0f;
+    } else if (dst.col == 1 && factor == 1.0f) {
+      std::memcpy(out, in, size_t(src.cols) * sizeof(float));
+    } else if (dst.col == 1) {
+      for (int64_t c = 0; c < src.cols; ++c) out[c] = factor * in[c];
+    } else {
+      for (int64_t c = 0; c < src.cols; ++c) out[c * dst.col] = factor * in[c];
+    }
+  }
+}
+
+}  // namespace linattn::kernels

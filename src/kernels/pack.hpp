@@ -1,0 +1,31 @@
+#pragma once
+// Copies between the strided rows of one head of a [B, N, H, D] view and the contiguous, zero-padded
+// tiles the kernels work on (any layout looks the same to them once packed). Single-threaded.
+#include <cstdint>
+
+#include "kernels/tile.hpp"
+#include "linattn/view.hpp"
+
+namespace linattn::kernels {
+
+// The rows of one (b, h) head of a [B, N, H, D] view: element (n, d) at data[n·row + d·col].
+template <class T>
+struct HeadRows {
+  T* data;
+  int64_t row, col;
+  T* at(int64_t n) const { return data + n * row; }
+};
+template <class T>
+HeadRows<T> head_rows(View4<T> x, int64_t b, int64_t h) {
+  return {x.data + b * x.stride[0] + h * x.stride[2], x.stride[1], x.stride[3]};
+}
+
+// dst[r, c] = factor · src(n0 + r, c) for r < valid, c < dst.cols; 0 in the rows valid..dst.rows and
+// the columns dst.cols..dst.ld (valid is clamped to [0, dst.rows]).
+void pack_rows(Tile dst, HeadRows<const float> src, int64_t n0, int64_t valid, float factor = 1.0f);
+// dst[c, r] = src(n0 + r, c) for c < dst.rows, r < dst.cols; 0 in the columns dst.cols..dst.ld.
+void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0);
+// dst(n0 + r, c) = factor · src[r, c] for r < valid, 0 for valid ≤ r < src.rows; c < src.cols.
+void unpack_rows(HeadRows<float> dst, int64_t n0, ConstTile src, int64_t valid, float factor = 1.0f);
+
+}  // namespace linattn::kernels

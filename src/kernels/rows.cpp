@@ -1,0 +1,183 @@
+// Row-wise helpers (see rows.hpp), one Highway source for every target.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/rows.cpp"
+// The math header must follow highway.h, once per target.
+// clang-format off
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+// clang-format on
+#include "kernels/rows.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace linattn::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+
+// Σ_k a[k]·x[k] (x null: Σ_k a[k]) in a fixed order: lanes, then the scalar tail.
+HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT x, int64_t n) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V acc = hn::Zero(d);
+  int64_t k = 0;
+  if (x) {
+    for (; k + L <= n; k += L) acc = hn::MulAdd(hn::LoadU(d, a + k), hn::LoadU(d, x + k), acc);
+  } else {
+    for (; k + L <= n; k += L) acc = hn::Add(hn::LoadU(d, a + k), acc);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; k < n; ++k) sum += x ? a[k] * x[k] : a[k];
+  return sum;
+}
+
+void RowDots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = Dot(a + r * lda, x, cols);
+}
+
+void AddWeightedRows(float* HWY_RESTRICT y, const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT w,
+                     int64_t rows, int64_t cols) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t k = 0;
+  for (; k + L <= cols; k += L) {
+    V acc = hn::LoadU(d, y + k);
+    for (int64_t r = 0; r < rows; ++r) {
+      const V row = hn::LoadU(d, a + r * lda + k);
+      acc = w ? hn::MulAdd(hn::Set(d, w[r]), row, acc) : hn::Add(acc, row);
+    }
+    hn::StoreU(acc, d, y + k);
+  }
+  for (; k < cols; ++k) {
+    float sum = y[k];
+    for (int64_t r = 0; r < rows; ++r) sum = w ? std::fma(w[r], a[r * lda + k], sum) : sum + a[r * lda + k];
+    y[k] = sum;
+  }
+}
+
+void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const float* HWY_RESTRICT phi_k,
+                          const float* HWY_RESTRICT v, const float* HWY_RESTRICT phi_q, int64_t M, int64_t E) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t e = 0;
+  // One sweep over S per vector column: update the row, then read it out, while it is in registers.
+  for (; e + L <= E; e += L) {
+    const V ve = hn::LoadU(d, v + e);
+    V acc = hn::Zero(d);
+    for (int64_t m = 0; m < M; ++m) {
+      float* s = S + m * E + e;
+      const V row = hn::MulAdd(hn::Set(d, phi_k[m]), ve, hn::LoadU(d, s));
+      hn::StoreU(row, d, s);
+      acc = hn::MulAdd(hn::Set(d, phi_q[m]), row, acc);
+    }
+    hn::StoreU(acc, d, num + e);
+  }
+  for (; e < E; ++e) {
+    float acc = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      S[m * E + e] = std::fma(phi_k[m], v[e], S[m * E + e]);
+      acc = std::fma(phi_q[m], S[m * E + e], acc);
+    }
+    num[e] = acc;
+  }
+}
+
+// dst = srcᵀ in 4 × 4 blocks of 128-bit vectors (two rounds of interleaves), the ragged edges scalar.
+void Transpose(float* HWY_RESTRICT dst, int64_t ldd, const float* HWY_RESTRICT src, int64_t lds, int64_t rows,
+               int64_t cols) {
+#if HWY_TARGET == HWY_SCALAR
+  const int64_t r4 = 0, c4 = 0;  // no 128-bit vectors: all of it takes the scalar path
+#else
+  const hn::FixedTag<float, 4> d4;
+  const int64_t r4 = rows / 4 * 4, c4 = cols / 4 * 4;
+  for (int64_t r = 0; r < r4; r += 4)
+    for (int64_t c = 0; c < c4; c += 4) {
+      const float* s = src + r * lds + c;
+      const auto a = hn::LoadU(d4, s), b = hn::LoadU(d4, s + lds), e = hn::LoadU(d4, s + 2 * lds),
+                 f = hn::LoadU(d4, s + 3 * lds);
+      const auto ab_lo = hn::InterleaveLower(d4, a, b), ef_lo = hn::InterleaveLower(d4, e, f);
+      const auto ab_hi = hn::InterleaveUpper(d4, a, b), ef_hi = hn::InterleaveUpper(d4, e, f);
+      float* t = dst + c * ldd + r;
+      hn::StoreU(hn::ConcatLowerLower(d4, ef_lo, ab_lo), d4, t);
+      hn::StoreU(hn::ConcatUpperUpper(d4, ef_lo, ab_lo), d4, t + ldd);
+      hn::StoreU(hn::ConcatLowerLower(d4, ef_hi, ab_hi), d4, t + 2 * ldd);
+      hn::StoreU(hn::ConcatUpperUpper(d4, ef_hi, ab_hi), d4, t + 3 * ldd);
+    }
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < r4 ? c4 : 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+// Scalar spec: exp(min(x − offset, cap)) · scale, NaN passed through (hn::Exp flushes it to 0).
+HWY_INLINE V ExpShifted(D d, V x, V offset, V cap, V scale) {
+  const V y = hn::Mul(hn::Exp(d, hn::Min(hn::Sub(x, offset), cap)), scale);
+  return hn::IfThenElse(hn::IsNaN(x), x, y);
+}
+
+// The tail goes through a padded buffer so that it gets the same vector arithmetic as the body.
+void ExpShiftedN(float* HWY_RESTRICT y, const float* HWY_RESTRICT x, int64_t n, float offset, float cap, float scale) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const V o = hn::Set(d, offset), c = hn::Set(d, cap), s = hn::Set(d, scale);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(ExpShifted(d, hn::LoadU(d, x + i), o, c, s), d, y + i);
+  if (i == n) return;
+  HWY_ALIGN float xt[HWY_LANES(float)] = {}, yt[HWY_LANES(float)];
+  std::memcpy(xt, x + i, size_t(n - i) * sizeof(float));
+  hn::Store(ExpShifted(d, hn::Load(d, xt), o, c, s), d, yt);
+  std::memcpy(y + i, yt, size_t(n - i) * sizeof(float));
+}
+
+float RowMaxN(const float* HWY_RESTRICT x, int64_t n) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  float best = x[0];
+  int64_t i = 0;
+  if (n >= L) {
+    V m = hn::LoadU(d, x);
+    for (i = L; i + L <= n; i += L) m = hn::Max(m, hn::LoadU(d, x + i));
+    best = hn::GetLane(hn::MaxOfLanes(d, m));
+  }
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace linattn::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace linattn::kernels {
+
+HWY_EXPORT(RowDots);
+HWY_EXPORT(AddWeightedRows);
+HWY_EXPORT(Transpose);
+HWY_EXPORT(ExpShiftedN);
+HWY_EXPORT(RowMaxN);
+HWY_EXPORT(RankOneUpdateReadout);
+
+void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(RowDots)(out, a, lda, x, rows, cols);
+}
+void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, int64_t rows, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(AddWeightedRows)(y, a, lda, w, rows, cols);
+}
+void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(Transpose)(dst, ldd, src, lds, rows, cols);
+}
+void exp_shifted(float* y, const float* x, int64_t n, float offset, float cap, float scale) {
+  HWY_DYNAMIC_DISPATCH(ExpShiftedN)(y, x, n, offset, cap, scale);
+}
+float row_max(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMaxN)(x, n); }
+void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
+                          int64_t E) {
+  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadout)(num, S, phi_k, v, phi_q, M, E);
+}
+
+}  // namespace linattn::kernels
+#endif  // HWY_ONCE

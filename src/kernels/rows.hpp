@@ -1,0 +1,29 @@
+#pragma once
+// Row-wise helpers shared by the operators: dot products and sums of rows, weighted sums of rows,
+// transposes, the shifted exp of the random-feature maps, a row's max, and the recurrent step's
+// rank-1 update. Single-threaded, SIMD (Highway, dispatched at runtime); every sum in a fixed order.
+#include <cstdint>
+
+namespace linattn::kernels {
+
+// out[r] = a[r, :cols] · x (x null: Σ_k a[r, k]); lanes first, then the scalar tail.
+void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols);
+inline void row_sums(float* out, const float* a, int64_t lda, int64_t rows, int64_t cols) {
+  row_dots(out, a, lda, nullptr, rows, cols);
+}
+// y[:cols] += Σ_r w[r] · a[r, :cols] (w null: all ones), rows summed in order.
+void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, int64_t rows, int64_t cols);
+
+// dst: [cols, rows] (pitch ldd) = srcᵀ, src: [rows, cols] (pitch lds).
+void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);
+
+// y: [n] = exp(min(x − offset, cap)) · scale; NaN propagates.
+void exp_shifted(float* y, const float* x, int64_t n, float offset, float cap, float scale);
+// max of x: [n], n ≥ 1.
+float row_max(const float* x, int64_t n);
+
+// One recurrent token for one head: S: [M, E] += φk vᵀ (in place), then num: [E] = φqᵀ S.
+void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
+                          int64_t E);
+
+}  // namespace linattn::kernels
