@@ -190,6 +190,12 @@ void Gemm(Tile c, Strided a, ConstTile b, const GemmOptions& o) {
   const Job g{c, a, b, o};
   Prefetcher prefetch(o.ahead);
   int64_t j = 0;
+  // One or two rows (decoding: o += p v for a few queries): wider blocks, or the few chains of a
+  // kVecs-wide block leave the FMA latency exposed (4 cycles on Zen 3, 2 pipes: 8 chains to fill).
+  if (c.rows == 1)
+    for (; j + 4 * kVecs * L <= c.cols; j += 4 * kVecs * L) Rows<1, 4 * kVecs>(g, 0, j, prefetch);
+  if (c.rows == 2)
+    for (; j + 2 * kVecs * L <= c.cols; j += 2 * kVecs * L) Rows<2, 2 * kVecs>(g, 0, j, prefetch);
   for (; j + kVecs * L <= c.cols; j += kVecs * L) Columns<kVecs>(g, j, prefetch);
   switch ((c.cols - j) / L) {
     case 1:
