@@ -24,7 +24,7 @@ LIBRARY_BELOW = {
     "src/ops/linear": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/linear"},
     "src/ops/linformer": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/linformer"},
     "src/model": PUBLIC | {"core", "io", "kernels/gelu.hpp", "model"},
-    "src/quality": PUBLIC | {"core"},
+    "tools/quality": PUBLIC,
     "include/linattn": PUBLIC,
     "table": PUBLIC | {"."},
     "tools": PUBLIC | {"common", "commands", "operator_table.hpp", "."},

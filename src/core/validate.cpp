@@ -15,11 +15,8 @@ const char* axis_name(int axis) {
 
 int64_t checked_mul(const char* op, const char* what, int64_t a, int64_t b) {
   int64_t product = 0;
-  if (__builtin_mul_overflow(a, b, &product)) {
-    std::ostringstream m;
-    m << what << " overflows int64 (" << a << " × " << b << "), expected a size that fits";
-    fail(op, m.str());
-  }
+  if (__builtin_mul_overflow(a, b, &product))
+    fail_with(op, what, " overflows int64 (", a, " × ", b, "), expected a size that fits");
   return product;
 }
 
@@ -42,9 +39,7 @@ int64_t addressed_span(const char* op, const char* name, ConstTensorView view) {
 
 void check_size(const char* op, const char* name, int64_t seen, int64_t expected, const char* shape) {
   if (seen == expected) return;
-  std::ostringstream m;
-  m << name << " has " << seen << " elements, expected " << expected << " (" << shape << ")";
-  fail(op, m.str());
+  fail_with(op, name, " has ", seen, " elements, expected ", expected, " (", shape, ")");
 }
 
 namespace {
@@ -71,9 +66,7 @@ void check_output_shape(const char* op, const char* name, ConstTensorView x, Con
 
 void check_scale(const char* op, std::optional<float> scale) {
   if (!scale || std::isfinite(*scale)) return;
-  std::ostringstream m;
-  m << "options.scale is " << *scale << ", expected a finite value";
-  fail(op, m.str());
+  fail_with(op, "options.scale is ", *scale, ", expected a finite value");
 }
 
 ConstTensorView shape_only(std::array<int64_t, 4> extent) {
@@ -121,16 +114,12 @@ void fail(const char* op, const std::string& message) { throw Error(std::string(
 void check_view(const char* op, const char* name, ConstTensorView view) {
   if (view.data == nullptr) fail(op, std::string(name) + ".data is null, expected a pointer to memory");
   for (int i = 0; i < 4; ++i) {
-    if (view.extent[i] <= 0) {
-      std::ostringstream m;
-      m << name << ".extent[" << i << "] (" << detail::axis_name(i) << ") is " << view.extent[i] << ", expected ≥ 1";
-      fail(op, m.str());
-    }
-    if (view.stride[i] < 0) {
-      std::ostringstream m;
-      m << name << ".stride[" << i << "] (" << detail::axis_name(i) << ") is " << view.stride[i] << ", expected ≥ 0";
-      fail(op, m.str());
-    }
+    if (view.extent[i] <= 0)
+      detail::fail_with(op, name, ".extent[", i, "] (", detail::axis_name(i), ") is ", view.extent[i],
+                        ", expected ≥ 1");
+    if (view.stride[i] < 0)
+      detail::fail_with(op, name, ".stride[", i, "] (", detail::axis_name(i), ") is ", view.stride[i],
+                        ", expected ≥ 0");
   }
   int64_t elements = 1;
   for (int i = 0; i < 4; ++i) {
@@ -145,10 +134,8 @@ void check_view(const char* op, const char* name, ConstTensorView view) {
 void check_extent(const char* op, const char* name, ConstTensorView view, int axis, int64_t expected,
                   const char* because) {
   if (view.extent[axis] == expected) return;
-  std::ostringstream m;
-  m << name << ".extent[" << axis << "] (" << detail::axis_name(axis) << ") is " << view.extent[axis] << ", expected "
-    << expected << " (" << because << ")";
-  fail(op, m.str());
+  detail::fail_with(op, name, ".extent[", axis, "] (", detail::axis_name(axis), ") is ", view.extent[axis],
+                    ", expected ", expected, " (", because, ")");
 }
 
 namespace {
@@ -218,12 +205,9 @@ void check_distinct(const char* op, const Region& x) {
   int64_t span = 1;  // elements covered by the axes so far
   for (int axis : axes) {
     if (x.extent[axis] == 1) continue;
-    if (x.stride[axis] < span) {
-      std::ostringstream m;
-      m << x.name << ".stride[" << axis << "] (" << detail::axis_name(axis) << ") is " << x.stride[axis]
-        << ", expected ≥ " << span << " so that no two elements of an output share memory";
-      fail(op, m.str());
-    }
+    if (x.stride[axis] < span)
+      detail::fail_with(op, x.name, ".stride[", axis, "] (", detail::axis_name(axis), ") is ", x.stride[axis],
+                        ", expected ≥ ", span, " so that no two elements of an output share memory");
     span = x.stride[axis] * (x.extent[axis] - 1) + span;
   }
 }
@@ -249,18 +233,12 @@ void check_outputs(const char* op, std::span<const Region> outputs, std::span<co
 
 void check_key_lengths(const char* op, std::span<const int64_t> key_lengths, int64_t batch, int64_t keys) {
   if (key_lengths.empty()) return;
-  if (int64_t(key_lengths.size()) != batch) {
-    std::ostringstream m;
-    m << "key_lengths has " << key_lengths.size() << " entries, expected " << batch << " (one per batch)";
-    fail(op, m.str());
-  }
+  if (int64_t(key_lengths.size()) != batch)
+    detail::fail_with(op, "key_lengths has ", key_lengths.size(), " entries, expected ", batch, " (one per batch)");
   for (int64_t b = 0; b < batch; ++b) {
-    if (key_lengths[b] < 0 || key_lengths[b] > keys) {
-      std::ostringstream m;
-      m << "key_lengths[" << b << "] is " << key_lengths[b] << ", expected a value in [0, " << keys
-        << "] (the number of keys)";
-      fail(op, m.str());
-    }
+    if (key_lengths[b] < 0 || key_lengths[b] > keys)
+      detail::fail_with(op, "key_lengths[", b, "] is ", key_lengths[b], ", expected a value in [0, ", keys,
+                        "] (the number of keys)");
   }
 }
 

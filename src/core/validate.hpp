@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 
 #include "linattn/boundary.hpp"
@@ -23,6 +24,15 @@ using boundary::check_view;
 using boundary::fail;
 using boundary::object_region;
 using boundary::region;
+
+// fail(op, message) with the message streamed from its parts: formed only when a check fails, so that
+// the passing path allocates nothing.
+template <class... Parts>
+[[noreturn]] void fail_with(const char* op, const Parts&... parts) {
+  std::ostringstream m;
+  (m << ... << parts);
+  fail(op, m.str());
+}
 
 // The name of axis i of a [B, N, H, D] view: "batch", "sequence", "heads", "dim".
 const char* axis_name(int axis);

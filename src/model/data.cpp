@@ -5,7 +5,7 @@
 
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
-#include "model/random.hpp"
+#include "linattn/random.hpp"
 
 namespace linattn::model {
 
@@ -77,7 +77,7 @@ constexpr uint64_t kEvalSeed = 0x5eed0fe7a1u;
 CopyTask::CopyTask() : tokenizer_("abcdefghij|.") {}
 
 Batch CopyTask::train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const {
-  detail::Rng rng(detail::mix(seed) + uint64_t(index));
+  Random rng(splitmix64(splitmix64(seed) + uint64_t(index)));
   Batch batch = empty_batch(B, T);
   std::vector<int32_t> s(T + 1);
   for (int64_t b = 0; b < B; ++b) {
@@ -123,7 +123,7 @@ Batch TextTask::train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) 
   if (int64_t(train_.size()) < T + 2)
     throw Error("linattn::model: text training split has " + std::to_string(train_.size()) +
                 " tokens, expected more than the sequence length " + std::to_string(T + 1));
-  detail::Rng rng(detail::mix(seed) + uint64_t(index));
+  Random rng(splitmix64(splitmix64(seed) + uint64_t(index)));
   Batch batch = empty_batch(B, T);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t start = rng.below(int64_t(train_.size()) - T);

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "linattn/error.hpp"
+#include "linattn/random.hpp"
 #include "model/block.hpp"
-#include "model/random.hpp"
 
 namespace linattn::model {
 
@@ -52,7 +52,7 @@ Transformer<T>::Transformer(const ModelConfig& config) : config_(config) {
     specs_.push_back({config.attention, config.heads, feature_map_for(config, l), config.chunk_size});
   params_.assign(param_count(config), T(0));
   grads_.assign(params_.size(), T(0));
-  detail::Rng rng(config.init_seed);
+  Random rng(splitmix64(config.init_seed));
   const double residual_scale = 1.0 / std::sqrt(2.0 * double(config.layers));
   for (const ParamTensor& t : param_tensors(config)) {
     T* p = params_.data() + t.offset;

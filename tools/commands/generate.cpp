@@ -51,7 +51,7 @@ double cpu_seconds() {
 // through the parallel operators), then time `speed_tokens` single-token steps.
 int speed(const GenerateArgs& a, const model::Transformer<float>& net) {
   model::Generator generator(net);
-  Random rng(splitmix64(a.seed));  // the model's seeding (model::detail::Rng)
+  Random rng(splitmix64(a.seed));  // the model's seeding (model/data.cpp, transformer.cpp)
   const int64_t V = net.config().vocab_size;
   std::string csv = "attention,context,tokens,seconds,tokens_per_s,ms_per_token,cpu_ms_per_token,state_bytes\n";
   std::printf("%-9s %9s %12s %12s %16s %14s\n", "attention", "context", "tokens/s", "ms/token", "CPU ms/token",
@@ -101,7 +101,7 @@ int generate(const GenerateArgs& a) {
   std::vector<int32_t> prompt = tokenizer.encode(a.prompt);
   if (prompt.empty()) prompt.push_back(0);  // no prompt: start from the first symbol
   model::Generator generator(net);
-  Random rng(splitmix64(a.seed));  // the model's seeding (model::detail::Rng)
+  Random rng(splitmix64(a.seed));  // the model's seeding (model/data.cpp, transformer.cpp)
   std::fputs(tokenizer.decode(prompt).c_str(), stdout);
   std::fflush(stdout);
   const auto start = clock_type::now();

@@ -19,12 +19,9 @@ LinformerSizes check_linformer_arguments(const char* op, ConstTensorView q, Cons
                          q.extent[3], v.extent[3], o.projected_length, o.max_length};
   if (s.P < 1) fail(op, "options.projected_length is " + std::to_string(s.P) + ", expected ≥ 1");
   if (s.N_max < 1) fail(op, "options.max_length is " + std::to_string(s.N_max) + ", expected ≥ 1");
-  if (s.Nk > s.N_max) {
-    std::ostringstream m;
-    m << "k.extent[1] (sequence) is " << s.Nk << ", expected ≤ " << s.N_max
-      << " (options.max_length): E and F have one column per position and none for positions past it";
-    fail(op, m.str());
-  }
+  if (s.Nk > s.N_max)
+    fail_with(op, "k.extent[1] (sequence) is ", s.Nk, ", expected ≤ ", s.N_max,
+              " (options.max_length): E and F have one column per position and none for positions past it");
   const int64_t heads = o.share_heads ? 1 : s.H;
   const char* shape =
       o.share_heads ? "[1, projected_length, max_length] with share_heads" : "[heads, projected_length, max_length]";

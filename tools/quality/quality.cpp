@@ -9,11 +9,11 @@
 #include <tuple>
 #include <vector>
 
-#include "core/random_draws.hpp"
-#include "core/validate.hpp"
+#include "linattn/boundary.hpp"
+#include "linattn/favor.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
-#include "linattn/favor.hpp"
+#include "linattn/random.hpp"
 #include "linattn/softmax_attention.hpp"
 
 namespace linattn {
@@ -72,7 +72,7 @@ double relative_frobenius(const std::vector<float>& got, const std::vector<float
 std::vector<ErrorCurvePoint> error_curve(
     const char* op, std::span<const int64_t> sizes, const QualityOptions& o,
     const std::function<void(std::vector<float>&, const Trial&, int64_t, uint64_t)>& approximate) {
-  if (o.trials < 1) detail::fail(op, "options.trials is " + std::to_string(o.trials) + ", expected ≥ 1");
+  if (o.trials < 1) boundary::fail(op, "options.trials is " + std::to_string(o.trials) + ", expected ≥ 1");
   std::vector<ErrorCurvePoint> curve;
   for (int64_t size : sizes) curve.push_back({size, 0.0, 0.0});
   for (int64_t trial = 0; trial < o.trials; ++trial) {
