@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "linattn/decay.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "linattn/view.hpp"
@@ -59,5 +60,27 @@ Tensor linear_attention_forward(const Tensor& q, const Tensor& k, const Tensor& 
 Gradients linear_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const LinearAttentionOptions& options = {}, const State* initial = nullptr,
                                     State* dinitial = nullptr);
+
+// Decayed linear attention (decay.hpp), token by token from the recurrence
+//   S_t = diag(exp(g_t)) S_{t−1} + k_t v_tᵀ,  o_t = scale · S_tᵀ q_t.
+// g: [B, T, H, 1] (token) or [B, T, H, K] (key), null for the decays without a gate tensor. States are
+// [N, H, K, V] row-major; initial_state null: zero.
+struct DecayedOutput {
+  Tensor out;                       // [B, T, H, V]
+  std::vector<double> final_state;  // [N, H, K, V]
+};
+DecayedOutput decayed_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* g,
+                                        const DecayedAttentionOptions& options = {},
+                                        const std::vector<double>* initial_state = nullptr);
+// The reverse sweep of the same recurrence (dS ← dS + scale·q doᵀ, then dS ← diag(exp g) dS), with
+// dfinal_state (null: zero) the gradient of the final state. dg is shaped like g (empty without one).
+struct DecayedGradients {
+  Tensor dq, dk, dv, dg;
+  std::vector<double> dinitial_state;  // [N, H, K, V]
+};
+DecayedGradients decayed_attention_backward(const Tensor& dout, const std::vector<double>* dfinal_state,
+                                            const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* g,
+                                            const DecayedAttentionOptions& options = {},
+                                            const std::vector<double>* initial_state = nullptr);
 
 }  // namespace linattn::reference

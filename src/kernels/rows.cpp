@@ -61,7 +61,8 @@ void AddWeightedRows(float* HWY_RESTRICT y, const float* HWY_RESTRICT a, int64_t
 }
 
 void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const float* HWY_RESTRICT phi_k,
-                          const float* HWY_RESTRICT v, const float* HWY_RESTRICT phi_q, int64_t M, int64_t E) {
+                          const float* HWY_RESTRICT v, const float* HWY_RESTRICT phi_q, int64_t M, int64_t E,
+                          const float* HWY_RESTRICT decay) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
   int64_t e = 0;
@@ -71,7 +72,8 @@ void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const 
     V acc = hn::Zero(d);
     for (int64_t m = 0; m < M; ++m) {
       float* s = S + m * E + e;
-      const V row = hn::MulAdd(hn::Set(d, phi_k[m]), ve, hn::LoadU(d, s));
+      const V old = decay ? hn::Mul(hn::Set(d, decay[m]), hn::LoadU(d, s)) : hn::LoadU(d, s);
+      const V row = hn::MulAdd(hn::Set(d, phi_k[m]), ve, old);
       hn::StoreU(row, d, s);
       acc = hn::MulAdd(hn::Set(d, phi_q[m]), row, acc);
     }
@@ -80,7 +82,8 @@ void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const 
   for (; e < E; ++e) {
     float acc = 0;
     for (int64_t m = 0; m < M; ++m) {
-      S[m * E + e] = std::fma(phi_k[m], v[e], S[m * E + e]);
+      const float previous = decay ? decay[m] * S[m * E + e] : S[m * E + e];
+      S[m * E + e] = std::fma(phi_k[m], v[e], previous);
       acc = std::fma(phi_q[m], S[m * E + e], acc);
     }
     num[e] = acc;
@@ -175,8 +178,8 @@ void exp_shifted(float* y, const float* x, int64_t n, float offset, float cap, f
 }
 float row_max(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMaxN)(x, n); }
 void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
-                          int64_t E) {
-  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadout)(num, S, phi_k, v, phi_q, M, E);
+                          int64_t E, const float* decay) {
+  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadout)(num, S, phi_k, v, phi_q, M, E, decay);
 }
 
 }  // namespace linattn::kernels

@@ -22,8 +22,9 @@ void exp_shifted(float* y, const float* x, int64_t n, float offset, float cap, f
 // max of x: [n], n ≥ 1.
 float row_max(const float* x, int64_t n);
 
-// One recurrent token for one head: S: [M, E] += φk vᵀ (in place), then num: [E] = φqᵀ S.
+// One recurrent token for one head: S: [M, E] = diag(decay) S + φk vᵀ (in place; decay null: no
+// decay), then num: [E] = φqᵀ S.
 void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
-                          int64_t E);
+                          int64_t E, const float* decay = nullptr);
 
 }  // namespace linattn::kernels

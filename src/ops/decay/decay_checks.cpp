@@ -1,0 +1,83 @@
+#include "ops/decay/decay_checks.hpp"
+
+#include <cmath>
+
+#include "core/validate.hpp"
+
+namespace linattn {
+
+std::string decay_name(Decay decay) {
+  switch (decay) {
+    case Decay::none: return "linear";
+    case Decay::retention: return "retention";
+    case Decay::head: return "lightning";
+    case Decay::token: return "simple_gla";
+    case Decay::key: return "gla";
+  }
+  return "unknown";
+}
+
+float retention_log_decay(int64_t head) { return float(std::log1p(-std::exp2(-5.0 - double(head)))); }
+
+namespace detail {
+
+double constant_log_decay(const DecayedAttentionOptions& options, int64_t h) {
+  switch (options.decay) {
+    case Decay::retention: return std::log1p(-std::exp2(-5.0 - double(h)));
+    case Decay::head: return double(options.g_gamma[size_t(h)]);
+    default: return 0.0;
+  }
+}
+
+DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                   ConstTensorView g, const DecayedAttentionOptions& o) {
+  check_attention_inputs(op, q, k, v);
+  check_extent(op, "k", k, 1, q.seq(), "q's sequence length (the decayed family is causal: T keys for T queries)");
+  check_scale(op, o.scale);
+  if (o.chunk_size < 1) fail_with(op, "options.chunk_size is ", o.chunk_size, ", expected ≥ 1");
+  DecayProblem p{q.batch(), q.seq(), q.heads(), q.dim(), v.dim(), q.batch(), 1.0f, o.decay, {}};
+  p.scale = o.scale ? *o.scale : float(1.0 / std::sqrt(double(p.K)));
+  const std::string name = decay_name(o.decay);
+  if (p.gate_cols() > 0) {
+    check_view(op, "g", g);
+    const char* because[] = {"q's batch", "q's sequence length", "q's heads",
+                             o.decay == Decay::key ? "q's head dim (GLA: one log decay per key dimension)"
+                                                   : "1 (simple GLA: one log decay per head and token)"};
+    const int64_t want[] = {p.B, p.T, p.H, p.gate_cols()};
+    for (int axis = 0; axis < 4; ++axis) check_extent(op, "g", g, axis, want[axis], because[axis]);
+  } else if (g.data) {
+    fail_with(op, "g is given for decay '", name, "', expected an empty view (only simple_gla and gla take a gate tensor)");
+  }
+  if (o.decay == Decay::head)
+    check_size(op, "options.g_gamma", int64_t(o.g_gamma.size()), p.H, "[H], one log decay per head");
+  else if (!o.g_gamma.empty())
+    fail_with(op, "options.g_gamma is given for decay '", name, "', expected it only with Decay::head");
+  checked_mul(op, "N × H × K × V", checked_mul(op, "B × H", p.B, p.H), checked_mul(op, "K × V", p.K, p.V));
+  if (o.cu_seqlens.empty()) {
+    for (int64_t b = 0; b < p.B; ++b) p.sequences.push_back({b, 0, p.T, b});
+    return p;
+  }
+  const auto& cu = o.cu_seqlens;
+  if (p.B != 1)
+    fail_with(op, "q's batch is ", p.B, " with cu_seqlens, expected 1 (pack the sequences along the time axis)");
+  if (cu.size() < 2) fail_with(op, "cu_seqlens has ", cu.size(), " values, expected N + 1 ≥ 2 (0, then each end)");
+  if (cu.front() != 0) fail_with(op, "cu_seqlens[0] is ", cu.front(), ", expected 0");
+  if (cu.back() != p.T) fail_with(op, "cu_seqlens[", cu.size() - 1, "] is ", cu.back(), ", expected T = ", p.T);
+  for (size_t i = 1; i < cu.size(); ++i) {
+    if (cu[i] < cu[i - 1])
+      fail_with(op, "cu_seqlens[", i, "] is ", cu[i], ", less than cu_seqlens[", i - 1, "] = ", cu[i - 1],
+                ", expected ascending offsets");
+    p.sequences.push_back({0, cu[i - 1], cu[i], int64_t(i - 1)});
+  }
+  p.N = int64_t(cu.size()) - 1;
+  checked_mul(op, "N × H × K × V", checked_mul(op, "N × H", p.N, p.H), checked_mul(op, "K × V", p.K, p.V));
+  return p;
+}
+
+void check_decay_state(const char* op, const char* name, size_t size, const DecayProblem& p) {
+  if (size == 0) return;
+  check_size(op, name, int64_t(size), p.state_size(), "[N, H, K, V]");
+}
+
+}  // namespace detail
+}  // namespace linattn
