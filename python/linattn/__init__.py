@@ -10,6 +10,7 @@ Functions take float32 numpy arrays q [B, Nq, H, D], k [B, Nk, H, D], v [B, Nk, 
 - RecurrentState(batch, heads, dim, value_dim, feature_map="elu"): .step(q, k, v), .save, .load
 - reference: the same functions in fp64 on float64 arrays (the slow oracle the tests trust)
 - linattn.torch: autograd functions and nn.Module layers (imported on demand: it imports torch)
+- linattn.fla: flash-linear-attention's decayed linear attention (fla.ops names and layout; imports torch)
 """
 
 from ._linattn import (

@@ -1,0 +1,373 @@
+"""flash-linear-attention's decayed linear attention (``fla.ops``) on the CPU, computed by linattn.
+
+The names, arguments, defaults and layout are flash-linear-attention's, so that a model ports by
+changing one import: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H] (simple GLA) or [B, T, H, K]
+(GLA), log-space; states [N, H, K, V] (N = B, or the number of sequences packed with cu_seqlens).
+Each function returns (o [B, T, H, V], final_state), final_state None unless output_final_state.
+
+- chunk_linear_attn, chunk_retention, chunk_simple_gla, chunk_gla: the chunked engine (training).
+- fused_recurrent_linear_attn, fused_recurrent_retention, fused_recurrent_simple_gla,
+  fused_recurrent_gla: token by token (decoding); reverse=True scans each sequence backwards.
+
+Tensors must be on the CPU. float32 runs linattn's fast operators (read in place, no copy); float64
+runs the fp64 oracle (token by token, slow) so that gradcheck works at fp64 tolerances. Autograd
+reaches q, k, v, g and initial_state (not g_gamma). Not supported, and refused by name:
+state_v_first=True, fused_recurrent_gla's gv, other dtypes, tensors on another device.
+"""
+
+import warnings
+
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _linattn
+
+__all__ = [
+    "chunk_linear_attn",
+    "chunk_retention",
+    "chunk_simple_gla",
+    "chunk_gla",
+    "fused_recurrent_linear_attn",
+    "fused_recurrent_retention",
+    "fused_recurrent_simple_gla",
+    "fused_recurrent_gla",
+]
+
+# Added to the normaliser q·z of chunk_linear_attn(normalize=True), as flash-linear-attention does.
+_NORMALIZE_EPS = 1e-10
+
+
+def _array(x):
+    """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
+    return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
+
+
+def _check_tensor(name, x, dtype=None):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cpu":
+        raise TypeError(f"{name}: expected a CPU tensor (linattn runs on the CPU), got device {x.device}")
+    if dtype is None:
+        if x.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name}: expected float32 (or float64, run by the fp64 oracle), got {x.dtype}")
+    elif x.dtype != dtype:
+        raise TypeError(f"{name}: expected {dtype} (q's dtype), got {x.dtype}")
+
+
+def _check_dims(name, x, dims, shape):
+    if x.dim() != dims:
+        raise ValueError(f"{name}: expected {dims} dims {shape}, got {x.dim()} (shape {list(x.shape)})")
+
+
+def _cu_seqlens(cu_seqlens):
+    """cu_seqlens as a 1-d int64 numpy array, or None."""
+    if cu_seqlens is None:
+        return None
+    if isinstance(cu_seqlens, torch.Tensor):
+        if cu_seqlens.device.type != "cpu":
+            raise TypeError(f"cu_seqlens: expected a CPU tensor, got device {cu_seqlens.device}")
+        if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
+            raise TypeError(f"cu_seqlens: expected integers, got {cu_seqlens.dtype}")
+        cu_seqlens = cu_seqlens.detach().numpy()
+    cu = np.asarray(cu_seqlens)
+    if cu.dtype.kind not in "iu":
+        raise TypeError(f"cu_seqlens: expected integers, got {cu.dtype}")
+    if cu.ndim != 1:
+        raise ValueError(f"cu_seqlens: expected 1 dim [N + 1], got {cu.ndim}")
+    return cu.astype(np.int64)
+
+
+def _segments(B, T, cu):
+    """(batch row, begin, end) of each sequence, in state order."""
+    if cu is None:
+        return [(b, 0, T) for b in range(B)]
+    return [(0, int(cu[i]), int(cu[i + 1])) for i in range(len(cu) - 1)]
+
+
+def _reverse_index(T, cu):
+    """The permutation of the time axis that reverses each sequence (its own inverse)."""
+    if cu is None:
+        return torch.arange(T - 1, -1, -1)
+    parts = [torch.arange(int(cu[i + 1]) - 1, int(cu[i]) - 1, -1) for i in range(len(cu) - 1)]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
+class _Spec:
+    """The non-tensor arguments of one call."""
+
+    def __init__(self, backend, mode, decay, g_gamma, scale, output_final_state, cu_seqlens, chunk_size):
+        self.backend, self.mode, self.decay = backend, mode, decay
+        self.g_gamma, self.scale, self.output_final_state = g_gamma, scale, output_final_state
+        self.cu_seqlens, self.chunk_size = cu_seqlens, chunk_size
+
+    def options(self):
+        return dict(decay=self.decay, g_gamma=self.g_gamma, scale=self.scale, cu_seqlens=self.cu_seqlens)
+
+
+class _Decayed(torch.autograd.Function):
+    """(o, final_state) of the recurrence, with linattn's chunked backward (or the oracle's) as the
+    backward. final_state is an empty placeholder when not wanted."""
+
+    @staticmethod
+    def forward(ctx, spec, q, k, v, g, initial_state):
+        ctx.set_materialize_grads(False)
+        ctx.spec = spec
+        arrays = [_array(x) for x in (q, k, v, g)]
+        init = _array(initial_state)
+        if spec.backend is _linattn and spec.mode == "recurrent":
+            if init is None:
+                n = q.shape[0] if spec.cu_seqlens is None else max(len(spec.cu_seqlens) - 1, 0)
+                state = np.zeros((n, q.shape[2],
+                                  q.shape[3], v.shape[3]), dtype=np.float32)
+            else:
+                state = np.array(init, dtype=np.float32, order="C", copy=True)
+            o = _linattn.decayed_recurrent(*arrays, state, **spec.options())
+            final = state if spec.output_final_state else None
+        else:
+            o, final = spec.backend.decayed_attention(*arrays, initial_state=init,
+                                                      output_final_state=spec.output_final_state,
+                                                      chunk_size=spec.chunk_size, **spec.options())
+        ctx.save_for_backward(q, k, v, g, initial_state)
+        if final is None:
+            final = q.new_zeros(0)
+            ctx.mark_non_differentiable(final)
+        else:
+            final = torch.from_numpy(final)
+        return torch.from_numpy(o), final
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do, dfinal):
+        spec = ctx.spec
+        q, k, v, g, initial_state = ctx.saved_tensors
+        if do is None:
+            do = q.new_zeros(*q.shape[:3], v.shape[3])
+        if dfinal is not None and (not spec.output_final_state or dfinal.numel() == 0):
+            dfinal = None
+        dq, dk, dv, dg, dinit = spec.backend.decayed_attention_backward(
+            *[_array(x) for x in (q, k, v, g)], _array(do.to(q.dtype)),
+            None if dfinal is None else _array(dfinal.to(q.dtype)), initial_state=_array(initial_state),
+            chunk_size=spec.chunk_size, **spec.options())
+        grads = [None if x is None else torch.from_numpy(x) for x in (dq, dk, dv, dg, dinit)]
+        return (None, *grads)
+
+
+def _normalize(o, q, k, scale, z_init, B, T, cu):
+    """chunk_linear_attn's normalize=True, in torch ops (autograd covers it): o_t / (scale·q_t·z_t + 1e-10)
+    with z_t = z_init + Σ_{s ≤ t} k_s within each sequence. Returns (o, z_state [N, 1, H, K])."""
+    if cu is None:
+        k_cum = k.cumsum(1)
+        if z_init is not None:
+            k_cum = k_cum + z_init
+        z_state = k_cum[:, -1:]
+    else:
+        parts, ends = [], []
+        for n, (_, begin, end) in enumerate(_segments(B, T, cu)):
+            part = k[:, begin:end].cumsum(1)
+            z0 = z_init[n:n + 1] if z_init is not None else None
+            if z0 is not None:
+                part = part + z0
+            parts.append(part)
+            # An empty sequence ends where it began: z_init, or zero.
+            ends.append(part[:, -1:] if end > begin else (z0 if z0 is not None else k.new_zeros(1, 1, *k.shape[2:])))
+        k_cum = torch.cat(parts, 1)
+        z_state = torch.cat(ends, 0)
+    denom = (q * scale * k_cum).sum(-1, keepdim=True) + _NORMALIZE_EPS
+    return o / denom, z_state
+
+
+def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
+             output_final_state=False, reverse=False, cu_seqlens=None, chunk_size=None, normalize=False):
+    """The one entry point of every function: checks, then the recurrence, in the layout of fla.ops."""
+    _check_tensor("q", q)
+    for name, x in (("k", k), ("v", v), ("g", g)):
+        if x is not None:
+            _check_tensor(name, x, q.dtype)
+    _check_dims("q", q, 4, "[B, T, H, K]")
+    _check_dims("k", k, 4, "[B, T, H, K]")
+    _check_dims("v", v, 4, "[B, T, H, V]")
+    B, T, H, K = q.shape
+    if decay == "simple_gla" and g is not None:
+        _check_dims("g", g, 3, "[B, T, H] (one log decay per head and token)")
+    if decay == "gla":
+        if g is None:
+            raise ValueError(f"g: {op} needs the log decay g [B, T, H, K]")
+        if g.shape != q.shape:
+            raise ValueError(f"g: expected q's shape [B, T, H, K] = {list(q.shape)}, got {list(g.shape)}")
+    cu = _cu_seqlens(cu_seqlens)
+    z_init = None
+    if normalize and isinstance(initial_state, tuple):
+        initial_state, z_init = initial_state
+    if initial_state is not None:
+        _check_tensor("initial_state", initial_state)
+        initial_state = initial_state.to(q.dtype)  # flash-linear-attention keeps float32 states
+    if cu is not None:
+        if B != 1:
+            raise ValueError(f"The batch size is expected to be 1 rather than {B} when using `cu_seqlens`. "
+                             "Please flatten variable-length inputs before processing.")
+        if initial_state is not None and initial_state.shape[0] != len(cu) - 1:
+            raise ValueError("The number of initial states is expected to be equal to the number of input "
+                             f"sequences, i.e., {len(cu) - 1} rather than {initial_state.shape[0]}.")
+    if z_init is not None:
+        _check_tensor("initial_state[1] (z)", z_init)
+        z_init = z_init.to(q.dtype)
+    if scale is None:
+        scale = K ** -0.5
+    scale = float(scale)
+    if chunk_size is None:
+        chunk_size = 64
+
+    fp64 = q.dtype == torch.float64
+    gamma = None
+    if g_gamma is not None:
+        if not isinstance(g_gamma, torch.Tensor):
+            g_gamma = torch.as_tensor(g_gamma)
+        if g_gamma.device.type != "cpu":
+            raise TypeError(f"g_gamma: expected a CPU tensor, got device {g_gamma.device}")
+        gamma = g_gamma.detach()  # a fixed decay: no gradient, as in flash-linear-attention
+        if gamma.shape != (H,):
+            raise ValueError(f"g_gamma: expected shape [H] = [{H}], got {list(gamma.shape)}")
+        if g is not None or fp64:
+            # Folded into a per-token g: with g both decays apply; in fp64 this keeps it out of float32.
+            per_token = gamma.to(q.dtype).view(1, 1, H).expand(B, T, H)
+            g, gamma, decay = (per_token if g is None else g + per_token), None, "simple_gla"
+        else:
+            decay = "lightning"
+            gamma = gamma.to(torch.float32).numpy()
+
+    q_raw = q
+    perm = _reverse_index(T, cu) if reverse else None
+    if perm is not None:
+        q_raw, k, v = q.index_select(1, perm), k.index_select(1, perm), v.index_select(1, perm)
+        g = None if g is None else g.index_select(1, perm)
+    backend = _linattn.reference if fp64 else _linattn
+    if fp64:
+        # The oracle takes scale as a float; applied to q here it stays in fp64 (o is linear in q).
+        q_in, spec_scale = q_raw * scale, 1.0
+    else:
+        q_in, spec_scale = q_raw, scale
+    want_state = bool(output_final_state)
+    spec = _Spec(backend, mode, decay, gamma, spec_scale, want_state, cu, int(chunk_size))
+    o, final = _Decayed.apply(spec, q_in, k, v, g, initial_state)
+    final = final if want_state else None
+    if normalize:
+        o, z_state = _normalize(o, q_raw, k, scale, z_init, B, T, cu)
+        final = (final, z_state) if want_state else None
+    if perm is not None:
+        o = o.index_select(1, perm)
+    return o, final
+
+
+def _no_head_first(kwargs):
+    if "head_first" in kwargs:
+        raise DeprecationWarning("head_first has been removed. Inputs must be in `[B, T, H, ...]` format.")
+
+
+def _chunk_size(kwargs):
+    chunk_size = kwargs.pop("chunk_size", None)
+    if chunk_size is not None and (chunk_size < 1 or chunk_size != 2 ** (int(chunk_size).bit_length() - 1)):
+        raise ValueError(f"`chunk_size` must be a power of 2, got {chunk_size}.")
+    return chunk_size
+
+
+def _state_v_first(state_v_first, kwargs):
+    """fused_recurrent_*'s deprecated transpose_state_layout, then the refusal of state_v_first."""
+    if "transpose_state_layout" in kwargs:
+        if state_v_first:
+            raise ValueError("Cannot pass both `state_v_first` and the deprecated `transpose_state_layout`.")
+        warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.", DeprecationWarning,
+                      stacklevel=3)
+        state_v_first = kwargs.pop("transpose_state_layout")
+    if state_v_first:
+        raise ValueError("state_v_first=True is not supported by linattn: states are [N, H, K, V]")
+
+
+def _no_more(op, kwargs):
+    if kwargs:
+        raise TypeError(f"{op}: unsupported keyword arguments {sorted(kwargs)}")
+
+
+def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False, normalize=True,
+                      cu_seqlens=None):
+    """S_t = S_{t−1} + k_t v_tᵀ, o_t = scale·S_tᵀ q_t; normalize divides o_t by scale·q_t·z_t + 1e-10,
+    z_t the running sum of the keys. With normalize, initial_state may be a tuple (S [N, H, K, V],
+    z [N, 1, H, K]), and final_state is such a tuple."""
+    return _decayed("chunk_linear_attn", "chunk", "linear", q, k, v, scale=scale, initial_state=initial_state,
+                    output_final_state=output_final_state, cu_seqlens=cu_seqlens, normalize=normalize)
+
+
+def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None, **kwargs):
+    """RetNet's retention: S_t = γ_h S_{t−1} + k_t v_tᵀ with γ_h = 1 − 2^(−5−h) for head h."""
+    _no_head_first(kwargs)
+    chunk_size = _chunk_size(kwargs)
+    _no_more("chunk_retention", kwargs)
+    return _decayed("chunk_retention", "chunk", "retention", q, k, v, scale=scale, initial_state=initial_state,
+                    output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size)
+
+
+def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, output_final_state=False,
+                     state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, **kwargs):
+    """S_t = exp(g_t) S_{t−1} + k_t v_tᵀ, g [B, T, H] a log decay per head and token, or g_gamma [H] a
+    constant one per head (lightning attention); neither: no decay. cu_seqlens_cpu is accepted and
+    unused (cu_seqlens is on the CPU already)."""
+    _no_head_first(kwargs)
+    chunk_size = _chunk_size(kwargs)
+    _no_more("chunk_simple_gla", kwargs)
+    _state_v_first(state_v_first, {})
+    decay = "linear" if g is None else "simple_gla"
+    return _decayed("chunk_simple_gla", "chunk", decay, q, k, v, g=g, g_gamma=g_gamma, scale=scale,
+                    initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                    chunk_size=chunk_size)
+
+
+def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
+              cu_seqlens=None, cu_seqlens_cpu=None):
+    """GLA: S_t = diag(exp(g_t)) S_{t−1} + k_t v_tᵀ, g [B, T, H, K] a log decay per key dimension."""
+    _state_v_first(state_v_first, {})
+    return _decayed("chunk_gla", "chunk", "gla", q, k, v, g=g, scale=scale, initial_state=initial_state,
+                    output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+
+
+def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False, reverse=False,
+                                normalize=False, cu_seqlens=None):
+    """chunk_linear_attn token by token (normalize defaults to False here, as in flash-linear-attention)."""
+    return _decayed("fused_recurrent_linear_attn", "recurrent", "linear", q, k, v, scale=scale,
+                    initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
+                    cu_seqlens=cu_seqlens, normalize=normalize)
+
+
+def fused_recurrent_retention(q, k, v, scale=None, initial_state=None, output_final_state=False, reverse=False,
+                              state_v_first=False, cu_seqlens=None, **kwargs):
+    """chunk_retention token by token."""
+    _state_v_first(state_v_first, kwargs)
+    _no_more("fused_recurrent_retention", kwargs)
+    return _decayed("fused_recurrent_retention", "recurrent", "retention", q, k, v, scale=scale,
+                    initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
+                    cu_seqlens=cu_seqlens)
+
+
+def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
+                               output_final_state=False, reverse=False, state_v_first=False, cu_seqlens=None,
+                               **kwargs):
+    """chunk_simple_gla token by token."""
+    _state_v_first(state_v_first, kwargs)
+    _no_more("fused_recurrent_simple_gla", kwargs)
+    decay = "linear" if g is None else "simple_gla"
+    return _decayed("fused_recurrent_simple_gla", "recurrent", decay, q, k, v, g=g, g_gamma=g_gamma, scale=scale,
+                    initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
+                    cu_seqlens=cu_seqlens)
+
+
+def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None, output_final_state=False,
+                        reverse=False, state_v_first=False, cu_seqlens=None, **kwargs):
+    """chunk_gla token by token; gk [B, T, H, K] (None: no decay). gv, a decay per value dimension, is
+    not supported."""
+    if gv is not None:
+        raise NotImplementedError("gv: a log decay per value dimension is not supported by linattn (give gk only)")
+    _state_v_first(state_v_first, kwargs)
+    _no_more("fused_recurrent_gla", kwargs)
+    decay = "linear" if gk is None else "gla"
+    return _decayed("fused_recurrent_gla", "recurrent", decay, q, k, v, g=gk, scale=scale,
+                    initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
+                    cu_seqlens=cu_seqlens)
