@@ -111,7 +111,9 @@ void expect_matches_oracle(const Case& c, double tol = 2e-4) {
   EXPECT_LT(relative_error(f.dk.view, o.backward.dk), tol) << "dk";
   EXPECT_LT(relative_error(f.dv.view, o.backward.dv), tol) << "dv";
   EXPECT_LT(relative_error(f.dinitial, o.backward.dinitial_state), tol) << "dinitial_state";
-  if (gate_cols(c) > 0) EXPECT_LT(relative_error(f.dg.view, o.backward.dg), tol) << "dg";
+  if (gate_cols(c) > 0) {
+    EXPECT_LT(relative_error(f.dg.view, o.backward.dg), tol) << "dg";
+  }
 }
 
 constexpr Decay kAllDecays[] = {Decay::none, Decay::retention, Decay::head, Decay::token, Decay::key};
@@ -150,7 +152,9 @@ TEST(DecayedAttention, NoDecayOverALongSequence) {
     EXPECT_TRUE(all_finite(f.out.view));
     EXPECT_LT(relative_error(f.out.view, o.forward.out), 1e-4);
     EXPECT_LT(relative_error(f.dk.view, o.backward.dk), 1e-4);
-    if (gate_cols(c) > 0) EXPECT_LT(relative_error(f.dg.view, o.backward.dg), 1e-4);
+    if (gate_cols(c) > 0) {
+      EXPECT_LT(relative_error(f.dg.view, o.backward.dg), 1e-4);
+    }
   }
 }
 

@@ -78,7 +78,8 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
   A_.resize(size(C_, Cp_)), O_.resize(size(C_, Vp_)), T_.resize(size(std::max(p.K, p.V), Cp_));
   if (backward) {
     dO_.resize(size(C_, Vp_)), dQ_.resize(size(C_, Kp_)), dK_.resize(size(C_, Kp_)), dV_.resize(size(C_, Vp_));
-    tmp_.resize(size(C_, Kp_)), dA_.resize(size(C_, Cp_)), St_.resize(size(std::max(p.K, p.V), Kp_));
+    diag_.resize(size_t(C_)), tmp_.resize(size(C_, Kp_)), dA_.resize(size(C_, Cp_)),
+        St_.resize(size(std::max(p.K, p.V), Kp_));
   }
 }
 
@@ -194,7 +195,7 @@ void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t
 }
 
 void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
-                          double* gate_grad, const DecayHead& x, int64_t t0) {
+                          double* gate_grad, bool final_chunk, const DecayHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float* left = per_key_ ? Qh_.data() : Q_.data();
   const float* right = per_key_ ? Kh_.data() : K_.data();
@@ -209,6 +210,9 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
     gemm({dA_.data() + r * Cp_, Cp_, rows, cols}, plain(dO_.data() + r * Vp_, Vp_), {T_.data(), Cp_, V, cols});
   }
   mask_lower(dA_.data(), Cp_, W, Cp_, n);
+  // The diagonal (each token with itself, weight e^0) apart: it adds to dq and dk below, after the gate's
+  // share is taken, so that ∂L/∂b never holds two O(1) terms that cancel (docs: "Numerics").
+  for (int64_t t = 0; t < n; ++t) diag_[size_t(t)] = dA_[size_t(t * Cp_ + t)], dA_[size_t(t * Cp_ + t)] = 0.0f;
   // dQ = e^b ⊙ (dO Sᵀ) + [dA K̂] ⊙ e^{b − m} (per row: dA K).
   kernels::transpose(St_.data(), Kp_, S, Vp_, K, V);
   gemm({dQ_.data(), Kp_, n, K}, plain(dO_.data(), Vp_), {St_.data(), Kp_, V, K},
@@ -238,14 +242,23 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   // dV = (K ⊙ e^{b_n − b}) dS + Aᵀ dO.
   gemm({dV_.data(), Vp_, n, V}, plain(Kd_.data(), Kp_), {dS, Vp_, K, V});
   lower_transposed_product(dV_.data(), Vp_, A_.data(), Cp_, dO_.data(), Vp_, n, V, true);
-  // ∂L/∂b_t = Q ⊙ dQ − K ⊙ dK (Q = scale·q, so q·dq = Q·dQ); the final state's part is the caller's.
+  // ∂L/∂b_t = Q ⊙ dQ − K ⊙ dK (Q = scale·q, so q·dq = Q·dQ), without the diagonal; the last token of
+  // a sequence leaves out its pair with the final state (the caller adds that pair's share).
   const int64_t cols = p_.gate_cols();
   if (cols > 0)
     for (int64_t t = 0; t < n; ++t) {
       const float *q = Q_.data() + t * Kp_, *k = K_.data() + t * Kp_;
       const float *gq = dQ_.data() + t * Kp_, *gk = dK_.data() + t * Kp_;
+      const bool with_k = !(final_chunk && t == n - 1);
       double* out = gate_grad + t * cols;
-      for (int64_t c = 0; c < K; ++c) out[cols == 1 ? 0 : c] += double(q[c]) * gq[c] - double(k[c]) * gk[c];
+      for (int64_t c = 0; c < K; ++c)
+        out[cols == 1 ? 0 : c] += double(q[c]) * gq[c] - (with_k ? double(k[c]) * gk[c] : 0.0);
+    }
+  // The diagonal: ∂A[t, t]/∂Q_t = K_t and ∂A[t, t]/∂K_t = Q_t (the decay factors cancel on it).
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < K; ++c) {
+      dQ_[size_t(t * Kp_ + c)] += diag_[size_t(t)] * K_[size_t(t * Kp_ + c)];
+      dK_[size_t(t * Kp_ + c)] += diag_[size_t(t)] * Q_[size_t(t * Kp_ + c)];
     }
   // dS ← diag(e^{b_n}) dS + (Q ⊙ e^b)ᵀ dO.
   scale_state(dS);

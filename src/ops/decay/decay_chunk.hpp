@@ -40,11 +40,13 @@ class DecayChunk {
   void advance(float* S);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
   // rows of dq, dk, dv, adds each token's ∂L/∂b (cumulative, before the reverse sum) to gate_grad
-  // ([n, gate_cols]), and leaves in dS the gradient of the state before the chunk.
+  // ([n, gate_cols]), and leaves in dS the gradient of the state before the chunk. final_chunk: the
+  // sequence's last chunk, whose last token's pair with the final state the caller accounts for.
   void backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
-                double* gate_grad, const DecayHead& x, int64_t t0);
+                double* gate_grad, bool final_chunk, const DecayHead& x, int64_t t0);
 
   int64_t Vp() const { return Vp_; }
+  const DecayProblem& problem() const { return p_; }
 
  private:
   void intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth);
@@ -60,6 +62,7 @@ class DecayChunk {
   std::vector<float> Qe_, Kd_, Qh_, Kh_;  // Q ⊙ e^b, K ⊙ e^{b_n − b}, Q̂, K̂: [C, Kp] (Q̂, K̂ per key only)
   std::vector<float> W_, A_, O_, T_;      // [C, Cp], [C, Cp], [C, Vp], transposes [max(K, V), Cp]
   std::vector<float> dO_, dQ_, dK_, dV_, tmp_, dA_, St_;  // backward: [C, Vp], [C, Kp] ×3 + [C, Vp], [C, Cp], [V, Kp]
+  std::vector<float> diag_;                               // backward: dA's diagonal [C]
   std::vector<float> row_q_, row_k_;                      // per row: e^{b_t}, e^{b_n − b_t}
   std::vector<double> run_, lo_, hi_;                     // per key: the running b and its range, while loading
   float gamma_ = 1.0f;                                    // per row: e^{b_n}

@@ -4,6 +4,7 @@
 // and forms dg from each token's ∂L/∂b by a reverse cumulative sum. Work is split over (sequence, head)
 // only, so every head's arithmetic is the same for any thread count.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/validate.hpp"
@@ -38,6 +39,26 @@ void load_state(float* S, int64_t Vp, std::span<const float> from, const DecayPr
 void store_state(std::span<float> to, const float* S, int64_t Vp, const DecayProblem& p, int64_t index) {
   if (to.empty()) return;
   for (int64_t c = 0; c < p.K; ++c) std::copy_n(S + c * Vp, p.V, to.data() + (index * p.K + c) * p.V);
+}
+
+// out[c] (or out[0], one gate per token) += Σ_v dS_T ⊙ a_T S_{T−1}: the last token's gate gradient from
+// the final state. S_last: the state before the last chunk, which starts at t_last.
+void final_gate_share(DecayChunk& chunk, const DecayHead& x, const detail::DecaySequence& s, const float* S_last,
+                      int64_t t_last, const float* dS, double* out) {
+  const DecayProblem& p = chunk.problem();
+  const int64_t Vp = chunk.Vp(), T = s.end - 1;
+  std::vector<float> S(S_last, S_last + p.K * Vp);
+  if (T > t_last) {  // the last chunk's tokens before T
+    chunk.load(x, t_last, T, T - t_last);
+    chunk.advance(S.data());
+  }
+  const float* g = x.g.data + x.g.offset(x.b, T, x.h, 0);
+  for (int64_t c = 0; c < p.K; ++c) {
+    const double a = std::exp(double(g[(p.decay == Decay::key ? c : 0) * x.g.stride[3]]));
+    double sum = 0;
+    for (int64_t e = 0; e < p.V; ++e) sum += double(dS[c * Vp + e]) * S[size_t(c * Vp + e)];
+    out[p.decay == Decay::key ? c : 0] += a * sum;
+  }
 }
 
 // Runs body(chunk, head, state index) for every (sequence, head), over the threads.
@@ -128,18 +149,17 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                   std::vector<float> dS(static_cast<size_t>(KVp));
                   load_state(dS.data(), chunk.Vp(), dfinal_state, p, index);
                   std::vector<double> gate_grad(size_t((s.end - s.begin) * cols), 0.0);
-                  // The final state's part of ∂L/∂b at the last token: Σ_v dS_T ⊙ S_T.
-                  if (cols > 0 && s.end > s.begin)
-                    for (int64_t c = 0; c < p.K; ++c)
-                      for (int64_t e = 0; e < p.V; ++e)
-                        gate_grad[size_t((s.end - s.begin - 1) * cols + (cols == 1 ? 0 : c))] +=
-                            double(dS[size_t(c * chunk.Vp() + e)]) *
-                            states[states.size() - size_t(KVp) + size_t(c * chunk.Vp() + e)];
+                  // The final state's part of ∂L/∂b at the last token T: Σ_v dS_T ⊙ a_T S_{T−1}, with a_T S_{T−1}
+                  // formed directly (S_T − k_T v_Tᵀ would cancel two O(1) terms under strong decay).
+                  if (cols > 0 && starts.size() >= 2)
+                    final_gate_share(chunk, x, s, states.data() + (starts.size() - 2) * size_t(KVp),
+                                     starts[starts.size() - 2], dS.data(),
+                                     gate_grad.data() + (s.end - s.begin - 1) * cols);
                   for (int64_t i = int64_t(starts.size()) - 2; i >= 0; --i) {
                     const int64_t t0 = starts[size_t(i)], n = starts[size_t(i) + 1] - t0;
                     chunk.load(x, t0, s.end, n);
                     chunk.backward(states.data() + i * KVp, dS.data(), dout, dq, dk, dv,
-                                   gate_grad.data() + (t0 - s.begin) * cols, x, t0);
+                                   gate_grad.data() + (t0 - s.begin) * cols, i == int64_t(starts.size()) - 2, x, t0);
                   }
                   store_state(dinitial_state, dS.data(), chunk.Vp(), p, index);
                   // dg_t = Σ_{u ≥ t} ∂L/∂b_u: b_u is the sum of g up to u.
