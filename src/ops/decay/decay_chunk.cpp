@@ -70,7 +70,7 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
   if (per_key_) {
     b_.resize(size(C_, Kp_)), mid_.resize(size_t(Kp_)), bn_.resize(size_t(Kp_));
     Qh_.resize(size(C_, Kp_)), Kh_.resize(size(C_, Kp_));
-    run_.resize(size_t(p.K)), lo_.resize(size_t(p.K)), hi_.resize(size_t(p.K));
+    lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_));
   } else {
     b_.resize(size_t(C_)), nb_.resize(size_t(C_)), row_q_.resize(size_t(C_)), row_k_.resize(size_t(C_));
     W_.resize(size(C_, Cp_));
@@ -88,34 +88,30 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
   h_ = x.h;
   const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
   if (per_key_) {
-    // Cumulative log decays per column, in double; the chunk stops before the token that would make a
-    // column span more than kMaxLogSpan (a single token always fits).
-    std::vector<double>&run = run_, &lo = lo_, &hi = hi_;
-    std::fill(run.begin(), run.end(), 0.0);
-    int64_t t = 0;
-    for (; t < (n > 0 ? n : limit); ++t) {
-      const float* gt = g.at(t0 + t);
-      bool fits = true;
-      for (int64_t c = 0; c < K; ++c) {
-        const double next = run[size_t(c)] + double(gt[c * g.col]);
-        const double l = t == 0 ? next : std::min(lo[size_t(c)], next),
-                     u = t == 0 ? next : std::max(hi[size_t(c)], next);
-        if (u - l > kMaxLogSpan) fits = false;
+    // Cumulative log decays per column; the chunk stops before the token that would make a column span
+    // more than kMaxLogSpan (a single token always fits). The loops over columns vectorize.
+    const int64_t rows = n > 0 ? n : limit;
+    kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
+    float *lo = lo_.data(), *hi = hi_.data();
+    std::copy_n(b_.data(), Kp_, lo), std::copy_n(b_.data(), Kp_, hi);
+    int64_t t = 1;
+    for (; t < rows; ++t) {
+      float* row = b_.data() + t * Kp_;
+      const float* prev = row - Kp_;
+      int exceeds = 0;
+      for (int64_t c = 0; c < Kp_; ++c) {
+        row[c] += prev[c];
+        exceeds |= int(std::max(hi[c], row[c]) - std::min(lo[c], row[c]) > float(kMaxLogSpan));
       }
-      if (!fits && n <= 0) break;
-      for (int64_t c = 0; c < K; ++c) {
-        double& r = run[size_t(c)];
-        r += double(gt[c * g.col]);
-        lo[size_t(c)] = t == 0 ? r : std::min(lo[size_t(c)], r);
-        hi[size_t(c)] = t == 0 ? r : std::max(hi[size_t(c)], r);
-        b_[size_t(t * Kp_ + c)] = float(r);
-      }
-      std::fill(b_.begin() + t * Kp_ + K, b_.begin() + (t + 1) * Kp_, 0.0f);
+      if (exceeds && n <= 0) break;
+      for (int64_t c = 0; c < Kp_; ++c) lo[c] = std::min(lo[c], row[c]), hi[c] = std::max(hi[c], row[c]);
     }
     n_ = t;
-    for (int64_t c = 0; c < K; ++c) {
-      mid_[size_t(c)] = float(0.5 * (lo[size_t(c)] + hi[size_t(c)]));
+    for (int64_t c = 0; c < Kp_; ++c) {
+      mid_[size_t(c)] = 0.5f * (lo[c] + hi[c]);
       bn_[size_t(c)] = b_[size_t((n_ - 1) * Kp_ + c)];
+      // e^{m}, e^{b_n − m}: the column factors that turn Q̂ into Q ⊙ e^{b} and K̂ into K ⊙ e^{b_n − b}.
+      lo[c] = std::exp(mid_[size_t(c)]), hi[c] = std::exp(bn_[size_t(c)] - mid_[size_t(c)]);
     }
   } else {
     n_ = n > 0 ? n : limit;
@@ -131,14 +127,16 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
   kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.h), t0, rows);
   kernels::pack_rows({V_.data(), Vp_, rows, V}, kernels::head_rows(x.v, x.b, x.h), t0, rows);
   if (per_key_) {
+    const float *em = lo_.data(), *enm = hi_.data();
     for (int64_t t = 0; t < rows; ++t) {
-      const float* bt = b_.data() + t * Kp_;
-      const float* q = Q_.data() + t * Kp_;
-      const float* k = K_.data() + t * Kp_;
-      kernels::mul_exp_difference(Qe_.data() + t * Kp_, q, bt, nullptr, 1.0f, Kp_);      // Q e^{b}
-      kernels::mul_exp_difference(Kd_.data() + t * Kp_, k, bn_.data(), bt, 1.0f, Kp_);   // K e^{b_n − b}
-      kernels::mul_exp_difference(Qh_.data() + t * Kp_, q, bt, mid_.data(), 1.0f, Kp_);  // Q e^{b − m}
-      kernels::mul_exp_difference(Kh_.data() + t * Kp_, k, mid_.data(), bt, 1.0f, Kp_);  // K e^{m − b}
+      const int64_t r = t * Kp_;
+      // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}: one exp per element.
+      kernels::mul_exp_pair(Qh_.data() + r, Kh_.data() + r, Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(),
+                            Kp_);
+      for (int64_t c = 0; c < Kp_; ++c) {
+        Qe_[size_t(r + c)] = Qh_[size_t(r + c)] * em[c];   // Q ⊙ e^{b}
+        Kd_[size_t(r + c)] = Kh_[size_t(r + c)] * enm[c];  // K ⊙ e^{b_n − b}
+      }
     }
     return n_;
   }

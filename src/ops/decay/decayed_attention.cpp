@@ -136,7 +136,11 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                 [&](DecayChunk& chunk, const DecayHead& x, const detail::DecaySequence& s, int64_t index) {
                   const int64_t KVp = p.K * chunk.Vp();
                   // The state before each chunk (and after the last), and each chunk's start.
-                  std::vector<float> states(static_cast<size_t>(KVp));
+                  // Reused from head to head (a thread's heads are alike): no reallocation, no page faults.
+                  std::vector<float>& states = chunk.states();
+                  states.clear();
+                  states.reserve(size_t((s.end - s.begin) / std::max<int64_t>(options.chunk_size, 1) + 2) * KVp);
+                  states.resize(size_t(KVp));
                   std::vector<int64_t> starts{s.begin};
                   load_state(states.data(), chunk.Vp(), initial_state, p, index);
                   for (int64_t t = s.begin; t < s.end;) {
