@@ -47,8 +47,6 @@ class DecayChunk {
 
   int64_t Vp() const { return Vp_; }
   const DecayProblem& problem() const { return p_; }
-  // The backward's states before each chunk of the current head: the caller's, kept with the scratch.
-  std::vector<float>& states() { return states_; }
 
  private:
   void intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth);
@@ -64,11 +62,10 @@ class DecayChunk {
   std::vector<float> Qe_, Kd_, Qh_, Kh_;  // Q ⊙ e^b, K ⊙ e^{b_n − b}, Q̂, K̂: [C, Kp] (Q̂, K̂ per key only)
   std::vector<float> W_, A_, O_, T_;      // [C, Cp], [C, Cp], [C, Vp], transposes [max(K, V), Cp]
   std::vector<float> dO_, dQ_, dK_, dV_, tmp_, dA_, St_;  // backward: [C, Vp], [C, Kp] ×3 + [C, Vp], [C, Cp], [V, Kp]
-  std::vector<float> states_;
-  std::vector<float> diag_;            // backward: dA's diagonal [C]
-  std::vector<float> row_q_, row_k_;   // per row: e^{b_t}, e^{b_n − b_t}
+  std::vector<float> diag_;                               // backward: dA's diagonal [C]
+  std::vector<float> row_q_, row_k_;                      // per row: e^{b_t}, e^{b_n − b_t}
   std::vector<float> lo_, hi_;  // per key: b's range while loading, then the column factors e^{m}, e^{b_n − m}
-  float gamma_ = 1.0f;                 // per row: e^{b_n}
+  float gamma_ = 1.0f;          // per row: e^{b_n}
 };
 
 }  // namespace linattn::detail
