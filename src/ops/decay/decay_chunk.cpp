@@ -69,7 +69,7 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
   Qe_.resize(size(C_, Kp_)), Kd_.resize(size(C_, Kp_));
   if (per_key_) {
     b_.resize(size(C_, Kp_)), mid_.resize(size_t(Kp_)), bn_.resize(size_t(Kp_));
-    Qh_.resize(size(C_, Kp_)), Kh_.resize(size(C_, Kp_));
+    Qh_.resize(size(C_, Kp_)), Kh_.resize(size(C_, Kp_)), E_.resize(size(C_, Kp_)), invE_.resize(size(C_, Kp_));
     lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_));
   } else {
     b_.resize(size_t(C_)), nb_.resize(size_t(C_)), row_q_.resize(size_t(C_)), row_k_.resize(size_t(C_));
@@ -131,8 +131,8 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
     for (int64_t t = 0; t < rows; ++t) {
       const int64_t r = t * Kp_;
       // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}: one exp per element.
-      kernels::mul_exp_pair(Qh_.data() + r, Kh_.data() + r, Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(),
-                            Kp_);
+      kernels::mul_exp_pair(Qh_.data() + r, Kh_.data() + r, E_.data() + r, invE_.data() + r, Q_.data() + r,
+                            K_.data() + r, b_.data() + r, mid_.data(), Kp_);
       for (int64_t c = 0; c < Kp_; ++c) {
         Qe_[size_t(r + c)] = Qh_[size_t(r + c)] * em[c];   // Q ⊙ e^{b}
         Kd_[size_t(r + c)] = Kh_[size_t(r + c)] * enm[c];  // K ⊙ e^{b_n − b}
@@ -220,19 +220,21 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   gemm({dK_.data(), Kp_, n, K}, plain(V_.data(), Vp_), {St_.data(), Kp_, V, K},
        {.row_scale = per_key_ ? nullptr : row_k_.data()});
   if (per_key_) {
-    for (int64_t t = 0; t < n; ++t) {
-      const float* bt = b_.data() + t * Kp_;
-      kernels::mul_exp_difference(dQ_.data() + t * Kp_, dQ_.data() + t * Kp_, bt, nullptr, 1.0f, K);
-      kernels::mul_exp_difference(dK_.data() + t * Kp_, dK_.data() + t * Kp_, bn_.data(), bt, 1.0f, K);
-    }
+    // dQ = e^{b−m} ⊙ (e^{m} ⊙ dO Sᵀ + dA K̂), dK = e^{m−b} ⊙ (e^{b_n−m} ⊙ V dSᵀ + dAᵀ Q̂): the load's
+    // factors again, no exp here.
+    const float *em = lo_.data(), *enm = hi_.data();
     lower_product(tmp_.data(), Kp_, dA_.data(), Cp_, right, Kp_, n, K, false);
-    for (int64_t t = 0; t < n; ++t)
-      kernels::add_mul_exp_difference(dQ_.data() + t * Kp_, tmp_.data() + t * Kp_, b_.data() + t * Kp_, mid_.data(),
-                                      1.0f, K);
+    for (int64_t t = 0; t < n; ++t) {
+      float* d = dQ_.data() + t * Kp_;
+      const float *e = E_.data() + t * Kp_, *part = tmp_.data() + t * Kp_;
+      for (int64_t c = 0; c < K; ++c) d[c] = e[c] * (em[c] * d[c] + part[c]);
+    }
     lower_transposed_product(tmp_.data(), Kp_, dA_.data(), Cp_, left, Kp_, n, K, false);
-    for (int64_t t = 0; t < n; ++t)
-      kernels::add_mul_exp_difference(dK_.data() + t * Kp_, tmp_.data() + t * Kp_, mid_.data(), b_.data() + t * Kp_,
-                                      1.0f, K);
+    for (int64_t t = 0; t < n; ++t) {
+      float* d = dK_.data() + t * Kp_;
+      const float *e = invE_.data() + t * Kp_, *part = tmp_.data() + t * Kp_;
+      for (int64_t c = 0; c < K; ++c) d[c] = e[c] * (enm[c] * d[c] + part[c]);
+    }
   } else {
     lower_product(dQ_.data(), Kp_, dA_.data(), Cp_, K_.data(), Kp_, n, K, true);
     lower_transposed_product(dK_.data(), Kp_, dA_.data(), Cp_, Q_.data(), Kp_, n, K, true);

@@ -59,6 +59,7 @@ class DecayChunk {
   int64_t h_ = 0;
   std::vector<float> Q_, K_, V_;          // [C, Kp], [C, Kp], [C, Vp]
   std::vector<float> b_, nb_, mid_, bn_;  // per row: b [C], −b [C]; per key: b [C, Kp], m [Kp], b_n [Kp]
+  std::vector<float> E_, invE_;           // per key: e^{b − m}, e^{m − b}: [C, Kp]
   std::vector<float> Qe_, Kd_, Qh_, Kh_;  // Q ⊙ e^b, K ⊙ e^{b_n − b}, Q̂, K̂: [C, Kp] (Q̂, K̂ per key only)
   std::vector<float> W_, A_, O_, T_;      // [C, Cp], [C, Cp], [C, Vp], transposes [max(K, V), Cp]
   std::vector<float> dO_, dQ_, dK_, dV_, tmp_, dA_, St_;  // backward: [C, Vp], [C, Kp] ×3 + [C, Vp], [C, Cp], [V, Kp]
