@@ -23,27 +23,33 @@ HWY_INLINE V Factor(D d, const float* HWY_RESTRICT a, const float* HWY_RESTRICT 
   return hn::Exp(d, hn::Mul(sign, diff));
 }
 
-template <bool kAdd>
-void MulExpDifference(float* y, const float* x, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float sign,
-                      int64_t n) {
+void MulExpDifferenceN(float* y, const float* x, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float sign,
+                       int64_t n) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
   const V s = hn::Set(d, sign);
   int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(hn::Mul(hn::LoadU(d, x + i), Factor(d, a, b, s, i)), d, y + i);
+  for (; i < n; ++i) y[i] = x[i] * std::exp(sign * (b ? a[i] - b[i] : a[i]));
+}
+
+void MulExpPairN(float* HWY_RESTRICT qh, float* HWY_RESTRICT kh, float* HWY_RESTRICT e, float* HWY_RESTRICT inv_e,
+                 const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT a,
+                 const float* HWY_RESTRICT b, int64_t n) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const V one = hn::Set(d, 1.0f);
+  int64_t i = 0;
   for (; i + L <= n; i += L) {
-    const V product = hn::Mul(hn::LoadU(d, x + i), Factor(d, a, b, s, i));
-    hn::StoreU(kAdd ? hn::Add(hn::LoadU(d, y + i), product) : product, d, y + i);
+    const V f = Factor(d, a, b, one, i), inv = hn::Div(one, f);
+    hn::StoreU(f, d, e + i), hn::StoreU(inv, d, inv_e + i);
+    hn::StoreU(hn::Mul(hn::LoadU(d, q + i), f), d, qh + i);
+    hn::StoreU(hn::Mul(hn::LoadU(d, k + i), inv), d, kh + i);
   }
   for (; i < n; ++i) {
-    const float product = x[i] * std::exp(sign * (b ? a[i] - b[i] : a[i]));
-    y[i] = kAdd ? y[i] + product : product;
+    e[i] = std::exp(a[i] - b[i]), inv_e[i] = 1.0f / e[i];
+    qh[i] = q[i] * e[i], kh[i] = k[i] * inv_e[i];
   }
-}
-void MulExpDifferenceN(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
-  MulExpDifference<false>(y, x, a, b, sign, n);
-}
-void AddMulExpDifferenceN(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
-  MulExpDifference<true>(y, x, a, b, sign, n);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -54,13 +60,14 @@ HWY_AFTER_NAMESPACE();
 namespace linattn::kernels {
 
 HWY_EXPORT(MulExpDifferenceN);
-HWY_EXPORT(AddMulExpDifferenceN);
+HWY_EXPORT(MulExpPairN);
 
 void mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
   HWY_DYNAMIC_DISPATCH(MulExpDifferenceN)(y, x, a, b, sign, n);
 }
-void add_mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AddMulExpDifferenceN)(y, x, a, b, sign, n);
+void mul_exp_pair(float* qh, float* kh, float* e, float* inv_e, const float* q, const float* k, const float* a,
+                  const float* b, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(MulExpPairN)(qh, kh, e, inv_e, q, k, a, b, n);
 }
 
 }  // namespace linattn::kernels

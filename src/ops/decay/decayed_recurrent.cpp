@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "kernels/decay_factors.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "ops/decay/decay_checks.hpp"
@@ -20,32 +21,36 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
   if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
   detail::check_decay_state(op, "state", state.size(), p);
   if (g.data)
-    detail::check_outputs(op, {boundary::region("out", out), boundary::region("state", state)},
-                          {boundary::region("q", q), boundary::region("k", k), boundary::region("v", v),
-                           boundary::region("g", g)});
+    detail::check_outputs(
+        op, {boundary::region("out", out), boundary::region("state", state)},
+        {boundary::region("q", q), boundary::region("k", k), boundary::region("v", v), boundary::region("g", g)});
   else
     detail::check_outputs(op, {boundary::region("out", out), boundary::region("state", state)},
                           {boundary::region("q", q), boundary::region("k", k), boundary::region("v", v)});
   const int64_t tasks = int64_t(p.sequences.size()) * p.H, K = p.K, V = p.V;
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && p.T * K * V >= (1 << 16))
-  for (int64_t task = 0; task < tasks; ++task) {
-    const detail::DecaySequence& s = p.sequences[size_t(task / p.H)];
-    const int64_t h = task % p.H;
-    std::vector<float> qs(size_t(K)), ks(size_t(K)), vs(size_t(V)), o(size_t(V)), a(size_t(K)),
-        gs(size_t(p.gate_cols()));
-    std::fill(a.begin(), a.end(), float(std::exp(detail::constant_log_decay(options, h))));
-    float* S = state.data() + (s.n * p.H + h) * K * V;
-    const bool decays = p.decay != Decay::none;
-    for (int64_t t = s.begin; t < s.end; ++t) {
-      kernels::pack_rows({qs.data(), K, 1, K}, kernels::head_rows(q, s.b, h), t, 1, p.scale);
-      kernels::pack_rows({ks.data(), K, 1, K}, kernels::head_rows(k, s.b, h), t, 1);
-      kernels::pack_rows({vs.data(), V, 1, V}, kernels::head_rows(v, s.b, h), t, 1);
-      if (p.gate_cols() > 0) {
-        kernels::pack_rows({gs.data(), p.gate_cols(), 1, p.gate_cols()}, kernels::head_rows(g, s.b, h), t, 1);
-        for (int64_t x = 0; x < K; ++x) a[size_t(x)] = std::exp(gs[size_t(p.decay == Decay::key ? x : 0)]);
+  const int64_t cols = p.gate_cols();
+  const bool decays = p.decay != Decay::none;
+#pragma omp parallel if (tasks > 1 && p.T * K * V >= (1 << 16))
+  {
+    // One scratch per thread for all its heads: a decode step allocates nothing per head.
+    std::vector<float> buffer(size_t(4 * K + 2 * V + cols), 1.0f);
+    float *qs = buffer.data(), *ks = qs + K, *a = ks + K, *ones = a + K, *vs = ones + K, *o = vs + V, *gs = o + V;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const detail::DecaySequence& s = p.sequences[size_t(task / p.H)];
+      const int64_t h = task % p.H;
+      std::fill_n(a, K, float(std::exp(detail::constant_log_decay(options, h))));
+      float* S = state.data() + (s.n * p.H + h) * K * V;
+      for (int64_t t = s.begin; t < s.end; ++t) {
+        kernels::pack_rows({qs, K, 1, K}, kernels::head_rows(q, s.b, h), t, 1, p.scale);
+        kernels::pack_rows({ks, K, 1, K}, kernels::head_rows(k, s.b, h), t, 1);
+        kernels::pack_rows({vs, V, 1, V}, kernels::head_rows(v, s.b, h), t, 1);
+        if (cols > 0) kernels::pack_rows({gs, cols, 1, cols}, kernels::head_rows(g, s.b, h), t, 1);
+        if (p.decay == Decay::key) kernels::mul_exp_difference(a, ones, gs, nullptr, 1.0f, K);  // a = e^{g}
+        if (p.decay == Decay::token) std::fill_n(a, K, std::exp(gs[0]));
+        kernels::rank1_update_readout(o, S, ks, vs, qs, K, V, decays ? a : nullptr);
+        kernels::unpack_rows(kernels::head_rows(out, s.b, h), t, {o, V, 1, V}, 1);
       }
-      kernels::rank1_update_readout(o.data(), S, ks.data(), vs.data(), qs.data(), K, V, decays ? a.data() : nullptr);
-      kernels::unpack_rows(kernels::head_rows(out, s.b, h), t, {o.data(), V, 1, V}, 1);
     }
   }
 }
