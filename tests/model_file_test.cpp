@@ -184,7 +184,7 @@ TEST(ModelFile, FilesFromBeforeTheDecayedKindsStillLoad) {
   io::put_i64(bytes, 5);
   bytes += "abcde";
   io::put_i64(bytes, count);
-  std::vector<float> weights(size_t(count));
+  std::vector<float> weights(static_cast<size_t>(count));
   for (size_t i = 0; i < weights.size(); ++i) weights[i] = float(i);
   io::put_f32s(bytes, weights);
   io::put_u32(bytes, crc32(bytes));
