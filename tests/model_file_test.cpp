@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "io/bytes.hpp"
 #include "linattn/error.hpp"
@@ -137,6 +138,67 @@ TEST(ModelFile, MismatchedContentsAreRejected) {
       << parse_error(with_crc(bytes));
 }
 
+// retnet and gla are recorded by name; gla's file holds its gate projection (2 more tensors).
+TEST(ModelFile, RecordsTheDecayedKinds) {
+  for (AttentionKind kind : {AttentionKind::retnet, AttentionKind::gla}) {
+    ModelFile f = sample_file(true);
+    f.config.attention = kind;
+    f.params.assign(param_count(f.config), 0.5f);
+    f.adam_m.assign(f.params.size(), 0.25f);
+    f.adam_v.assign(f.params.size(), 1e-6f);
+    const std::string bytes = serialize_model_file(f);
+    EXPECT_NE(bytes.find(std::string("attention=") + attention_name(kind) + "\n"), std::string::npos);
+    const ModelFile back = parse_model_file(bytes);
+    EXPECT_EQ(back.config.attention, kind);
+    EXPECT_EQ(back.params, f.params);
+  }
+  ModelConfig linear = sample_file(false).config, gla = linear;
+  linear.attention = AttentionKind::linear;
+  gla.attention = AttentionKind::gla;
+  const int64_t C = gla.d_model, L = gla.layers;
+  EXPECT_EQ(param_count(gla), param_count(linear) + L * C * C + L * C);
+  // A gla file with the weights of a linear model is refused: the gate is missing.
+  ModelFile f = sample_file(false);
+  f.config.attention = AttentionKind::gla;
+  f.params.assign(param_count(linear), 0.0f);
+  EXPECT_NE(parse_error(serialize_model_file(f))
+                .find("parameter count is " + std::to_string(param_count(linear)) + ", expected " +
+                      std::to_string(param_count(gla))),
+            std::string::npos)
+      << parse_error(serialize_model_file(f));
+}
+
+// A model file as the format has always been written (version 1; the config text exactly as before
+// retnet and gla existed) still loads, with the same weights in the same places.
+TEST(ModelFile, FilesFromBeforeTheDecayedKindsStillLoad) {
+  const std::string config =
+      "attention=linear\nchunk_size=64\nd_model=8\nfavor_features=64\nfavor_seed=7\nheads=2\ninit_seed=1\n"
+      "layers=1\nmlp_hidden=12\nvocab_size=5\n";
+  // V·C + L·(2C + 3C² + 3C + C² + C + 2C + C·F + F + F·C + C) + 2C + C·V + V, with V 5, C 8, L 1, F 12
+  const int64_t count = 40 + (16 + 192 + 24 + 64 + 8 + 16 + 96 + 12 + 96 + 8) + 16 + 40 + 5;
+  std::string bytes(kModelMagic, 8);
+  io::put_u32(bytes, 1);  // version
+  io::put_u32(bytes, 1);  // a model
+  io::put_i64(bytes, int64_t(config.size()));
+  bytes += config;
+  io::put_i64(bytes, 5);
+  bytes += "abcde";
+  io::put_i64(bytes, count);
+  std::vector<float> weights(static_cast<size_t>(count));
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = float(i);
+  io::put_f32s(bytes, weights);
+  io::put_u32(bytes, crc32(bytes));
+  const ModelFile f = parse_model_file(bytes, "old.model");
+  EXPECT_EQ(f.config.attention, AttentionKind::linear);
+  EXPECT_EQ(f.params, weights);
+  // The tensors sit where they always did: the head's bias is the last V weights.
+  const ParamTensor last = param_tensors(f.config).back();
+  EXPECT_EQ(last.name, "headb");
+  EXPECT_EQ(last.offset, count - 5);
+  Transformer<float> model(f.config);  // and it builds
+  EXPECT_EQ(int64_t(model.params().size()), count);
+}
+
 TEST(ModelConfig, TextFormIsStrict) {
   ModelConfig c;
   c.vocab_size = 9;
@@ -191,6 +253,14 @@ TEST(ModelConfig, ChecksNameTheField) {
   EXPECT_NE(message(c).find("implausibly large"), std::string::npos);
   EXPECT_THROW(attention_by_name("quadratic"), Error);
   EXPECT_EQ(attention_by_name("favor"), AttentionKind::favor);
+  EXPECT_EQ(attention_by_name("retnet"), AttentionKind::retnet);
+  EXPECT_EQ(attention_by_name("gla"), AttentionKind::gla);
+  try {
+    attention_by_name("mamba");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"retnet\", \"gla\""), std::string::npos) << e.what();
+  }
 }
 
 TEST(ModelTokenizer, EncodesDecodesAndRejectsUnknownBytes) {

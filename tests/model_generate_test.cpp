@@ -1,9 +1,11 @@
-// Generation: the recurrent state (linear, favor) and the KV cache (softmax) give the logits of the
-// parallel forward, token by token, after a prompt block, and across block boundaries.
+// Generation: the recurrent state (linear, favor; retnet and gla through decayed_step) and the KV
+// cache (softmax) give the logits of the parallel forward, token by token, after a prompt block, and
+// across block boundaries; greedy generation writes the tokens of a full recompute.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "linattn/error.hpp"
@@ -95,7 +97,7 @@ TEST_P(ModelGenerate, LongPromptMatchesParallelForward) {
   EXPECT_LT(error(got, {model.logits(), size_t(T * V)}), 2e-4) << attention_name(GetParam());
 }
 
-// Linear and favor hold constant state per token; softmax's cache grows by 2·C floats per layer.
+// Linear, favor, retnet and gla hold constant state per token; softmax's cache grows by 2·C floats per layer.
 TEST_P(ModelGenerate, StateMemory) {
   Transformer<float> model = random_model(GetParam());
   const ModelConfig& c = model.config();
@@ -112,8 +114,37 @@ TEST_P(ModelGenerate, StateMemory) {
   }
 }
 
+// Greedy generation through the generator (recurrent state or KV cache, one token per step) writes
+// the same tokens as recomputing the whole prefix with the parallel forward before each token.
+TEST_P(ModelGenerate, GreedyTokensEqualFullRecompute) {
+  Transformer<float> model = random_model(GetParam());
+  const int64_t V = model.config().vocab_size, prompt = 7, steps = 40;  // to 47 tokens: past two chunks of 16
+  const std::vector<int32_t> start = random_tokens(prompt, V, 4);
+  auto argmax = [](std::span<const float> logits) { return sample_token(logits, 0.0, 0.0); };
+
+  Generator generator(model);
+  std::vector<int32_t> stepped = start;
+  std::span<const float> logits = generator.feed(start);
+  for (int64_t i = 0; i < steps; ++i) {
+    const int32_t token = argmax(logits.subspan(logits.size() - size_t(V)));
+    stepped.push_back(token);
+    logits = generator.feed({&token, 1});
+  }
+
+  std::vector<int32_t> recomputed = start;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t T = int64_t(recomputed.size());
+    model.forward(recomputed.data(), nullptr, nullptr, 1, T);
+    recomputed.push_back(argmax({model.logits() + (T - 1) * V, size_t(V)}));
+  }
+  EXPECT_EQ(stepped, recomputed) << attention_name(GetParam());
+  // Not a degenerate run: the model writes more than one distinct token.
+  EXPECT_GT(std::set<int32_t>(stepped.begin() + prompt, stepped.end()).size(), 1u) << attention_name(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, ModelGenerate,
-                         ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor),
+                         ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor,
+                                           AttentionKind::retnet, AttentionKind::gla),
                          [](const ::testing::TestParamInfo<AttentionKind>& p) {
                            return std::string(attention_name(p.param));
                          });

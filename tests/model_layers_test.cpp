@@ -1,5 +1,6 @@
 // Every layer's backward against central finite differences in fp64, and the fp32 attention layer
-// (linattn's operators) against the fp64 one (the reference), over awkward shapes.
+// (linattn's operators) against the fp64 one (the reference), over awkward shapes; for every kind,
+// retnet and gla (decayed attention, GLA's gate, the head norm) included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -146,6 +147,53 @@ TEST(ModelLayers, CrossEntropyBackwardMatchesFiniteDifferences) {
   for (double d : dlogits) EXPECT_EQ(d, 0.0);
 }
 
+TEST(ModelLayers, LogSigmoidGateMatchesDefinitionAndFiniteDifferences) {
+  std::mt19937_64 rng(10);
+  auto x = random_vector(41, rng, -30, 30), dg = random_vector(41, rng);
+  x[0] = 0;
+  std::vector<double> g(41), dx(41);
+  auto loss = [&] {
+    log_sigmoid_gate_forward(g.data(), x.data(), 41);
+    return dot(g, dg);
+  };
+  loss();
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(g[i], std::log(1 / (1 + std::exp(-x[i]))) / kGlaGateNormalizer, 1e-12) << x[i];
+    EXPECT_LE(g[i], 0.0);
+  }
+  EXPECT_NEAR(g[0], -std::log(2.0) / 16, 1e-15);
+  log_sigmoid_gate_backward(dx.data(), dg.data(), g.data(), 41);
+  EXPECT_LT(fd_error(x, dx, loss), kTol);
+  // In place, as the block runs it; fp32 against fp64.
+  std::vector<float> x32(x.begin(), x.end()), dg32(dg.begin(), dg.end());
+  log_sigmoid_gate_forward(x32.data(), x32.data(), 41);
+  EXPECT_LT(testing::relative_error(x32, g), 1e-6);
+  log_sigmoid_gate_backward(dg32.data(), dg32.data(), x32.data(), 41);
+  EXPECT_LT(testing::relative_error(dg32, dx), 1e-5);
+}
+
+TEST(ModelLayers, HeadNormBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(11);
+  for (auto [rows, D] : {std::array<int64_t, 2>{1, 5}, {6, 3}, {4, 16}}) {
+    auto inp = random_vector(rows * D, rng, -2, 3), dout = random_vector(rows * D, rng);
+    std::vector<double> out(rows * D), rstd(rows), dinp(rows * D, 7.0);
+    auto loss = [&] {
+      head_norm_forward(out.data(), rstd.data(), inp.data(), rows, D);
+      return dot(out, dout);
+    };
+    loss();
+    for (int64_t r = 0; r < rows; ++r) {  // each row: mean 0, variance 1 (up to eps)
+      double m = 0, v = 0;
+      for (int64_t d = 0; d < D; ++d) m += out[r * D + d] / double(D);
+      for (int64_t d = 0; d < D; ++d) v += out[r * D + d] * out[r * D + d] / double(D);
+      EXPECT_NEAR(m, 0, 1e-12);
+      EXPECT_NEAR(v, 1, 1e-3);
+    }
+    head_norm_backward(dinp.data(), dout.data(), out.data(), rstd.data(), rows, D);
+    EXPECT_LT(fd_error(inp, dinp, loss), kTol) << rows << "x" << D;
+  }
+}
+
 ModelConfig small_config(AttentionKind kind, int64_t C = 6, int64_t H = 2) {
   ModelConfig c;
   c.vocab_size = 7;
@@ -165,17 +213,24 @@ TEST_P(ModelAttention, BackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(6);
   const ModelConfig config = small_config(GetParam());
   const AttentionSpec spec{config.attention, config.heads, feature_map_for(config, 0), config.chunk_size};
+  const bool gla = config.attention == AttentionKind::gla;
   for (auto [B, T] : {std::array<int64_t, 2>{1, 1}, {2, 7}, {1, 9}}) {
     const int64_t C = config.d_model;
     auto qkv = random_vector(B * T * 3 * C, rng), dout = random_vector(B * T * C, rng);
+    // gla: per-key log decays from strong (e^−2 per token) to none
+    std::vector<double> gate = gla ? random_vector(B * T * C, rng, -2, 0) : std::vector<double>(), dgate(gate.size());
     std::vector<double> out(B * T * C), lse(B * config.heads * T), dqkv(B * T * 3 * C);
     auto loss = [&] {
-      attention_forward(out.data(), lse.data(), qkv.data(), spec, B, T, C);
+      attention_forward(out.data(), lse.data(), qkv.data(), spec, B, T, C, gla ? gate.data() : nullptr);
       return dot(out, dout);
     };
     loss();
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), spec, B, T, C);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), spec, B, T, C,
+                       gla ? gate.data() : nullptr, gla ? dgate.data() : nullptr);
     EXPECT_LT(fd_error(qkv, dqkv, loss), kTol) << attention_name(GetParam()) << " B=" << B << " T=" << T;
+    if (gla) {
+      EXPECT_LT(fd_error(gate, dgate, loss), kTol) << "gate B=" << B << " T=" << T;
+    }
   }
 }
 
@@ -190,18 +245,25 @@ TEST_P(ModelAttention, Fp32MatchesFp64Reference) {
     config.chunk_size = 64;
     const AttentionSpec spec{config.attention, s.H, feature_map_for(config, 0), config.chunk_size};
     const int64_t C = config.d_model, n = s.B * s.T;
+    const bool gla = config.attention == AttentionKind::gla;
     auto qkv = random_vector(n * 3 * C, rng), dout = random_vector(n * C, rng);
+    std::vector<double> gate = gla ? random_vector(n * C, rng, -2, 0) : std::vector<double>(), dgate(gate.size());
     std::vector<double> out(n * C), lse(s.B * s.H * s.T), dqkv(n * 3 * C);
-    attention_forward(out.data(), lse.data(), qkv.data(), spec, s.B, s.T, C);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), spec, s.B, s.T, C);
+    attention_forward(out.data(), lse.data(), qkv.data(), spec, s.B, s.T, C, gla ? gate.data() : nullptr);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), spec, s.B, s.T, C,
+                       gla ? gate.data() : nullptr, gla ? dgate.data() : nullptr);
     std::vector<float> qkv32(qkv.begin(), qkv.end()), dout32(dout.begin(), dout.end()), out32(n * C), lse32(lse.size()),
-        dqkv32(n * 3 * C);
-    attention_forward(out32.data(), lse32.data(), qkv32.data(), spec, s.B, s.T, C);
-    attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse32.data(), spec, s.B, s.T, C);
+        dqkv32(n * 3 * C), gate32(gate.begin(), gate.end()), dgate32(gate.size());
+    attention_forward(out32.data(), lse32.data(), qkv32.data(), spec, s.B, s.T, C, gla ? gate32.data() : nullptr);
+    attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse32.data(), spec, s.B, s.T, C,
+                       gla ? gate32.data() : nullptr, gla ? dgate32.data() : nullptr);
     const std::string where = std::string(attention_name(GetParam())) + " B=" + std::to_string(s.B) +
                               " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) + " hd=" + std::to_string(s.hd);
     EXPECT_LT(testing::relative_error(out32, out), 2e-5) << where;
     EXPECT_LT(testing::relative_error(dqkv32, dqkv), 5e-5) << where;
+    if (gla) {
+      EXPECT_LT(testing::relative_error(dgate32, dgate), 5e-5) << where;
+    }
   }
 }
 
@@ -234,7 +296,8 @@ TEST_P(ModelAttention, ModelBackwardMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, ModelAttention,
-                         ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor),
+                         ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor,
+                                           AttentionKind::retnet, AttentionKind::gla),
                          [](const ::testing::TestParamInfo<AttentionKind>& p) {
                            return std::string(attention_name(p.param));
                          });

@@ -106,7 +106,8 @@ TEST_P(ModelTraining, LossesDoNotDependOnThreadCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, ModelTraining,
-                         ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor),
+                         ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor,
+                                           AttentionKind::retnet, AttentionKind::gla),
                          [](const ::testing::TestParamInfo<AttentionKind>& p) {
                            return std::string(attention_name(p.param));
                          });

@@ -1,7 +1,9 @@
 // The blocks' causal multi-head attention: q, k, v are strided views into the fused qkv rows, so
 // heads need no copies. float runs linattn's operators; double runs the fp64 reference.
+#include <stdexcept>
 #include <vector>
 
+#include "linattn/decay.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/model/layers.hpp"
 #include "linattn/reference.hpp"
@@ -23,6 +25,14 @@ LinearAttentionOptions linear_options(const AttentionSpec& spec) {
   options.causal = true;
   options.chunk_size = spec.chunk_size;
   return options;
+}
+
+// GLA's gate rows [B, T, C] as the operator's g: [B, T, H, C/H]; an empty view for retnet.
+template <class T>
+View4<T> gate_view(T* gate, const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C) {
+  if (spec.kind != AttentionKind::gla) return {};
+  if (!gate) throw std::invalid_argument("linattn::model: gla attention needs its gate, got null");
+  return part_view(gate, 0, C, B, T_, spec.heads, C);
 }
 
 SoftmaxAttentionOptions softmax_options() {
@@ -52,15 +62,24 @@ void from_tensor(double* base, int64_t part, int64_t row, const reference::Tenso
 
 }  // namespace
 
+DecayedAttentionOptions decayed_options(const AttentionSpec& spec) {
+  DecayedAttentionOptions options;
+  options.decay = decay_of(spec.kind);
+  options.chunk_size = spec.chunk_size;
+  return options;
+}
+
 template <>
 void attention_forward<float>(float* out, float* lse, const float* qkv, const AttentionSpec& spec, int64_t B,
-                              int64_t T_, int64_t C) {
+                              int64_t T_, int64_t C, const float* gate) {
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
   const TensorView o = part_view(out, 0, C, B, T_, H, C);
   if (spec.kind == AttentionKind::softmax) {
     softmax_attention_forward(o, {lse, size_t(B * H * T_)}, q, k, v, softmax_options());
+  } else if (is_decayed(spec.kind)) {
+    decayed_attention_forward(o, q, k, v, gate_view(gate, spec, B, T_, C), decayed_options(spec));
   } else {
     causal_linear_attention_forward(o, q, k, v, linear_options(spec));
   }
@@ -68,7 +87,8 @@ void attention_forward<float>(float* out, float* lse, const float* qkv, const At
 
 template <>
 void attention_backward<float>(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                               const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C) {
+                               const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C, const float* gate,
+                               float* dgate) {
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
@@ -80,6 +100,9 @@ void attention_backward<float>(float* dqkv, const float* dout, const float* qkv,
   if (spec.kind == AttentionKind::softmax) {
     const ConstTensorView out_view = part_view(out, 0, C, B, T_, H, C);
     softmax_attention_backward(dq, dk, dv, dout_view, q, k, v, out_view, {lse, size_t(B * H * T_)}, softmax_options());
+  } else if (is_decayed(spec.kind)) {
+    decayed_attention_backward(dq, dk, dv, gate_view(dgate, spec, B, T_, C), {}, dout_view, {}, q, k, v,
+                               gate_view(gate, spec, B, T_, C), decayed_options(spec));
   } else {
     causal_linear_attention_backward(dq, dk, dv, dout_view, q, k, v, linear_options(spec));
   }
@@ -87,7 +110,7 @@ void attention_backward<float>(float* dqkv, const float* dout, const float* qkv,
 
 template <>
 void attention_forward<double>(double* out, double* lse, const double* qkv, const AttentionSpec& spec, int64_t B,
-                               int64_t T_, int64_t C) {
+                               int64_t T_, int64_t C, const double* gate) {
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
                           v = to_tensor(qkv, 2, 3 * C, B, T_, H, C);
@@ -95,6 +118,13 @@ void attention_forward<double>(double* out, double* lse, const double* qkv, cons
     std::vector<double> lse64;
     from_tensor(out, 0, C, reference::softmax_attention_forward(q, k, v, softmax_options(), &lse64), H, C);
     for (size_t i = 0; i < lse64.size(); ++i) lse[i] = lse64[i];
+  } else if (is_decayed(spec.kind)) {
+    gate_view(gate, spec, B, T_, C);  // checks that gla has its gate
+    const reference::Tensor g =
+        spec.kind == AttentionKind::gla ? to_tensor(gate, 0, C, B, T_, H, C) : reference::Tensor();
+    const reference::DecayedOutput o = reference::decayed_attention_forward(
+        q, k, v, spec.kind == AttentionKind::gla ? &g : nullptr, decayed_options(spec));
+    from_tensor(out, 0, C, o.out, H, C);
   } else {
     from_tensor(out, 0, C, reference::linear_attention_forward(q, k, v, linear_options(spec)), H, C);
   }
@@ -102,10 +132,24 @@ void attention_forward<double>(double* out, double* lse, const double* qkv, cons
 
 template <>
 void attention_backward<double>(double* dqkv, const double* dout, const double* qkv, const double*, const double*,
-                                const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C) {
+                                const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C, const double* gate,
+                                double* dgate) {
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
                           v = to_tensor(qkv, 2, 3 * C, B, T_, H, C), dy = to_tensor(dout, 0, C, B, T_, H, C);
+  if (is_decayed(spec.kind)) {
+    gate_view(gate, spec, B, T_, C);
+    const bool gla = spec.kind == AttentionKind::gla;
+    if (gla && !dgate) throw std::invalid_argument("linattn::model: gla attention needs dgate, got null");
+    const reference::Tensor g = gla ? to_tensor(gate, 0, C, B, T_, H, C) : reference::Tensor();
+    const reference::DecayedGradients d =
+        reference::decayed_attention_backward(dy, nullptr, q, k, v, gla ? &g : nullptr, decayed_options(spec));
+    from_tensor(dqkv, 0, 3 * C, d.dq, H, C);
+    from_tensor(dqkv, 1, 3 * C, d.dk, H, C);
+    from_tensor(dqkv, 2, 3 * C, d.dv, H, C);
+    if (gla) from_tensor(dgate, 0, C, d.dg, H, C);
+    return;
+  }
   const reference::Gradients g = spec.kind == AttentionKind::softmax
                                      ? reference::softmax_attention_backward(dy, q, k, v, softmax_options())
                                      : reference::linear_attention_backward(dy, q, k, v, linear_options(spec));

@@ -8,7 +8,8 @@
 
 namespace linattn::model::detail {
 
-// Where one block's activations go; N rows.
+// Where one block's activations go; N rows. gate, attn and head_rstd are null for the kinds without
+// them.
 template <class T>
 struct BlockActivations {
   T *ln1, *ln1_mean, *ln1_rstd;  // [N, C], [N], [N]
@@ -18,16 +19,29 @@ struct BlockActivations {
   T *fch, *fch_gelu;             // [N, F]
   T* residual3;                  // [N, C]
   T* scratch;                    // [N, C]
+  T* gate = nullptr;             // [N, C]: gla's log decay g = logsigmoid(ln1 · gatew + gateb) / 16
+  T* attn = nullptr;             // [N, C]: retnet, gla: the attention before the head norm
+  T* head_rstd = nullptr;        // [N, H]: retnet, gla: the head norm's saved 1/σ
 };
 
-// residual3 = residual2 + mlp(ln2(residual2)), residual2 = residual + attproj(attend(qkv(ln1(residual)))).
-// attend(atty, qkv) writes the heads' attention outputs of the N rows.
+// residual3 = residual2 + mlp(ln2(residual2)), residual2 = residual + attproj(attend(qkv(ln1(residual))))
+// (retnet, gla: attproj(head_norm(attend(...)))). attend(out, qkv, gate) writes the heads' attention
+// outputs of the N rows; gate is a.gate (null but for gla).
 template <class T, class Attend>
 void block_forward(const BlockActivations<T>& a, const T* residual, const ParamPointers<const T>& p, int64_t l,
-                   int64_t N, int64_t C, int64_t F, Attend&& attend) {
+                   int64_t N, int64_t C, int64_t F, int64_t H, Attend&& attend) {
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, N, C);
   matmul_forward(a.qkv, a.ln1, p.qkvw + l * C * 3 * C, p.qkvb + l * 3 * C, N, C, 3 * C);
-  attend(a.atty, static_cast<const T*>(a.qkv));
+  if (a.gate) {
+    matmul_forward(a.gate, a.ln1, p.gatew + l * C * C, p.gateb + l * C, N, C, C);
+    log_sigmoid_gate_forward(a.gate, static_cast<const T*>(a.gate), N * C);
+  }
+  if (a.attn) {
+    attend(a.attn, static_cast<const T*>(a.qkv), static_cast<const T*>(a.gate));
+    head_norm_forward(a.atty, a.head_rstd, static_cast<const T*>(a.attn), N * H, C / H);
+  } else {
+    attend(a.atty, static_cast<const T*>(a.qkv), static_cast<const T*>(nullptr));
+  }
   matmul_forward(a.scratch, a.atty, p.attprojw + l * C * C, p.attprojb + l * C, N, C, C);
   residual_forward(a.residual2, residual, a.scratch, N * C);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w + l * C, p.ln2b + l * C, N, C);

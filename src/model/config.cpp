@@ -20,15 +20,29 @@ const char* attention_name(AttentionKind kind) {
       return "linear";
     case AttentionKind::favor:
       return "favor";
+    case AttentionKind::retnet:
+      return "retnet";
+    case AttentionKind::gla:
+      return "gla";
   }
   return "?";
 }
 
 AttentionKind attention_by_name(std::string_view name) {
-  for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor})
+  for (AttentionKind kind :
+       {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor, AttentionKind::retnet, AttentionKind::gla})
     if (name == attention_name(kind)) return kind;
   throw Error("linattn::model: attention is \"" + std::string(name) +
-              "\", expected one of \"softmax\", \"linear\", \"favor\"");
+              "\", expected one of \"softmax\", \"linear\", \"favor\", \"retnet\", \"gla\"");
+}
+
+bool is_decayed(AttentionKind kind) { return kind == AttentionKind::retnet || kind == AttentionKind::gla; }
+
+Decay decay_of(AttentionKind kind) {
+  if (kind == AttentionKind::retnet) return Decay::retention;
+  if (kind == AttentionKind::gla) return Decay::key;
+  throw Error(std::string("linattn::model: attention is \"") + attention_name(kind) +
+              "\", expected a decayed kind (\"retnet\" or \"gla\")");
 }
 
 void check_config(const ModelConfig& c) {
@@ -76,6 +90,8 @@ FeatureMapPtr favor_map(int64_t head_dim, int64_t features, uint64_t seed) {
 FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer) {
   switch (config.attention) {
     case AttentionKind::softmax:
+    case AttentionKind::retnet:
+    case AttentionKind::gla:
       return nullptr;
     case AttentionKind::linear:
       return elu_feature_map();

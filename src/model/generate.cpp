@@ -1,9 +1,12 @@
-// Generation: KV cache (softmax) or recurrent state (linear, favor), one block of tokens at a time.
+// Generation: KV cache (softmax) or recurrent state (linear, favor; retnet and gla: a decaying one),
+// one block of tokens at a time.
 #include "linattn/model/generate.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
+#include "linattn/decay.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "model/block.hpp"
@@ -24,6 +27,12 @@ void Generator::reset() {
   values_.assign(c.layers, {});
   capacity_ = 0;
   if (c.attention == AttentionKind::softmax) return;
+  if (is_decayed(c.attention)) {
+    // S: [1, H, hd, hd] per layer, named by its recurrence so that decayed_step refuses another.
+    for (int64_t l = 0; l < c.layers; ++l)
+      states_.emplace_back(1, c.heads, c.head_dim(), c.head_dim(), decay_name(decay_of(c.attention)));
+    return;
+  }
   for (int64_t l = 0; l < c.layers; ++l) {
     const FeatureMapPtr& map = model_.attention(l).feature_map;
     states_.emplace_back(1, c.heads, map->feature_dim(c.head_dim()), c.head_dim(), map->name());
@@ -32,6 +41,7 @@ void Generator::reset() {
 
 int64_t Generator::state_bytes() const {
   int64_t bytes = 0;
+  // (The decayed kinds' z is allocated but unused; it counts, as it is held.)
   for (const RecurrentState& s : states_) bytes += int64_t((s.S().size() + s.z().size()) * sizeof(float));
   // The KV cache in use (its capacity runs up to twice that).
   if (model_.config().attention == AttentionKind::softmax)
@@ -70,66 +80,92 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
   const ModelConfig& c = model_.config();
   const int64_t C = c.d_model, F = c.mlp_hidden, V = c.vocab_size, H = c.heads, hd = c.head_dim();
   const ParamPointers<const float> p = param_pointers<const float>(model_.params().data(), c);
-  // One set of block buffers reused by every layer: [n, ·] each, then the logits.
-  const int64_t sizes[] = {C, 1, 1, 3 * C, C, C, C, 1, 1, F, F, C, C, C, C, 1, 1, V};
+  // One set of block buffers reused by every layer: [n, ·] each (17–19: the decayed kinds' gate,
+  // pre-norm attention and head-norm statistics), then the logits, last (feed copies them from the end).
+  const bool gla = c.attention == AttentionKind::gla, decayed = is_decayed(c.attention);
+  const int64_t sizes[] = {C, 1, 1, 3 * C, C, C, C, 1, 1, F, F, C, C, C, C, 1, 1, C, C, H, V};
+  constexpr int kBuffers = int(std::size(sizes));
   int64_t total = 0;
   for (int64_t s : sizes) total += s * n;
   buffers_.assign(total, 0.0f);
-  float* ptr[18];
+  float* ptr[kBuffers];
   float* cursor = buffers_.data();
-  for (int i = 0; i < 18; ++i) {
+  for (int i = 0; i < kBuffers; ++i) {
     ptr[i] = cursor;
     cursor += sizes[i] * n;
   }
-  detail::BlockActivations<float> a{ptr[0], ptr[1], ptr[2], ptr[3],  ptr[4],  ptr[5], ptr[6],
-                                    ptr[7], ptr[8], ptr[9], ptr[10], ptr[11], ptr[12]};
+  detail::BlockActivations<float> a{ptr[0],
+                                    ptr[1],
+                                    ptr[2],
+                                    ptr[3],
+                                    ptr[4],
+                                    ptr[5],
+                                    ptr[6],
+                                    ptr[7],
+                                    ptr[8],
+                                    ptr[9],
+                                    ptr[10],
+                                    ptr[11],
+                                    ptr[12],
+                                    gla ? ptr[17] : nullptr,
+                                    decayed ? ptr[18] : nullptr,
+                                    decayed ? ptr[19] : nullptr};
   float* residual = ptr[13];
   embedding_forward(residual, tokens, p.wte, 1, n, C, position_);
   std::vector<float> lse(H * n);
   for (int64_t l = 0; l < c.layers; ++l) {
-    detail::block_forward(a, static_cast<const float*>(residual), p, l, n, C, F, [&](float* atty, const float* qkv) {
-      // q, k, v of the n rows, strided inside qkv: [1, n, H, hd]
-      const ConstTensorView q{qkv, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
-      const ConstTensorView k{qkv + C, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
-      const ConstTensorView v{qkv + 2 * C, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
-      const TensorView out = bnhd(atty, 1, n, H, hd);
-      if (c.attention == AttentionKind::softmax) {
-        const int64_t keys = position_ + n;
-        grow_cache(keys);
-        // Cache layout [H, capacity, hd]: each head's keys are contiguous, for the decode's streaming reads.
-        float* K = keys_[l].data();
-        float* Vc = values_[l].data();
-        const int64_t head_stride = capacity_ * hd;
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t h = 0; h < H; ++h) {
-            const float* row = qkv + i * 3 * C + h * hd;
-            std::copy(row + C, row + C + hd, K + h * head_stride + (position_ + i) * hd);
-            std::copy(row + 2 * C, row + 2 * C + hd, Vc + h * head_stride + (position_ + i) * hd);
+    detail::block_forward(
+        a, static_cast<const float*>(residual), p, l, n, C, F, H,
+        [&](float* atty, const float* qkv, const float* gate) {
+          // q, k, v of the n rows, strided inside qkv: [1, n, H, hd]
+          const ConstTensorView q{qkv, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
+          const ConstTensorView k{qkv + C, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
+          const ConstTensorView v{qkv + 2 * C, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
+          const TensorView out = bnhd(atty, 1, n, H, hd);
+          if (c.attention == AttentionKind::softmax) {
+            const int64_t keys = position_ + n;
+            grow_cache(keys);
+            // Cache layout [H, capacity, hd]: each head's keys are contiguous, for the decode's streaming reads.
+            float* K = keys_[l].data();
+            float* Vc = values_[l].data();
+            const int64_t head_stride = capacity_ * hd;
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t h = 0; h < H; ++h) {
+                const float* row = qkv + i * 3 * C + h * hd;
+                std::copy(row + C, row + C + hd, K + h * head_stride + (position_ + i) * hd);
+                std::copy(row + 2 * C, row + 2 * C + hd, Vc + h * head_stride + (position_ + i) * hd);
+              }
+            const ConstTensorView kc{K, {1, keys, H, hd}, {H * head_stride, hd, head_stride, 1}};
+            const ConstTensorView vc{Vc, {1, keys, H, hd}, {H * head_stride, hd, head_stride, 1}};
+            SoftmaxAttentionOptions options;
+            options.causal = true;  // bottom-right: row i sees the cache and rows ≤ i
+            // A few rows (one token per step) take the operator's decode path: O(keys·hd) per head.
+            softmax_attention_forward(out, lse, q, kc, vc, options);
+            return;
           }
-        const ConstTensorView kc{K, {1, keys, H, hd}, {H * head_stride, hd, head_stride, 1}};
-        const ConstTensorView vc{Vc, {1, keys, H, hd}, {H * head_stride, hd, head_stride, 1}};
-        SoftmaxAttentionOptions options;
-        options.causal = true;  // bottom-right: row i sees the cache and rows ≤ i
-        // A few rows (one token per step) take the operator's decode path: O(keys·hd) per head.
-        softmax_attention_forward(out, lse, q, kc, vc, options);
-        return;
-      }
-      LinearAttentionOptions options;
-      options.feature_map = model_.attention(l).feature_map;
-      options.causal = true;
-      options.chunk_size = c.chunk_size;
-      if (n == 1) {
-        recurrent_step(out, q, k, v, states_[l], options);
-      } else {
-        RecurrentState next;
-        causal_linear_attention_forward(out, q, k, v, options, &states_[l], &next);
-        states_[l] = std::move(next);
-      }
-    });
+          if (decayed) {
+            // Every token, a prompt's too, steps the state: S ← diag(exp g) S + k vᵀ per head, constant
+            // memory; g: [1, n, H, hd] (gla), none for retnet (its decay is fixed per head).
+            const ConstTensorView g = gla ? ConstTensorView{gate, {1, n, H, hd}, {n * C, C, hd, 1}} : ConstTensorView{};
+            decayed_step(out, q, k, v, g, states_[l], decayed_options(model_.attention(l)));
+            return;
+          }
+          LinearAttentionOptions options;
+          options.feature_map = model_.attention(l).feature_map;
+          options.causal = true;
+          options.chunk_size = c.chunk_size;
+          if (n == 1) {
+            recurrent_step(out, q, k, v, states_[l], options);
+          } else {
+            RecurrentState next;
+            causal_linear_attention_forward(out, q, k, v, options, &states_[l], &next);
+            states_[l] = std::move(next);
+          }
+        });
     std::copy(a.residual3, a.residual3 + n * C, residual);
   }
   layernorm_forward(ptr[14], ptr[15], ptr[16], residual, p.lnfw, p.lnfb, n, C);
-  matmul_forward(ptr[17], ptr[14], p.headw, p.headb, n, C, V);
+  matmul_forward(ptr[20], ptr[14], p.headw, p.headb, n, C, V);
   position_ += n;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "linattn/error.hpp"
 #include "linattn/random.hpp"
@@ -12,16 +13,30 @@ namespace linattn::model {
 
 std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
   const int64_t V = c.vocab_size, C = c.d_model, L = c.layers, F = c.mlp_hidden;
-  const std::pair<const char*, std::pair<int64_t, bool>> shapes[] = {
-      {"wte", {V * C, true}},          {"ln1w", {L * C, false}},     {"ln1b", {L * C, false}},
-      {"qkvw", {L * C * 3 * C, true}}, {"qkvb", {L * 3 * C, false}}, {"attprojw", {L * C * C, true}},
-      {"attprojb", {L * C, false}},    {"ln2w", {L * C, false}},     {"ln2b", {L * C, false}},
-      {"fcw", {L * C * F, true}},      {"fcb", {L * F, false}},      {"fcprojw", {L * F * C, true}},
-      {"fcprojb", {L * C, false}},     {"lnfw", {C, false}},         {"lnfb", {C, false}},
-      {"headw", {C * V, true}},        {"headb", {V, false}}};
+  const bool gla = c.attention == AttentionKind::gla;
+  const std::pair<const char*, std::pair<int64_t, bool>> shapes[] = {{"wte", {V * C, true}},
+                                                                     {"ln1w", {L * C, false}},
+                                                                     {"ln1b", {L * C, false}},
+                                                                     {"qkvw", {L * C * 3 * C, true}},
+                                                                     {"qkvb", {L * 3 * C, false}},
+                                                                     {"gatew", {gla ? L * C * C : 0, true}},
+                                                                     {"gateb", {gla ? L * C : 0, false}},
+                                                                     {"attprojw", {L * C * C, true}},
+                                                                     {"attprojb", {L * C, false}},
+                                                                     {"ln2w", {L * C, false}},
+                                                                     {"ln2b", {L * C, false}},
+                                                                     {"fcw", {L * C * F, true}},
+                                                                     {"fcb", {L * F, false}},
+                                                                     {"fcprojw", {L * F * C, true}},
+                                                                     {"fcprojb", {L * C, false}},
+                                                                     {"lnfw", {C, false}},
+                                                                     {"lnfb", {C, false}},
+                                                                     {"headw", {C * V, true}},
+                                                                     {"headb", {V, false}}};
   std::vector<ParamTensor> tensors;
   int64_t offset = 0;
   for (const auto& [name, shape] : shapes) {
+    if (shape.first == 0) continue;  // the gate of the kinds without one
     tensors.push_back({name, offset, shape.first, shape.second});
     offset += shape.first;
   }
@@ -35,15 +50,33 @@ int64_t param_count(const ModelConfig& config) {
 
 template <class P>
 ParamPointers<P> param_pointers(P* base, const ModelConfig& config) {
-  const auto t = param_tensors(config);
-  P* p[17];
-  for (size_t i = 0; i < t.size(); ++i) p[i] = base + t[i].offset;
-  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16]};
+  ParamPointers<P> p{};
+  P** slots[] = {&p.wte,      &p.ln1w,     &p.ln1b, &p.qkvw,  &p.qkvb, &p.gatew, &p.gateb,
+                 &p.attprojw, &p.attprojb, &p.ln2w, &p.ln2b,  &p.fcw,  &p.fcb,   &p.fcprojw,
+                 &p.fcprojb,  &p.lnfw,     &p.lnfb, &p.headw, &p.headb};
+  const char* names[] = {"wte",  "ln1w", "ln1b", "qkvw",    "qkvb",    "gatew", "gateb", "attprojw", "attprojb", "ln2w",
+                         "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",  "lnfb",  "headw",    "headb"};
+  for (const ParamTensor& t : param_tensors(config))
+    for (size_t i = 0; i < std::size(names); ++i)
+      if (t.name == names[i]) *slots[i] = base + t.offset;
+  return p;
 }
 template ParamPointers<float> param_pointers(float*, const ModelConfig&);
 template ParamPointers<const float> param_pointers(const float*, const ModelConfig&);
 template ParamPointers<double> param_pointers(double*, const ModelConfig&);
 template ParamPointers<const double> param_pointers(const double*, const ModelConfig&);
+
+namespace {
+// Layer l's slice of a per-layer buffer of `per_layer` elements each; null when the kind has none.
+template <class T>
+T* at_layer(std::vector<T>& buffer, int64_t l, int64_t per_layer) {
+  return buffer.empty() ? nullptr : buffer.data() + l * per_layer;
+}
+template <class T>
+const T* at_layer(const std::vector<T>& buffer, int64_t l, int64_t per_layer) {
+  return buffer.empty() ? nullptr : buffer.data() + l * per_layer;
+}
+}  // namespace
 
 template <class T>
 Transformer<T>::Transformer(const ModelConfig& config) : config_(config) {
@@ -81,6 +114,12 @@ void Transformer<T>::resize(int64_t B, int64_t T_len) {
   for (auto* v : {&ln1_mean_, &ln1_rstd_, &ln2_mean_, &ln2_rstd_}) v->assign(L * BT, 0);
   qkv_.assign(L * BT * 3 * C, 0);
   lse_.assign(L * B * H * T_len, 0);
+  const bool decayed = is_decayed(config_.attention);
+  gate_.assign(config_.attention == AttentionKind::gla ? L * BT * C : 0, 0);
+  attn_.assign(decayed ? L * BT * C : 0, 0);
+  head_rstd_.assign(decayed ? L * BT * H : 0, 0);
+  dattn_.assign(decayed ? BT * C : 0, 0);
+  dgate_.assign(config_.attention == AttentionKind::gla ? BT * C : 0, 0);
   fch_.assign(L * BT * F, 0);
   fch_gelu_.assign(L * BT * F, 0);
   lnf_.assign(BT * C, 0);
@@ -129,10 +168,14 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
                                         fch_.data() + l * BT * F,
                                         fch_gelu_.data() + l * BT * F,
                                         residual3_.data() + l * BT * C,
-                                        scratch_.data()};
+                                        scratch_.data(),
+                                        at_layer(gate_, l, BT * C),
+                                        at_layer(attn_, l, BT * C),
+                                        at_layer(head_rstd_, l, BT * H)};
     T* lse = lse_.data() + l * B * H * T_len;
-    detail::block_forward(a, residual, p, l, BT, C, F,
-                          [&](T* atty, const T* qkv) { attention_forward(atty, lse, qkv, specs_[l], B, T_len, C); });
+    detail::block_forward(a, residual, p, l, BT, C, F, H, [&](T* out, const T* qkv, const T* gate) {
+      attention_forward(out, lse, qkv, specs_[l], B, T_len, C, gate);
+    });
     residual = a.residual3;
   }
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual, p.lnfw, p.lnfb, BT, C);
@@ -173,12 +216,28 @@ void Transformer<T>::backward() {
     matmul_backward(dln.data(), g.fcw + l * C * F, g.fcb + l * F, dfch.data(), ln2, p.fcw + l * C * F, BT, C, F);
     layernorm_backward(dres.data(), g.ln2w + l * C, g.ln2b + l * C, dln.data(), residual2, p.ln2w + l * C,
                        ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, BT, C);
-    // residual2 = residual + attproj(attention(qkv(ln1(residual))))
+    // residual2 = residual + attproj(attention(qkv(ln1(residual)))); retnet, gla: attention =
+    // head_norm(decayed(q, k, v, g)), g = gate(ln1(residual)) for gla
     matmul_backward(datty.data(), g.attprojw + l * C * C, g.attprojb + l * C, dres.data(), atty, p.attprojw + l * C * C,
                     BT, C, C);
-    attention_backward(dbig.data(), datty.data(), qkv, atty, lse_.data() + l * B * H * T_len, specs_[l], B, T_len, C);
+    const T* lse = lse_.data() + l * B * H * T_len;
+    if (is_decayed(config_.attention)) {
+      const T* gate = at_layer(gate_, l, BT * C);
+      head_norm_backward(dattn_.data(), datty.data(), atty, at_layer(head_rstd_, l, BT * H), BT * H, C / H);
+      attention_backward(dbig.data(), dattn_.data(), qkv, at_layer(attn_, l, BT * C), lse, specs_[l], B, T_len, C, gate,
+                         gate ? dgate_.data() : nullptr);
+    } else {
+      attention_backward(dbig.data(), datty.data(), qkv, atty, lse, specs_[l], B, T_len, C);
+    }
     matmul_backward(dln.data(), g.qkvw + l * C * 3 * C, g.qkvb + l * 3 * C, dbig.data(), ln1, p.qkvw + l * C * 3 * C,
                     BT, C, 3 * C);
+    if (config_.attention == AttentionKind::gla) {
+      // g = logsigmoid(ln1 · gatew + gateb) / 16: its input gradient joins dln (datty is free by now)
+      log_sigmoid_gate_backward(dgate_.data(), dgate_.data(), at_layer(gate_, l, BT * C), BT * C);
+      matmul_backward(datty.data(), g.gatew + l * C * C, g.gateb + l * C, dgate_.data(), ln1, p.gatew + l * C * C, BT,
+                      C, C);
+      for (int64_t i = 0; i < BT * C; ++i) dln[i] += datty[i];
+    }
     layernorm_backward(dres.data(), g.ln1w + l * C, g.ln1b + l * C, dln.data(), residual, p.ln1w + l * C,
                        ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, BT, C);
   }

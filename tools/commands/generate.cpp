@@ -1,7 +1,7 @@
 // linattn generate: samples text from a trained model (linattn train --out or --checkpoint),
 // streaming each token as it is made, and reports tokens/s. --speed-contexts times single-token
 // steps after contexts of growing length instead: the KV cache (softmax) against the recurrent
-// state (linear, favor).
+// state (linear, favor, and the decaying state of retnet and gla).
 #include "linattn/model/generate.hpp"
 
 #include <CLI/CLI.hpp>
@@ -27,7 +27,7 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 struct GenerateArgs {
-  std::string model, prompt, speed_csv;
+  std::string model, prompt, speed_csv, attention;
   int64_t tokens = 200;
   double temperature = 1.0;
   uint64_t seed = 1;
@@ -93,6 +93,10 @@ int speed(const GenerateArgs& a, const model::Transformer<float>& net) {
 int generate(const GenerateArgs& a) {
   set_num_threads(a.threads);
   model::ModelFile file = model::load_model_file(a.model);
+  // The kind lives in the model file; --attention only states what the caller expects.
+  if (!a.attention.empty() && model::attention_by_name(a.attention) != file.config.attention)
+    throw UsageError("--attention is " + a.attention + ", but " + a.model + " is a model with " +
+                     model::attention_name(file.config.attention) + " attention");
   model::Transformer<float> net(file.config);
   net.params() = std::move(file.params);
   if (!a.speed_contexts.empty()) return speed(a, net);
@@ -129,6 +133,10 @@ const Registrar registrar{
      [](CLI::App& app) {
        auto a = std::make_shared<GenerateArgs>();
        app.add_option("--model", a->model, "Model or checkpoint file from linattn train")->required();
+       app.add_option("--attention", a->attention,
+                      "The attention the model must have (softmax, linear, favor, retnet, gla; the model file records "
+                      "it): refuse a model of another kind")
+           ->check(CLI::IsMember({"softmax", "linear", "favor", "retnet", "gla"}));
        app.add_option("--prompt", a->prompt, "Text to start from (characters of the model's vocabulary)");
        app.add_option("--tokens", a->tokens, "Tokens to generate")->check(CLI::PositiveNumber)->capture_default_str();
        app.add_option("--temperature", a->temperature, "Sampling temperature (0: always the most likely token)")

@@ -1,5 +1,5 @@
 // linattn train: trains the small decoder-only transformer (src/model/) on the copy task or a text
-// file with softmax, linear or favor attention; prints progress, writes checkpoints, the final
+// file with softmax, linear, favor, retnet or gla attention; prints progress, writes checkpoints, the final
 // model and optionally the loss curve as CSV.
 #include "linattn/model/train.hpp"
 
@@ -98,7 +98,8 @@ int train(TrainArgs& a) {
 }
 
 const Registrar registrar{
-    {"train", "Train the small transformer (softmax, linear or favor attention) on the copy task or a text", 50,
+    {"train",
+     "Train the small transformer (softmax, linear, favor, retnet or gla attention) on the copy task or a text", 50,
      [](CLI::App& app) {
        auto a = std::make_shared<TrainArgs>();
        model::TrainOptions& o = a->options;
@@ -107,8 +108,10 @@ const Registrar registrar{
            ->check(CLI::IsMember({"copy", "text"}))
            ->capture_default_str();
        app.add_option("--data", o.data, "Text file for --task text (e.g. data/devils_dictionary.txt)");
-       app.add_option("--attention", a->attention, "softmax, linear (elu+1) or favor (Performer)")
-           ->check(CLI::IsMember({"softmax", "linear", "favor"}))
+       app.add_option("--attention", a->attention,
+                      "softmax, linear (elu+1), favor (Performer), retnet (retention, a fixed decay per head) or gla "
+                      "(gated linear attention, a learned decay per key dimension)")
+           ->check(CLI::IsMember({"softmax", "linear", "favor", "retnet", "gla"}))
            ->capture_default_str();
        app.add_option("--steps", o.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
        app.add_option("--batch", o.batch, "Sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
@@ -141,7 +144,7 @@ const Registrar registrar{
        app.add_option("--favor-features", c.favor_features, "Performer random features per head")
            ->check(CLI::Range(1, 65536))
            ->capture_default_str();
-       app.add_option("--chunk-size", c.chunk_size, "Causal linear attention chunk")
+       app.add_option("--chunk-size", c.chunk_size, "Causal linear / decayed attention chunk")
            ->check(CLI::Range(1, 65536))
            ->capture_default_str();
        app.add_option("--eval-every", o.eval_every, "Held-out evaluation every N steps (0: at the end only)")

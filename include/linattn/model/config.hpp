@@ -4,16 +4,27 @@
 #include <string>
 #include <string_view>
 
+#include "linattn/decay.hpp"
 #include "linattn/feature_map.hpp"
 
 namespace linattn::model {
 
-// The attention each block uses: exact softmax, linear with φ = elu + 1, or Performer (FAVOR+).
-enum class AttentionKind { softmax, linear, favor };
+// The attention each block uses: exact softmax, linear with φ = elu + 1, Performer (FAVOR+), or a
+// decayed linear attention (decay.hpp) on q, k as projected: RetNet's multi-scale retention (a fixed
+// decay per head) or GLA (a decay per key dimension from a projection of the block's input).
+enum class AttentionKind { softmax, linear, favor, retnet, gla };
 
 const char* attention_name(AttentionKind kind);
-// "softmax", "linear" or "favor"; throws linattn::Error naming the choices otherwise.
+// "softmax", "linear", "favor", "retnet" or "gla"; throws linattn::Error naming the choices otherwise.
 AttentionKind attention_by_name(std::string_view name);
+
+// retnet and gla: the decayed family, a per-head norm on the output, a decaying state in generation.
+bool is_decayed(AttentionKind kind);
+// The recurrence of a decayed kind: Decay::retention (retnet) or Decay::key (gla).
+Decay decay_of(AttentionKind kind);
+// GLA's log decay is logsigmoid(x W_g + b_g) / kGlaGateNormalizer (flash-linear-attention's
+// gate_logit_normalizer): at initialisation about −0.043 per token, a memory of some 20 tokens.
+inline constexpr double kGlaGateNormalizer = 16;
 
 struct ModelConfig {
   int64_t vocab_size = 0;
@@ -24,7 +35,7 @@ struct ModelConfig {
   AttentionKind attention = AttentionKind::linear;
   int64_t favor_features = 64;  // Performer: random features per head
   uint64_t favor_seed = 7;      // Performer: layer l draws its features from favor_seed + l
-  int64_t chunk_size = 64;      // causal linear attention: tokens per chunk
+  int64_t chunk_size = 64;      // causal linear and decayed attention: tokens per chunk
   uint64_t init_seed = 1;       // weight initialisation
 
   int64_t head_dim() const { return d_model / heads; }
@@ -37,7 +48,8 @@ void check_config(const ModelConfig& config);
 // value. The model's entry points check their token inputs with it.
 void check_tokens(const char* what, const int32_t* tokens, int64_t n, int64_t vocab_size);
 
-// φ for layer `layer` (null for softmax): elu + 1, or layer's FAVOR+ draw.
+// φ for layer `layer` (null for softmax, retnet, gla: q and k enter as projected): elu + 1, or
+// layer's FAVOR+ draw.
 FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer);
 
 // "key=value" lines, the form model files store; parse throws linattn::Error naming a bad line.

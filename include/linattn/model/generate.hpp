@@ -1,6 +1,8 @@
 #pragma once
 // Generation from a trained model. Linear and favor attention carry a RecurrentState per layer
-// (memory and time per token independent of the context); softmax keeps a KV cache per layer and
+// (memory and time per token independent of the context), and so do retnet and gla (a decaying
+// state, RecurrentState(1, H, hd, hd, decay_name(decay)), stepped by decayed_step for every token,
+// a prompt's too); softmax keeps a KV cache per layer and
 // attends a single query to all cached keys (a prompt block goes through the causal operator,
 // bottom-right aligned against the cache).
 #include <cstdint>
@@ -24,13 +26,13 @@ class Generator {
   int64_t position() const { return position_; }
   // Forgets the context.
   void reset();
-  // Bytes of context state held: grows with position for softmax, constant for linear and favor.
+  // Bytes of context state held: grows with position for softmax, constant for the others.
   int64_t state_bytes() const;
 
  private:
   const Transformer<float>& model_;
   int64_t position_ = 0;
-  std::vector<RecurrentState> states_;             // per layer (linear, favor)
+  std::vector<RecurrentState> states_;             // per layer (linear, favor, retnet, gla)
   std::vector<std::vector<float>> keys_, values_;  // per layer [H, capacity_, hd] (softmax)
   int64_t capacity_ = 0;                           // cached positions room is allocated for
   std::vector<float> buffers_, logits_;

@@ -57,22 +57,46 @@ T cross_entropy_forward(T* probs, const T* logits, const int32_t* targets, const
 template <class T>
 void cross_entropy_backward(T* dlogits, const T* probs, const int32_t* targets, const T* weights, int64_t N, int64_t V);
 
+// g: [n] = logsigmoid(x) / kGlaGateNormalizer, GLA's log decay (≤ 0); g may alias x.
+template <class T>
+void log_sigmoid_gate_forward(T* g, const T* x, int64_t n);
+// dx: [n] = dg · σ(−x) / kGlaGateNormalizer, with σ(−x) = −expm1(kGlaGateNormalizer · g) from the
+// saved g (no need to keep x); dx may alias dg.
+template <class T>
+void log_sigmoid_gate_backward(T* dx, const T* dg, const T* g, int64_t n);
+
+// The decayed kinds' per-head output norm (RetNet's GroupNorm with one group per head, no affine:
+// the attention projection after it scales): out: [rows, D] = (inp − mean) · rstd row by row, rows
+// = N·H, D the head dim; saves rstd: [rows].
+template <class T>
+void head_norm_forward(T* out, T* rstd, const T* inp, int64_t rows, int64_t D);
+// dinp: [rows, D] = rstd · (dout − mean(dout) − out · mean(dout ⊙ out)), overwritten; out as saved.
+template <class T>
+void head_norm_backward(T* dinp, const T* dout, const T* out, const T* rstd, int64_t rows, int64_t D);
+
 // How a block attends: the kind, the head count and, for linear and favor, φ.
 struct AttentionSpec {
   AttentionKind kind = AttentionKind::linear;
   int64_t heads = 1;
-  FeatureMapPtr feature_map;  // null for softmax
+  FeatureMapPtr feature_map;  // null for softmax, retnet and gla
   int64_t chunk_size = 64;
 };
 
 // Causal multi-head attention. out: [B, T, C]; lse: [B, H, T] (softmax only, else unused);
-// qkv: [B, T, 3C], q | k | v along the last axis, each split into H heads of C/H.
-// float runs linattn's operators; double runs the fp64 reference (for the gradient tests).
+// qkv: [B, T, 3C], q | k | v along the last axis, each split into H heads of C/H; gate: [B, T, C],
+// the per-key-dimension log decay g ([B, T, H, C/H]) for gla, else unused (null).
+// float runs linattn's operators (retnet, gla: decayed_attention_forward, chunked); double runs the
+// fp64 reference (for the gradient tests). retnet and gla write the output before the head norm.
 template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C);
-// dqkv: [B, T, 3C]; out and lse as saved by the forward.
+void attention_forward(T* out, T* lse, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
+                       const T* gate = nullptr);
+// dqkv: [B, T, 3C]; out and lse as saved by the forward; dgate: [B, T, C] overwritten with ∂/∂gate
+// (gla only, else unused).
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, const AttentionSpec& spec,
-                        int64_t B, int64_t T_, int64_t C);
+                        int64_t B, int64_t T_, int64_t C, const T* gate = nullptr, T* dgate = nullptr);
+
+// The options of a decayed kind's operator: its Decay, the default scale K^−1/2, the spec's chunk.
+DecayedAttentionOptions decayed_options(const AttentionSpec& spec);
 
 }  // namespace linattn::model
