@@ -46,6 +46,23 @@ void AddMulExpDifferenceN(float* y, const float* x, const float* a, const float*
   MulExpDifference<true>(y, x, a, b, sign, n);
 }
 
+void MulExpPairN(float* HWY_RESTRICT qh, float* HWY_RESTRICT kh, const float* HWY_RESTRICT q,
+                 const float* HWY_RESTRICT k, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const V one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const V e = Factor(d, a, b, one, i);
+    hn::StoreU(hn::Mul(hn::LoadU(d, q + i), e), d, qh + i);
+    hn::StoreU(hn::Div(hn::LoadU(d, k + i), e), d, kh + i);
+  }
+  for (; i < n; ++i) {
+    const float e = std::exp(a[i] - b[i]);
+    qh[i] = q[i] * e, kh[i] = k[i] / e;
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace linattn::kernels
 HWY_AFTER_NAMESPACE();
@@ -55,12 +72,17 @@ namespace linattn::kernels {
 
 HWY_EXPORT(MulExpDifferenceN);
 HWY_EXPORT(AddMulExpDifferenceN);
+HWY_EXPORT(MulExpPairN);
 
 void mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
   HWY_DYNAMIC_DISPATCH(MulExpDifferenceN)(y, x, a, b, sign, n);
 }
 void add_mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AddMulExpDifferenceN)(y, x, a, b, sign, n);
+}
+
+void mul_exp_pair(float* qh, float* kh, const float* q, const float* k, const float* a, const float* b, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(MulExpPairN)(qh, kh, q, k, a, b, n);
 }
 
 }  // namespace linattn::kernels

@@ -13,4 +13,8 @@ void mul_exp_difference(float* y, const float* x, const float* a, const float* b
 // inter-chunk one. y must not overlap x.
 void add_mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n);
 
+// E = exp(a − b); qh: [n] = q · E, kh: [n] = k / E, elementwise: the two sides of a product split
+// around b (one exp per element).
+void mul_exp_pair(float* qh, float* kh, const float* q, const float* k, const float* a, const float* b, int64_t n);
+
 }  // namespace linattn::kernels

@@ -8,11 +8,16 @@ namespace linattn {
 
 std::string decay_name(Decay decay) {
   switch (decay) {
-    case Decay::none: return "linear";
-    case Decay::retention: return "retention";
-    case Decay::head: return "lightning";
-    case Decay::token: return "simple_gla";
-    case Decay::key: return "gla";
+    case Decay::none:
+      return "linear";
+    case Decay::retention:
+      return "retention";
+    case Decay::head:
+      return "lightning";
+    case Decay::token:
+      return "simple_gla";
+    case Decay::key:
+      return "gla";
   }
   return "unknown";
 }
@@ -23,9 +28,12 @@ namespace detail {
 
 double constant_log_decay(const DecayedAttentionOptions& options, int64_t h) {
   switch (options.decay) {
-    case Decay::retention: return std::log1p(-std::exp2(-5.0 - double(h)));
-    case Decay::head: return double(options.g_gamma[size_t(h)]);
-    default: return 0.0;
+    case Decay::retention:
+      return std::log1p(-std::exp2(-5.0 - double(h)));
+    case Decay::head:
+      return double(options.g_gamma[size_t(h)]);
+    default:
+      return 0.0;
   }
 }
 
@@ -46,7 +54,8 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
     const int64_t want[] = {p.B, p.T, p.H, p.gate_cols()};
     for (int axis = 0; axis < 4; ++axis) check_extent(op, "g", g, axis, want[axis], because[axis]);
   } else if (g.data) {
-    fail_with(op, "g is given for decay '", name, "', expected an empty view (only simple_gla and gla take a gate tensor)");
+    fail_with(op, "g is given for decay '", name,
+              "', expected an empty view (only simple_gla and gla take a gate tensor)");
   }
   if (o.decay == Decay::head)
     check_size(op, "options.g_gamma", int64_t(o.g_gamma.size()), p.H, "[H], one log decay per head");

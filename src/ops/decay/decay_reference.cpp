@@ -13,10 +13,9 @@ namespace {
 detail::DecayProblem check(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* g,
                            const DecayedAttentionOptions& options, const std::vector<double>* initial) {
   const ConstTensorView gs = g ? detail::shape_only(op, "g", g->extent, g->data.size()) : ConstTensorView{};
-  const detail::DecayProblem p = detail::check_decay_arguments(op, detail::shape_only(op, "q", q.extent, q.data.size()),
-                                                               detail::shape_only(op, "k", k.extent, k.data.size()),
-                                                               detail::shape_only(op, "v", v.extent, v.data.size()),
-                                                               gs, options);
+  const detail::DecayProblem p = detail::check_decay_arguments(
+      op, detail::shape_only(op, "q", q.extent, q.data.size()), detail::shape_only(op, "k", k.extent, k.data.size()),
+      detail::shape_only(op, "v", v.extent, v.data.size()), gs, options);
   if (initial) detail::check_decay_state(op, "initial_state", initial->size(), p);
   return p;
 }

@@ -20,9 +20,9 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
   if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
   detail::check_decay_state(op, "state", state.size(), p);
   if (g.data)
-    detail::check_outputs(op, {boundary::region("out", out), boundary::region("state", state)},
-                          {boundary::region("q", q), boundary::region("k", k), boundary::region("v", v),
-                           boundary::region("g", g)});
+    detail::check_outputs(
+        op, {boundary::region("out", out), boundary::region("state", state)},
+        {boundary::region("q", q), boundary::region("k", k), boundary::region("v", v), boundary::region("g", g)});
   else
     detail::check_outputs(op, {boundary::region("out", out), boundary::region("state", state)},
                           {boundary::region("q", q), boundary::region("k", k), boundary::region("v", v)});
@@ -31,8 +31,8 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
   for (int64_t task = 0; task < tasks; ++task) {
     const detail::DecaySequence& s = p.sequences[size_t(task / p.H)];
     const int64_t h = task % p.H;
-    std::vector<float> qs(size_t(K)), ks(size_t(K)), vs(size_t(V)), o(size_t(V)), a(size_t(K)),
-        gs(size_t(p.gate_cols()));
+    std::vector<float> qs(static_cast<size_t>(K)), ks(static_cast<size_t>(K)), vs(static_cast<size_t>(V)),
+        o(static_cast<size_t>(V)), a(static_cast<size_t>(K)), gs(size_t(p.gate_cols()));
     std::fill(a.begin(), a.end(), float(std::exp(detail::constant_log_decay(options, h))));
     float* S = state.data() + (s.n * p.H + h) * K * V;
     const bool decays = p.decay != Decay::none;

@@ -1,0 +1,269 @@
+// One chunk of the decayed family (see decay_chunk.hpp): its loads, decay factors, forward and
+// backward, every product through kernels::gemm on the chunk's lower triangle in strips.
+#include "ops/decay/decay_chunk.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/decay_factors.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/pack.hpp"
+#include "kernels/rows.hpp"
+
+namespace linattn::detail {
+namespace {
+
+using kernels::gemm;
+using kernels::padded;
+using kernels::plain;
+
+// The intra-chunk triangle runs in strips of this many rows, each only as wide (or deep) as the
+// triangle reaches.
+constexpr int64_t kStrip = kernels::kPad;
+
+// x: [n, ≥ n] (pitch ld): the entries above the diagonal set to 0, the rest multiplied by W (null: 1).
+void mask_lower(float* x, int64_t ld, const float* W, int64_t ldw, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = x + t * ld;
+    const int64_t width = std::min(n, (t / kStrip + 1) * kStrip);
+    if (W)
+      for (int64_t s = 0; s <= t; ++s) row[s] *= W[t * ldw + s];
+    std::fill(row + t + 1, row + width, 0.0f);
+  }
+}
+
+// c: [n, cols] (+)= Aᵀ B over the lower-triangular A: [n, n] (pitch lda): row s of the result sums the
+// rows t ≥ s of B (the strip's upper corner of A is zero).
+void lower_transposed_product(float* c, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb,
+                              int64_t n, int64_t cols, bool accumulate) {
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r);
+    gemm({c + r * ldc, ldc, rows, cols}, {A + r * lda + r, 1, lda}, {B + r * ldb, ldb, n - r, cols},
+         {.accumulate = accumulate});
+  }
+}
+
+// c: [n, cols] (+)= A B over the lower-triangular A: [n, n]: row t sums the rows s ≤ t of B.
+void lower_product(float* c, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t n,
+                   int64_t cols, bool accumulate) {
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r);
+    gemm({c + r * ldc, ldc, rows, cols}, plain(A + r * lda, lda), {B, ldb, std::min(n, r + rows), cols},
+         {.accumulate = accumulate});
+  }
+}
+
+}  // namespace
+
+DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward)
+    : p_(p),
+      o_(options),
+      per_key_(p.decay == Decay::key),
+      C_(options.chunk_size),
+      Cp_(padded(options.chunk_size)),
+      Kp_(padded(p.K)),
+      Vp_(padded(p.V)) {
+  const auto size = [](int64_t rows, int64_t cols) { return size_t(rows * cols); };
+  Q_.resize(size(C_, Kp_)), K_.resize(size(C_, Kp_)), V_.resize(size(C_, Vp_));
+  Qe_.resize(size(C_, Kp_)), Kd_.resize(size(C_, Kp_));
+  if (per_key_) {
+    b_.resize(size(C_, Kp_)), mid_.resize(size_t(Kp_)), bn_.resize(size_t(Kp_));
+    Qh_.resize(size(C_, Kp_)), Kh_.resize(size(C_, Kp_));
+    lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_));
+  } else {
+    b_.resize(size_t(C_)), nb_.resize(size_t(C_)), row_q_.resize(size_t(C_)), row_k_.resize(size_t(C_));
+    W_.resize(size(C_, Cp_));
+  }
+  A_.resize(size(C_, Cp_)), O_.resize(size(C_, Vp_)), T_.resize(size(std::max(p.K, p.V), Cp_));
+  if (backward) {
+    dO_.resize(size(C_, Vp_)), dQ_.resize(size(C_, Kp_)), dK_.resize(size(C_, Kp_)), dV_.resize(size(C_, Vp_));
+    diag_.resize(size_t(C_)), tmp_.resize(size(C_, Kp_)), dA_.resize(size(C_, Cp_)),
+        St_.resize(size(std::max(p.K, p.V), Kp_));
+  }
+}
+
+int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n) {
+  const int64_t K = p_.K, V = p_.V, limit = std::min(C_, end - t0);
+  h_ = x.h;
+  const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
+  if (per_key_) {
+    // Cumulative log decays per column; the chunk stops before the token that would make a column span
+    // more than kMaxLogSpan (a single token always fits). The loops over columns vectorize.
+    const int64_t rows = n > 0 ? n : limit;
+    kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
+    float *lo = lo_.data(), *hi = hi_.data();
+    std::copy_n(b_.data(), Kp_, lo), std::copy_n(b_.data(), Kp_, hi);
+    int64_t t = 1;
+    for (; t < rows; ++t) {
+      float* row = b_.data() + t * Kp_;
+      const float* prev = row - Kp_;
+      int exceeds = 0;
+      for (int64_t c = 0; c < Kp_; ++c) {
+        row[c] += prev[c];
+        exceeds |= int(std::max(hi[c], row[c]) - std::min(lo[c], row[c]) > float(kMaxLogSpan));
+      }
+      if (exceeds && n <= 0) break;
+      for (int64_t c = 0; c < Kp_; ++c) lo[c] = std::min(lo[c], row[c]), hi[c] = std::max(hi[c], row[c]);
+    }
+    n_ = t;
+    for (int64_t c = 0; c < Kp_; ++c) {
+      mid_[size_t(c)] = 0.5f * (lo[c] + hi[c]);
+      bn_[size_t(c)] = b_[size_t((n_ - 1) * Kp_ + c)];
+      // e^{m}, e^{b_n − m}: the column factors that turn Q̂ into Q ⊙ e^{b} and K̂ into K ⊙ e^{b_n − b}.
+      lo[c] = std::exp(mid_[size_t(c)]), hi[c] = std::exp(bn_[size_t(c)] - mid_[size_t(c)]);
+    }
+  } else {
+    n_ = n > 0 ? n : limit;
+    const double constant = constant_log_decay(o_, x.h);
+    double run = 0;
+    for (int64_t t = 0; t < n_; ++t) {
+      run += p_.decay == Decay::token ? double(g.at(t0 + t)[0]) : constant;
+      b_[size_t(t)] = float(run), nb_[size_t(t)] = float(-run);
+    }
+  }
+  const int64_t rows = n_;
+  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.h), t0, rows, p_.scale);
+  kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.h), t0, rows);
+  kernels::pack_rows({V_.data(), Vp_, rows, V}, kernels::head_rows(x.v, x.b, x.h), t0, rows);
+  if (per_key_) {
+    const float *em = lo_.data(), *enm = hi_.data();
+    for (int64_t t = 0; t < rows; ++t) {
+      const int64_t r = t * Kp_;
+      // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}: one exp per element.
+      kernels::mul_exp_pair(Qh_.data() + r, Kh_.data() + r, Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(),
+                            Kp_);
+      for (int64_t c = 0; c < Kp_; ++c) {
+        Qe_[size_t(r + c)] = Qh_[size_t(r + c)] * em[c];   // Q ⊙ e^{b}
+        Kd_[size_t(r + c)] = Kh_[size_t(r + c)] * enm[c];  // K ⊙ e^{b_n − b}
+      }
+    }
+    return n_;
+  }
+  gamma_ = std::exp(b_[size_t(rows - 1)]);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < rows; ++t) {
+    row_q_[size_t(t)] = std::exp(b_[size_t(t)]);
+    row_k_[size_t(t)] = std::exp(b_[size_t(rows - 1)] - b_[size_t(t)]);
+    // W[t, s] = e^{b_t − b_s} = e^{(−b_s) − (−b_t)} for s ≤ t.
+    if (p_.decay != Decay::none)
+      kernels::exp_shifted(W_.data() + t * Cp_, nb_.data(), t + 1, nb_[size_t(t)], inf, 1.0f);
+  }
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t c = 0; c < Kp_; ++c) {
+      Qe_[size_t(t * Kp_ + c)] = Q_[size_t(t * Kp_ + c)] * row_q_[size_t(t)];
+      Kd_[size_t(t * Kp_ + c)] = K_[size_t(t * Kp_ + c)] * row_k_[size_t(t)];
+    }
+  }
+  return n_;
+}
+
+// A: [n, n] = mask(left rightᵀ) ⊙ W, lower triangle by strips; right_t: rightᵀ [depth, Cp].
+void DecayChunk::intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth) {
+  for (int64_t r = 0; r < n_; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n_ - r), cols = std::min(n_, r + rows);
+    gemm({A + r * Cp_, Cp_, rows, cols}, plain(left + r * depth_pitch, depth_pitch), {right_t, Cp_, depth, cols});
+  }
+  mask_lower(A, Cp_, per_key_ || p_.decay == Decay::none ? nullptr : W_.data(), Cp_, n_);
+}
+
+void DecayChunk::scale_state(float* S) const {
+  for (int64_t c = 0; c < p_.K; ++c) {
+    const float f = per_key_ ? std::exp(bn_[size_t(c)]) : gamma_;
+    for (int64_t e = 0; e < p_.V; ++e) S[c * Vp_ + e] *= f;
+  }
+}
+
+void DecayChunk::advance(float* S) {
+  scale_state(S);
+  gemm({S, Vp_, p_.K, p_.V}, kernels::transposed(Kd_.data(), Kp_), {V_.data(), Vp_, n_, p_.V}, {.accumulate = true});
+}
+
+void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t0) {
+  const int64_t K = p_.K, V = p_.V, n = n_;
+  const float* left = per_key_ ? Qh_.data() : Q_.data();
+  const float* right = per_key_ ? Kh_.data() : K_.data();
+  kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
+  intra_scores(A_.data(), left, T_.data(), Kp_, K);
+  // O = (Q ⊙ e^b) S, then += A V.
+  gemm({O_.data(), Vp_, n, V}, plain(Qe_.data(), Kp_), {S, Vp_, K, V});
+  lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, true);
+  kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
+  advance(S);
+}
+
+void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
+                          double* gate_grad, bool final_chunk, const DecayHead& x, int64_t t0) {
+  const int64_t K = p_.K, V = p_.V, n = n_;
+  const float* left = per_key_ ? Qh_.data() : Q_.data();
+  const float* right = per_key_ ? Kh_.data() : K_.data();
+  const float* W = per_key_ || p_.decay == Decay::none ? nullptr : W_.data();
+  kernels::pack_rows({dO_.data(), Vp_, n, V}, kernels::head_rows(dout, x.b, x.h), t0, n);
+  // A = mask(Q̂ K̂ᵀ) ⊙ W and dA = mask(dO Vᵀ) ⊙ W.
+  kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
+  intra_scores(A_.data(), left, T_.data(), Kp_, K);
+  kernels::transpose(T_.data(), Cp_, V_.data(), Vp_, n, V);
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r), cols = std::min(n, r + rows);
+    gemm({dA_.data() + r * Cp_, Cp_, rows, cols}, plain(dO_.data() + r * Vp_, Vp_), {T_.data(), Cp_, V, cols});
+  }
+  mask_lower(dA_.data(), Cp_, W, Cp_, n);
+  // The diagonal (each token with itself, weight e^0) apart: it adds to dq and dk below, after the gate's
+  // share is taken, so that ∂L/∂b never holds two O(1) terms that cancel (docs: "Numerics").
+  for (int64_t t = 0; t < n; ++t) diag_[size_t(t)] = dA_[size_t(t * Cp_ + t)], dA_[size_t(t * Cp_ + t)] = 0.0f;
+  // dQ = e^b ⊙ (dO Sᵀ) + [dA K̂] ⊙ e^{b − m} (per row: dA K).
+  kernels::transpose(St_.data(), Kp_, S, Vp_, K, V);
+  gemm({dQ_.data(), Kp_, n, K}, plain(dO_.data(), Vp_), {St_.data(), Kp_, V, K},
+       {.row_scale = per_key_ ? nullptr : row_q_.data()});
+  // dK = e^{b_n − b} ⊙ (V dSᵀ) + [dAᵀ Q̂] ⊙ e^{m − b}.
+  kernels::transpose(St_.data(), Kp_, dS, Vp_, K, V);
+  gemm({dK_.data(), Kp_, n, K}, plain(V_.data(), Vp_), {St_.data(), Kp_, V, K},
+       {.row_scale = per_key_ ? nullptr : row_k_.data()});
+  if (per_key_) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float* bt = b_.data() + t * Kp_;
+      kernels::mul_exp_difference(dQ_.data() + t * Kp_, dQ_.data() + t * Kp_, bt, nullptr, 1.0f, K);
+      kernels::mul_exp_difference(dK_.data() + t * Kp_, dK_.data() + t * Kp_, bn_.data(), bt, 1.0f, K);
+    }
+    lower_product(tmp_.data(), Kp_, dA_.data(), Cp_, right, Kp_, n, K, false);
+    for (int64_t t = 0; t < n; ++t)
+      kernels::add_mul_exp_difference(dQ_.data() + t * Kp_, tmp_.data() + t * Kp_, b_.data() + t * Kp_, mid_.data(),
+                                      1.0f, K);
+    lower_transposed_product(tmp_.data(), Kp_, dA_.data(), Cp_, left, Kp_, n, K, false);
+    for (int64_t t = 0; t < n; ++t)
+      kernels::add_mul_exp_difference(dK_.data() + t * Kp_, tmp_.data() + t * Kp_, mid_.data(), b_.data() + t * Kp_,
+                                      1.0f, K);
+  } else {
+    lower_product(dQ_.data(), Kp_, dA_.data(), Cp_, K_.data(), Kp_, n, K, true);
+    lower_transposed_product(dK_.data(), Kp_, dA_.data(), Cp_, Q_.data(), Kp_, n, K, true);
+  }
+  // dV = (K ⊙ e^{b_n − b}) dS + Aᵀ dO.
+  gemm({dV_.data(), Vp_, n, V}, plain(Kd_.data(), Kp_), {dS, Vp_, K, V});
+  lower_transposed_product(dV_.data(), Vp_, A_.data(), Cp_, dO_.data(), Vp_, n, V, true);
+  // ∂L/∂b_t = Q ⊙ dQ − K ⊙ dK (Q = scale·q, so q·dq = Q·dQ), without the diagonal; the last token of
+  // a sequence leaves out its pair with the final state (the caller adds that pair's share).
+  const int64_t cols = p_.gate_cols();
+  if (cols > 0)
+    for (int64_t t = 0; t < n; ++t) {
+      const float *q = Q_.data() + t * Kp_, *k = K_.data() + t * Kp_;
+      const float *gq = dQ_.data() + t * Kp_, *gk = dK_.data() + t * Kp_;
+      const bool with_k = !(final_chunk && t == n - 1);
+      double* out = gate_grad + t * cols;
+      for (int64_t c = 0; c < K; ++c)
+        out[cols == 1 ? 0 : c] += double(q[c]) * gq[c] - (with_k ? double(k[c]) * gk[c] : 0.0);
+    }
+  // The diagonal: ∂A[t, t]/∂Q_t = K_t and ∂A[t, t]/∂K_t = Q_t (the decay factors cancel on it).
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < K; ++c) {
+      dQ_[size_t(t * Kp_ + c)] += diag_[size_t(t)] * K_[size_t(t * Kp_ + c)];
+      dK_[size_t(t * Kp_ + c)] += diag_[size_t(t)] * Q_[size_t(t * Kp_ + c)];
+    }
+  // dS ← diag(e^{b_n}) dS + (Q ⊙ e^b)ᵀ dO.
+  scale_state(dS);
+  gemm({dS, Vp_, K, V}, kernels::transposed(Qe_.data(), Kp_), {dO_.data(), Vp_, n, V}, {.accumulate = true});
+  kernels::unpack_rows(kernels::head_rows(dq, x.b, x.h), t0, {dQ_.data(), Kp_, n, K}, n, p_.scale);
+  kernels::unpack_rows(kernels::head_rows(dk, x.b, x.h), t0, {dK_.data(), Kp_, n, K}, n);
+  kernels::unpack_rows(kernels::head_rows(dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
+}
+
+}  // namespace linattn::detail

@@ -1,0 +1,71 @@
+#pragma once
+// One chunk of the decayed family's chunked form, forward and backward side by side. For a chunk of
+// n tokens with cumulative log decays b_t (relative to the chunk's start, inclusive of token t),
+//   O = (Q ⊙ e^{b}) S + [(Q̂ K̂ᵀ) ⊙ W] V,      S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V,
+// with Q = scale·q. The intra-chunk decay e^{b_t − b_s} enters one of two ways:
+//  - one log decay per token (none, retention, lightning, simple GLA): W[t, s] = e^{b_t − b_s} for
+//    s ≤ t, each factor the exp of its own (non-positive) difference; Q̂ = Q, K̂ = K;
+//  - one per key dimension (GLA): W is the causal mask and the decay is split around a midpoint m
+//    of each column, Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}. A chunk ends early where a column's b
+//    would span more than kMaxLogSpan, so no factor exceeds e^{kMaxLogSpan/2} (docs/decayed-attention.md).
+#include <cstdint>
+#include <vector>
+
+#include "linattn/view.hpp"
+#include "ops/decay/decay_checks.hpp"
+
+namespace linattn::detail {
+
+// The widest span of cumulative log decay inside one GLA chunk: the factors stay within e^{±30}.
+inline constexpr double kMaxLogSpan = 60.0;
+
+// One (sequence, head)'s tensors.
+struct DecayHead {
+  ConstTensorView q, k, v, g;
+  int64_t b, h;
+};
+
+// The scratch of one thread: chunks of up to C tokens of one head at a time.
+class DecayChunk {
+ public:
+  DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward);
+
+  // Reads tokens [t0, t0 + n) of head `x` (n ≤ 0: as many as fit, up to `end`); returns n.
+  // Forms Q, K, V, the cumulative log decays and every decay factor of the chunk.
+  int64_t load(const DecayHead& x, int64_t t0, int64_t end, int64_t n = 0);
+
+  // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
+  void forward(float* S, TensorView out, const DecayHead& x, int64_t t0);
+  // S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V: the state after the chunk, without the outputs.
+  void advance(float* S);
+  // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
+  // rows of dq, dk, dv, adds each token's ∂L/∂b (cumulative, before the reverse sum) to gate_grad
+  // ([n, gate_cols]), and leaves in dS the gradient of the state before the chunk. final_chunk: the
+  // sequence's last chunk, whose last token's pair with the final state the caller accounts for.
+  void backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
+                double* gate_grad, bool final_chunk, const DecayHead& x, int64_t t0);
+
+  int64_t Vp() const { return Vp_; }
+  const DecayProblem& problem() const { return p_; }
+
+ private:
+  void intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth);
+  void scale_state(float* S) const;  // S ← diag(e^{b_n}) S
+
+  const DecayProblem& p_;
+  const DecayedAttentionOptions& o_;
+  bool per_key_;  // GLA: factors per element; else per row
+  int64_t C_, Cp_, Kp_, Vp_, n_ = 0;
+  int64_t h_ = 0;
+  std::vector<float> Q_, K_, V_;          // [C, Kp], [C, Kp], [C, Vp]
+  std::vector<float> b_, nb_, mid_, bn_;  // per row: b [C], −b [C]; per key: b [C, Kp], m [Kp], b_n [Kp]
+  std::vector<float> Qe_, Kd_, Qh_, Kh_;  // Q ⊙ e^b, K ⊙ e^{b_n − b}, Q̂, K̂: [C, Kp] (Q̂, K̂ per key only)
+  std::vector<float> W_, A_, O_, T_;      // [C, Cp], [C, Cp], [C, Vp], transposes [max(K, V), Cp]
+  std::vector<float> dO_, dQ_, dK_, dV_, tmp_, dA_, St_;  // backward: [C, Vp], [C, Kp] ×3 + [C, Vp], [C, Cp], [V, Kp]
+  std::vector<float> diag_;                               // backward: dA's diagonal [C]
+  std::vector<float> row_q_, row_k_;                      // per row: e^{b_t}, e^{b_n − b_t}
+  std::vector<float> lo_, hi_;  // per key: b's range while loading, then the column factors e^{m}, e^{b_n − m}
+  float gamma_ = 1.0f;          // per row: e^{b_n}
+};
+
+}  // namespace linattn::detail

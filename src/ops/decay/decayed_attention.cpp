@@ -1,0 +1,227 @@
+// The decayed family's chunked drivers: the boundary check, then per (sequence, head) a sweep of
+// chunks (decay_chunk.hpp). The forward carries the state S: [K, V] from chunk to chunk; the backward
+// runs the chunks forward once for the state before each, then in reverse with the state's gradient,
+// and forms dg from each token's ∂L/∂b by a reverse cumulative sum. Work is split over (sequence, head)
+// only, so every head's arithmetic is the same for any thread count.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "ops/decay/decay_checks.hpp"
+#include "ops/decay/decay_chunk.hpp"
+
+namespace linattn {
+namespace {
+
+using detail::DecayChunk;
+using detail::DecayHead;
+using detail::DecayProblem;
+
+// The inputs' regions for the aliasing check (g only where the decay has a gate tensor).
+std::vector<boundary::Region> input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                            ConstTensorView g) {
+  std::vector<boundary::Region> r{boundary::region("q", q), boundary::region("k", k), boundary::region("v", v)};
+  if (g.data) r.push_back(boundary::region("g", g));
+  return r;
+}
+
+// Copies state (b, h) of `from` ([N, H, K, V], empty: zero) into S: [K, Vp].
+void load_state(float* S, int64_t Vp, std::span<const float> from, const DecayProblem& p, int64_t index) {
+  for (int64_t c = 0; c < p.K; ++c) {
+    float* row = S + c * Vp;
+    if (from.empty())
+      std::fill_n(row, Vp, 0.0f);
+    else
+      std::copy_n(from.data() + (index * p.K + c) * p.V, p.V, row), std::fill(row + p.V, row + Vp, 0.0f);
+  }
+}
+void store_state(std::span<float> to, const float* S, int64_t Vp, const DecayProblem& p, int64_t index) {
+  if (to.empty()) return;
+  for (int64_t c = 0; c < p.K; ++c) std::copy_n(S + c * Vp, p.V, to.data() + (index * p.K + c) * p.V);
+}
+
+// out[c] (or out[0], one gate per token) += Σ_v dS_T ⊙ a_T S_{T−1}: the last token's gate gradient from
+// the final state. S_last: the state before the last chunk, which starts at t_last.
+void final_gate_share(DecayChunk& chunk, const DecayHead& x, const detail::DecaySequence& s, const float* S_last,
+                      int64_t t_last, const float* dS, double* out) {
+  const DecayProblem& p = chunk.problem();
+  const int64_t Vp = chunk.Vp(), T = s.end - 1;
+  std::vector<float> S(S_last, S_last + p.K * Vp);
+  if (T > t_last) {  // the last chunk's tokens before T
+    chunk.load(x, t_last, T, T - t_last);
+    chunk.advance(S.data());
+  }
+  const float* g = x.g.data + x.g.offset(x.b, T, x.h, 0);
+  for (int64_t c = 0; c < p.K; ++c) {
+    const double a = std::exp(double(g[(p.decay == Decay::key ? c : 0) * x.g.stride[3]]));
+    double sum = 0;
+    for (int64_t e = 0; e < p.V; ++e) sum += double(dS[c * Vp + e]) * S[size_t(c * Vp + e)];
+    out[p.decay == Decay::key ? c : 0] += a * sum;
+  }
+}
+
+// One head of a lockstep group: its tensors, its state index and what its sweeps keep.
+struct HeadRun {
+  DecayHead x;
+  int64_t index = 0;            // of the [N, H, K, V] states
+  int64_t t = 0;                // forward: the next token
+  std::vector<float> S, dS;     // [K, Vp]: the state; backward: the state's gradient
+  std::vector<float> states;    // backward: the state before each chunk, [chunks + 1, K, Vp]
+  std::vector<int64_t> starts;  // backward: each chunk's first token, then the sequence's end
+  std::vector<double> gate_grad;
+};
+
+// Runs body(chunk, sequence, runs) for every group of heads of every sequence, over the threads. The
+// heads of a group advance in lockstep, window by window of C tokens, so that a window's rows of all
+// its heads ([T, H, K] storage) are read in memory order; a group takes a share of the heads only when
+// there are fewer sequences than threads. A head's arithmetic does not depend on its group.
+template <class Body>
+void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward, ConstTensorView q,
+                    ConstTensorView k, ConstTensorView v, ConstTensorView g, Body body) {
+  const int64_t sequences = int64_t(p.sequences.size()), threads = std::max(1, omp_get_max_threads());
+  const int64_t groups = std::clamp<int64_t>((threads + sequences - 1) / std::max<int64_t>(sequences, 1), 1, p.H);
+  const int64_t per_group = (p.H + groups - 1) / groups, tasks = sequences * groups;
+#pragma omp parallel if (tasks > 1)
+  {
+    DecayChunk chunk(p, options, backward);
+    std::vector<HeadRun> runs;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const detail::DecaySequence& s = p.sequences[size_t(task / groups)];
+      const int64_t h0 = task % groups * per_group, h1 = std::min(p.H, h0 + per_group);
+      if (h0 >= h1) continue;
+      runs.resize(size_t(h1 - h0));
+      for (int64_t h = h0; h < h1; ++h) {
+        HeadRun& r = runs[size_t(h - h0)];
+        r.x = DecayHead{q, k, v, g, s.b, h}, r.index = s.n * p.H + h, r.t = s.begin;
+      }
+      body(chunk, s, runs);
+    }
+  }
+}
+
+}  // namespace
+
+void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                               ConstTensorView g, const DecayedAttentionOptions& options,
+                               std::span<const float> initial_state, std::span<float> final_state) {
+  const char* op = "decayed_attention_forward";
+  const DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
+  detail::check_output_shape(op, "out", out, q, v);
+  detail::check_decay_state(op, "initial_state", initial_state.size(), p);
+  detail::check_decay_state(op, "final_state", final_state.size(), p);
+  std::vector<boundary::Region> inputs = input_regions(q, k, v, g);
+  inputs.push_back(boundary::region("initial_state", initial_state));
+  const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
+  detail::check_outputs(op, outputs, inputs);
+  const int64_t C = options.chunk_size;
+  for_each_group(p, options, false, q, k, v, g,
+                 [&](DecayChunk& chunk, const detail::DecaySequence& s, std::vector<HeadRun>& runs) {
+                   for (HeadRun& r : runs) {
+                     r.S.resize(size_t(p.K * chunk.Vp()));
+                     load_state(r.S.data(), chunk.Vp(), initial_state, p, r.index);
+                   }
+                   for (int64_t w = s.begin; w < s.end; w += C) {
+                     const int64_t w_end = std::min(w + C, s.end);
+                     for (HeadRun& r : runs)
+                       while (r.t < w_end) {
+                         const int64_t n = chunk.load(r.x, r.t, w_end);
+                         chunk.forward(r.S.data(), out, r.x, r.t);
+                         r.t += n;
+                       }
+                   }
+                   for (HeadRun& r : runs) store_state(final_state, r.S.data(), chunk.Vp(), p, r.index);
+                 });
+}
+
+void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView dg,
+                                std::span<float> dinitial_state, ConstTensorView dout,
+                                std::span<const float> dfinal_state, ConstTensorView q, ConstTensorView k,
+                                ConstTensorView v, ConstTensorView g, const DecayedAttentionOptions& options,
+                                std::span<const float> initial_state) {
+  const char* op = "decayed_attention_backward";
+  const DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
+  detail::check_output_shape(op, "dout", dout, q, v);
+  detail::check_like(op, "dq", dq, q, "q");
+  detail::check_like(op, "dk", dk, k, "k");
+  detail::check_like(op, "dv", dv, v, "v");
+  const int64_t cols = p.gate_cols();
+  if (cols > 0)
+    detail::check_like(op, "dg", dg, g, "g");
+  else if (dg.data)
+    detail::fail_with(op, "dg is given for decay '", decay_name(p.decay), "', expected an empty view (no gate tensor)");
+  detail::check_decay_state(op, "initial_state", initial_state.size(), p);
+  detail::check_decay_state(op, "dfinal_state", dfinal_state.size(), p);
+  detail::check_decay_state(op, "dinitial_state", dinitial_state.size(), p);
+  std::vector<boundary::Region> inputs = input_regions(q, k, v, g);
+  for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
+                                    boundary::region("initial_state", initial_state)})
+    inputs.push_back(r);
+  std::vector<boundary::Region> outputs{boundary::region("dq", dq), boundary::region("dk", dk),
+                                        boundary::region("dv", dv), boundary::region("dinitial_state", dinitial_state)};
+  if (cols > 0) outputs.push_back(boundary::region("dg", dg));
+  detail::check_outputs(op, outputs, inputs);
+  const int64_t C = options.chunk_size;
+  for_each_group(p, options, true, q, k, v, g,
+                 [&](DecayChunk& chunk, const detail::DecaySequence& s, std::vector<HeadRun>& runs) {
+                   const int64_t KVp = p.K * chunk.Vp();
+                   // Sweep 1, forward: the state before each chunk (and after the last), and each chunk's start.
+                   for (HeadRun& r : runs) {
+                     r.states.clear();
+                     r.states.reserve(size_t((s.end - s.begin) / C + 2) * KVp);
+                     r.states.resize(size_t(KVp));
+                     r.starts.assign(1, s.begin);
+                     load_state(r.states.data(), chunk.Vp(), initial_state, p, r.index);
+                   }
+                   for (int64_t w = s.begin; w < s.end; w += C) {
+                     const int64_t w_end = std::min(w + C, s.end);
+                     for (HeadRun& r : runs)
+                       while (r.starts.back() < w_end) {
+                         r.starts.push_back(r.starts.back() + chunk.load(r.x, r.starts.back(), w_end));
+                         r.states.resize(r.states.size() + size_t(KVp));
+                         std::copy_n(r.states.end() - 2 * KVp, KVp, r.states.end() - KVp);
+                         chunk.advance(r.states.data() + r.states.size() - KVp);
+                       }
+                   }
+                   // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
+                   for (HeadRun& r : runs) {
+                     r.dS.resize(size_t(KVp));
+                     load_state(r.dS.data(), chunk.Vp(), dfinal_state, p, r.index);
+                     r.gate_grad.assign(size_t((s.end - s.begin) * cols), 0.0);
+                     // The final state's part of ∂L/∂b at the last token T: Σ_v dS_T ⊙ a_T S_{T−1}, with a_T S_{T−1}
+                     // formed directly (S_T − k_T v_Tᵀ would cancel two O(1) terms under strong decay).
+                     const size_t last = r.starts.size() - 2;
+                     if (cols > 0 && r.starts.size() >= 2)
+                       final_gate_share(chunk, r.x, s, r.states.data() + last * size_t(KVp), r.starts[last],
+                                        r.dS.data(), r.gate_grad.data() + (s.end - s.begin - 1) * cols);
+                     r.t = int64_t(last);  // the chunk the reverse sweep takes next
+                   }
+                   for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
+                     for (HeadRun& r : runs)
+                       for (; r.t >= 0 && r.starts[size_t(r.t)] >= w; --r.t) {
+                         const size_t i = size_t(r.t);
+                         const int64_t t0 = r.starts[i];
+                         chunk.load(r.x, t0, s.end, r.starts[i + 1] - t0);
+                         chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv,
+                                        r.gate_grad.data() + (t0 - s.begin) * cols, i + 2 == r.starts.size(), r.x, t0);
+                       }
+                   for (HeadRun& r : runs) {
+                     store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
+                     if (cols == 0) continue;
+                     // dg_t = Σ_{u ≥ t} ∂L/∂b_u: b_u is the sum of g up to u.
+                     std::vector<double> sum(static_cast<size_t>(cols), 0.0);
+                     for (int64_t t = s.end - 1; t >= s.begin; --t) {
+                       float* row = dg.data + dg.offset(s.b, t, r.x.h, 0);
+                       for (int64_t c = 0; c < cols; ++c) {
+                         sum[size_t(c)] += r.gate_grad[size_t((t - s.begin) * cols + c)];
+                         row[c * dg.stride[3]] = float(sum[size_t(c)]);
+                       }
+                     }
+                   }
+                 });
+}
+
+}  // namespace linattn

@@ -1,0 +1,333 @@
+// The decayed family (RetNet, lightning attention, simple GLA, GLA): the chunked forward and backward
+// and the token-by-token path against the fp64 oracle, the oracle against finite differences, packed
+// sequences, the numeric extremes of the issue and the argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "linattn/decay.hpp"
+#include "linattn/error.hpp"
+#include "linattn/reference.hpp"
+#include "linattn/threads.hpp"
+#include "support/finite_difference.hpp"
+#include "support/temp_dir.hpp"
+#include "support/tensors.hpp"
+
+namespace linattn::testing {
+namespace {
+
+struct Case {
+  int64_t B, T, H, K, V;
+  Decay decay;
+  int64_t chunk = 64;
+  float g_lo = -0.7f, g_hi = 0.0f;  // log decays drawn in [g_lo, g_hi]
+  Layout layout = Layout::bnhd;
+  std::vector<int64_t> cu_seqlens = {};
+};
+
+std::string describe(const Case& c) {
+  return decay_name(c.decay) + " B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " H" + std::to_string(c.H) +
+         " K" + std::to_string(c.K) + " V" + std::to_string(c.V) + " C" + std::to_string(c.chunk) + " " +
+         layout_name(c.layout) + " g[" + std::to_string(c.g_lo) + "," + std::to_string(c.g_hi) + "]" +
+         (c.cu_seqlens.empty() ? "" : " packed");
+}
+
+int64_t gate_cols(const Case& c) { return c.decay == Decay::token ? 1 : c.decay == Decay::key ? c.K : 0; }
+int64_t sequences(const Case& c) { return c.cu_seqlens.empty() ? c.B : int64_t(c.cu_seqlens.size()) - 1; }
+
+// One problem: fp32 inputs (and their fp64 copies for the oracle), an initial state, a final-state
+// gradient and an output gradient.
+struct Problem {
+  Case c;
+  Tensor32 q, k, v, g, dout;
+  std::vector<float> g_gamma, initial, dfinal;
+  DecayedAttentionOptions options() const {
+    DecayedAttentionOptions o;
+    o.decay = c.decay, o.chunk_size = c.chunk, o.g_gamma = g_gamma, o.cu_seqlens = c.cu_seqlens;
+    return o;
+  }
+  ConstTensorView gate() const { return gate_cols(c) > 0 ? ConstTensorView(g.view) : ConstTensorView{}; }
+  size_t state_size() const { return size_t(sequences(c) * c.H * c.K * c.V); }
+};
+
+Problem make_problem(const Case& c, uint64_t seed = 1) {
+  std::mt19937_64 rng(seed);
+  Problem p{c, random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng), random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng),
+            random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng), {}, random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng),
+            {}, {}, {}};
+  if (gate_cols(c) > 0) p.g = random_tensor({c.B, c.T, c.H, gate_cols(c)}, c.layout, rng, c.g_lo, c.g_hi);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), gate(c.g_lo, c.g_hi);
+  if (c.decay == Decay::head)
+    for (int64_t h = 0; h < c.H; ++h) p.g_gamma.push_back(gate(rng));
+  for (size_t i = 0; i < p.state_size(); ++i) p.initial.push_back(u(rng)), p.dfinal.push_back(u(rng));
+  return p;
+}
+
+std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+struct Oracle {
+  reference::DecayedOutput forward;
+  reference::DecayedGradients backward;
+};
+Oracle oracle(const Problem& p) {
+  const reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
+                          v = reference::to_double(p.v.view), dout = reference::to_double(p.dout.view);
+  reference::Tensor g;
+  if (gate_cols(p.c) > 0) g = reference::to_double(p.g.view);
+  const std::vector<double> initial = widen(p.initial), dfinal = widen(p.dfinal);
+  const reference::Tensor* gp = gate_cols(p.c) > 0 ? &g : nullptr;
+  return {reference::decayed_attention_forward(q, k, v, gp, p.options(), &initial),
+          reference::decayed_attention_backward(dout, &dfinal, q, k, v, gp, p.options(), &initial)};
+}
+
+struct Fast {
+  Tensor32 out, dq, dk, dv, dg;
+  std::vector<float> final_state, dinitial;
+};
+Fast run_fast(const Problem& p) {
+  const Case& c = p.c;
+  Fast f{make_tensor({c.B, c.T, c.H, c.V}, c.layout), make_tensor({c.B, c.T, c.H, c.K}, c.layout),
+         make_tensor({c.B, c.T, c.H, c.K}, c.layout), make_tensor({c.B, c.T, c.H, c.V}, c.layout),
+         {}, std::vector<float>(p.state_size()), std::vector<float>(p.state_size())};
+  if (gate_cols(c) > 0) f.dg = make_tensor({c.B, c.T, c.H, gate_cols(c)}, c.layout);
+  decayed_attention_forward(f.out.view, p.q.view, p.k.view, p.v.view, p.gate(), p.options(), p.initial, f.final_state);
+  decayed_attention_backward(f.dq.view, f.dk.view, f.dv.view, gate_cols(c) > 0 ? f.dg.view : TensorView{}, f.dinitial,
+                             p.dout.view, p.dfinal, p.q.view, p.k.view, p.v.view, p.gate(), p.options(), p.initial);
+  return f;
+}
+
+// The fp32 path against the oracle: every output and gradient within `tol` of its magnitude.
+void expect_matches_oracle(const Case& c, double tol = 2e-4) {
+  SCOPED_TRACE(describe(c));
+  const Problem p = make_problem(c);
+  const Oracle o = oracle(p);
+  const Fast f = run_fast(p);
+  EXPECT_LT(relative_error(f.out.view, o.forward.out), tol) << "out";
+  EXPECT_LT(relative_error(f.final_state, o.forward.final_state), tol) << "final_state";
+  EXPECT_LT(relative_error(f.dq.view, o.backward.dq), tol) << "dq";
+  EXPECT_LT(relative_error(f.dk.view, o.backward.dk), tol) << "dk";
+  EXPECT_LT(relative_error(f.dv.view, o.backward.dv), tol) << "dv";
+  EXPECT_LT(relative_error(f.dinitial, o.backward.dinitial_state), tol) << "dinitial_state";
+  if (gate_cols(c) > 0) {
+    EXPECT_LT(relative_error(f.dg.view, o.backward.dg), tol) << "dg";
+  }
+}
+
+constexpr Decay kAllDecays[] = {Decay::none, Decay::retention, Decay::head, Decay::token, Decay::key};
+
+TEST(DecayedAttention, MatchesOracleOverAwkwardShapes) {
+  for (Decay d : kAllDecays)
+    for (int64_t T : {1, 63, 65, 97})
+      expect_matches_oracle({2, T, 2, 7, 5, d, 32, -0.7f, 0.0f, T == 65 ? Layout::padded : Layout::bnhd});
+}
+
+TEST(DecayedAttention, MatchesOracleForWideHeadsAndEveryLayout) {
+  for (Decay d : kAllDecays)
+    for (Layout layout : kAllLayouts) expect_matches_oracle({1, 70, 3, 16, 24, d, 64, -0.7f, 0.0f, layout});
+}
+
+TEST(DecayedAttention, AnyChunkSizeGivesTheSameResult) {
+  for (Decay d : {Decay::token, Decay::key})
+    for (int64_t C : {1, 5, 16, 17, 100}) expect_matches_oracle({1, 90, 2, 9, 11, d, C});
+}
+
+// The issue's extremes: −20 per token (the chunk's factors would be e^{±640} if formed from its
+// start), and no decay at all.
+TEST(DecayedAttention, StrongDecayStaysFiniteAndAccurate) {
+  for (Decay d : {Decay::token, Decay::key}) expect_matches_oracle({2, 130, 2, 8, 8, d, 64, -20.0f, -20.0f});
+  // Mixed: most tokens keep, some forget at once.
+  for (Decay d : {Decay::token, Decay::key}) expect_matches_oracle({1, 200, 2, 8, 8, d, 64, -25.0f, 0.0f});
+}
+
+TEST(DecayedAttention, NoDecayOverALongSequence) {
+  for (Decay d : {Decay::none, Decay::token, Decay::key}) {
+    const Case c{1, 1 << 16, 1, 4, 4, d, 64, 0.0f, 0.0f};
+    SCOPED_TRACE(describe(c));
+    const Problem p = make_problem(c);
+    const Oracle o = oracle(p);
+    const Fast f = run_fast(p);
+    EXPECT_TRUE(all_finite(f.out.view));
+    EXPECT_LT(relative_error(f.out.view, o.forward.out), 1e-4);
+    EXPECT_LT(relative_error(f.dk.view, o.backward.dk), 1e-4);
+    if (gate_cols(c) > 0) {
+      EXPECT_LT(relative_error(f.dg.view, o.backward.dg), 1e-4);
+    }
+  }
+}
+
+TEST(DecayedAttention, PackedSequencesMatchTheOracleAndDoNotLeak) {
+  for (Decay d : kAllDecays) {
+    Case c{1, 100, 2, 6, 5, d, 16};
+    c.cu_seqlens = {0, 1, 40, 40, 77, 100};  // with an empty sequence
+    expect_matches_oracle(c);
+    // Each sequence alone gives the same rows: nothing crosses a boundary.
+    const Problem packed = make_problem(c);
+    const Fast whole = run_fast(packed);
+    for (size_t i = 0; i + 1 < c.cu_seqlens.size(); ++i) {
+      const int64_t t0 = c.cu_seqlens[i], n = c.cu_seqlens[i + 1] - t0;
+      if (n == 0) continue;
+      auto slice = [&](ConstTensorView x) {
+        ConstTensorView s = x;
+        s.data = x.data + t0 * x.stride[1], s.extent[1] = n;
+        return s;
+      };
+      DecayedAttentionOptions o = packed.options();
+      o.cu_seqlens = {};
+      const size_t S = size_t(c.H * c.K * c.V);
+      std::vector<float> init(packed.initial.begin() + i * S, packed.initial.begin() + (i + 1) * S), fin(S);
+      Tensor32 out = make_tensor({1, n, c.H, c.V}, Layout::bnhd);
+      decayed_attention_forward(out.view, slice(packed.q.view), slice(packed.k.view), slice(packed.v.view),
+                                gate_cols(c) > 0 ? slice(packed.g.view) : ConstTensorView{}, o, init, fin);
+      EXPECT_LT(relative_error(out.view, reference::to_double(slice(whole.out.view))), 1e-6) << "sequence " << i;
+      for (size_t j = 0; j < S; ++j) ASSERT_EQ(fin[j], whole.final_state[i * S + j]) << "sequence " << i;
+    }
+  }
+}
+
+TEST(DecayedAttention, RecurrentPathMatchesTheChunkedOne) {
+  for (Decay d : kAllDecays) {
+    const Case c{2, 77, 3, 9, 6, d, 16, -3.0f, 0.0f, Layout::bhnd};
+    SCOPED_TRACE(describe(c));
+    const Problem p = make_problem(c);
+    const Oracle o = oracle(p);
+    Tensor32 out = make_tensor({c.B, c.T, c.H, c.V}, c.layout);
+    std::vector<float> state = p.initial;
+    decayed_recurrent_forward(out.view, p.q.view, p.k.view, p.v.view, p.gate(), state, p.options());
+    EXPECT_LT(relative_error(out.view, o.forward.out), 2e-5);
+    EXPECT_LT(relative_error(state, o.forward.final_state), 2e-5);
+  }
+}
+
+TEST(DecayedAttention, ResultsDoNotDependOnTheThreadCount) {
+  const int threads = num_threads();
+  for (Decay d : {Decay::retention, Decay::key}) {
+    const Problem p = make_problem({2, 150, 3, 10, 12, d, 32});
+    set_num_threads(1);
+    const Fast one = run_fast(p);
+    set_num_threads(2);
+    const Fast two = run_fast(p);
+    EXPECT_EQ(one.out.storage, two.out.storage);
+    EXPECT_EQ(one.dq.storage, two.dq.storage);
+    EXPECT_EQ(one.dinitial, two.dinitial);
+    EXPECT_EQ(one.dg.storage, two.dg.storage);
+  }
+  set_num_threads(threads);
+}
+
+// The oracle's backward is the derivative of its forward: loss = Σ out·dout + Σ final·dfinal.
+TEST(DecayedAttentionReference, GradientsMatchFiniteDifferences) {
+  for (Decay d : kAllDecays) {
+    Case c{1, 9, 2, 3, 4, d, 4, -2.0f, 0.5f};
+    c.B = 2;
+    SCOPED_TRACE(describe(c));
+    const Problem p = make_problem(c, 7);
+    reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
+                      v = reference::to_double(p.v.view), dout = reference::to_double(p.dout.view), g;
+    if (gate_cols(c) > 0) g = reference::to_double(p.g.view);
+    std::vector<double> initial = widen(p.initial);
+    const std::vector<double> dfinal = widen(p.dfinal);
+    const DecayedAttentionOptions options = p.options();
+    reference::Tensor* gp = gate_cols(c) > 0 ? &g : nullptr;
+    auto loss = [&] {
+      const reference::DecayedOutput r = reference::decayed_attention_forward(q, k, v, gp, options, &initial);
+      double l = 0;
+      for (size_t i = 0; i < r.out.data.size(); ++i) l += r.out.data[i] * dout.data[i];
+      for (size_t i = 0; i < dfinal.size(); ++i) l += r.final_state[i] * dfinal[i];
+      return l;
+    };
+    const reference::DecayedGradients grads =
+        reference::decayed_attention_backward(dout, &dfinal, q, k, v, gp, options, &initial);
+    const std::pair<std::vector<double>*, const std::vector<double>*> checks[] = {
+        {&q.data, &grads.dq.data}, {&k.data, &grads.dk.data},       {&v.data, &grads.dv.data},
+        {&initial, &grads.dinitial_state}, {gp ? &g.data : nullptr, &grads.dg.data}};
+    for (const auto& [x, analytic] : checks) {
+      if (!x) continue;
+      const std::vector<double> numeric = central_differences(*x, loss);
+      EXPECT_LT(max_difference(numeric, *analytic), 1e-7 * std::max(1.0, max_magnitude(numeric)));
+    }
+  }
+}
+
+TEST(DecayedStep, DecodesLikeTheChunkedForwardAndRoundTripsThroughTheStateFile) {
+  const Case c{2, 40, 2, 8, 6, Decay::key, 16};
+  const Problem p = make_problem(c);
+  Tensor32 want = make_tensor({c.B, c.T, c.H, c.V}, Layout::bnhd);
+  decayed_attention_forward(want.view, p.q.view, p.k.view, p.v.view, p.gate(), p.options());
+  RecurrentState state(c.B, c.H, c.K, c.V, decay_name(c.decay));
+  TempDir dir;
+  for (int64_t t = 0; t < c.T; ++t) {
+    auto at = [&](ConstTensorView x) {
+      ConstTensorView s = x;
+      s.data = x.data + t * x.stride[1], s.extent[1] = 1;
+      return s;
+    };
+    Tensor32 out = make_tensor({c.B, 1, c.H, c.V}, Layout::bnhd);
+    decayed_step(out.view, at(p.q.view), at(p.k.view), at(p.v.view), at(p.g.view), state, p.options());
+    EXPECT_LT(relative_error(out.view, reference::to_double(at(want.view))), 2e-5) << "token " << t;
+    if (t == 20) {  // halfway, the state goes to a file and comes back
+      state.save(dir.path() / "gla.state");
+      state = RecurrentState::load(dir.path() / "gla.state");
+    }
+  }
+  EXPECT_EQ(state.position(), c.T);
+  // A state of another recurrence is refused, by name.
+  RecurrentState other(c.B, c.H, c.K, c.V, "elu");
+  Tensor32 out = make_tensor({c.B, 1, c.H, c.V}, Layout::bnhd);
+  auto first = [](ConstTensorView x) {
+    x.extent[1] = 1;
+    return x;
+  };
+  try {
+    decayed_step(out.view, first(p.q.view), first(p.k.view), first(p.v.view), first(p.g.view), other, p.options());
+    FAIL() << "an 'elu' state was accepted by a GLA step";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'gla' state"), std::string::npos) << e.what();
+  }
+}
+
+// Each refusal names the argument.
+TEST(DecayedAttention, BadArgumentsAreRefusedByName) {
+  const Problem p = make_problem({2, 10, 2, 4, 3, Decay::key});
+  Tensor32 out = make_tensor({2, 10, 2, 3}, Layout::bnhd);
+  auto expect_error = [&](const DecayedAttentionOptions& o, ConstTensorView g, const std::string& words,
+                          std::span<const float> initial = {}) {
+    try {
+      decayed_attention_forward(out.view, p.q.view, p.k.view, p.v.view, g, o, initial);
+      ADD_FAILURE() << "accepted; expected an error naming " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  DecayedAttentionOptions o = p.options();
+  expect_error(o, {}, "g");  // GLA without its gate tensor
+  ConstTensorView narrow = p.g.view;
+  narrow.extent[3] = 1;
+  expect_error(o, narrow, "g");
+  o.decay = Decay::retention;
+  expect_error(o, p.g.view, "g is given");
+  o.decay = Decay::head;
+  expect_error(o, {}, "options.g_gamma");
+  o = p.options();
+  const int64_t cu[] = {0, 4, 10};
+  o.cu_seqlens = cu;
+  expect_error(o, p.g.view, "cu_seqlens");  // batch 2 with packed sequences
+  o = p.options();
+  o.chunk_size = 0;
+  expect_error(o, p.g.view, "options.chunk_size");
+  const std::vector<float> short_state(5);
+  expect_error(p.options(), p.g.view, "initial_state", short_state);
+  // An output inside an input.
+  try {
+    decayed_attention_forward(TensorView(const_cast<float*>(p.v.view.data), p.v.view.extent, p.v.view.stride),
+                              p.q.view, p.k.view, p.v.view, p.g.view, p.options());
+    ADD_FAILURE() << "out = v accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace linattn::testing
