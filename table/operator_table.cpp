@@ -565,10 +565,6 @@ std::vector<TestCase> decayed_gradient_cases() {
 }
 
 constexpr double kBound = 1e-5;
-// The decayed rows sum a chunk's products in a different order than the token-by-token oracle, and
-// dg is a difference of such sums (q ⊙ dq − k ⊙ dk, accumulated): the worst of the sweep, measured,
-// with margin (docs/decayed-attention.md).
-constexpr double kDecayedBound = 1e-5;
 
 const Operator kOperators[] = {
     {.name = "softmax",
@@ -746,7 +742,7 @@ const Operator kOperators[] = {
      .working_floats = decayed_working,
      .test_cases = decayed_cases,
      .gradient_cases = decayed_gradient_cases,
-     .bound = kDecayedBound},
+     .bound = kBound},
     {.name = "lightning",
      .summary = "lightning attention: a constant log decay per head, g_gamma (ALiBi's slopes here; chunked)",
      .causality = Causality::always,
@@ -768,7 +764,7 @@ const Operator kOperators[] = {
      .working_floats = decayed_working,
      .test_cases = decayed_cases,
      .gradient_cases = decayed_gradient_cases,
-     .bound = kDecayedBound},
+     .bound = kBound},
     {.name = "simple_gla",
      .summary = "simple GLA (Mamba-2's SSD): a data-dependent log decay per head and token, g [B, N, H, 1] (chunked)",
      .causality = Causality::always,
@@ -790,7 +786,7 @@ const Operator kOperators[] = {
      .working_floats = decayed_working,
      .test_cases = decayed_cases,
      .gradient_cases = decayed_gradient_cases,
-     .bound = kDecayedBound},
+     .bound = kBound},
     {.name = "gla",
      .summary = "GLA: a data-dependent log decay per head, token and key dim, g [B, N, H, D] (chunked)",
      .causality = Causality::always,
@@ -812,7 +808,7 @@ const Operator kOperators[] = {
      .working_floats = decayed_working,
      .test_cases = decayed_cases,
      .gradient_cases = decayed_gradient_cases,
-     .bound = kDecayedBound},
+     .bound = kBound},
 };
 
 }  // namespace

@@ -155,7 +155,9 @@ TEST_P(TableGradient, OracleMatchesFiniteDifferencesAndFastBackwardMatchesOracle
       EXPECT_LT(testing::finite_difference_relative_error(in.F, g.dF, loss), kFiniteDifferenceBound);
     }
     const bool gated = op.gate_dim(run->sizes) > 0;
-    if (gated) EXPECT_LT(fd_error(in.g, g.dg, loss), kFiniteDifferenceBound);
+    if (gated) {
+      EXPECT_LT(fd_error(in.g, g.dg, loss), kFiniteDifferenceBound);
+    }
     op.forward(run->operands(), run->options);  // out and lse, which some backwards read
     op.backward(run->operands(), run->options);
     EXPECT_LE(testing::relative_error(run->dq.view, g.dq), op.bound);
@@ -165,7 +167,9 @@ TEST_P(TableGradient, OracleMatchesFiniteDifferencesAndFastBackwardMatchesOracle
       EXPECT_LE(testing::relative_error(run->dE, g.dE), op.bound);
       EXPECT_LE(testing::relative_error(run->dF, g.dF), op.bound);
     }
-    if (gated) EXPECT_LE(testing::relative_error(run->dg.view, g.dg), op.bound);
+    if (gated) {
+      EXPECT_LE(testing::relative_error(run->dg.view, g.dg), op.bound);
+    }
   }
 }
 
