@@ -27,11 +27,13 @@ import torch.nn.functional as F
 def _scan(U, decay):
     """States before each chunk: S_0 = 0, S_i = decay_{i-1} * S_{i-1} + U_{i-1}; U [B, H, n, K, V],
     decay [B, H, n, K, 1] (or [B, H, n, 1, 1]). Returns ([B, H, n, K, V], the final state)."""
+    # unbind, not U[:, :, i]: the backward of each index would zero-fill a gradient of U's whole size
+    # (T/C times over; measured 60 s of the 62 s fwd+bwd at T = 16384), unbind's stacks them once.
     S = U.new_zeros(U.shape[:2] + U.shape[3:])
     before = []
-    for i in range(U.shape[2]):
+    for U_i, decay_i in zip(U.unbind(2), decay.unbind(2)):
         before.append(S)
-        S = S * decay[:, :, i] + U[:, :, i]
+        S = S * decay_i + U_i
     return torch.stack(before, dim=2), S
 
 
