@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """Issue 3's speed report: runs linattn's benchmark programs, the PyTorch comparisons and the
 prefix-sum baseline on the same shapes in one run, and prints every target's ratio with PASS/FAIL.
+Section 7 is issue 12's (decayed linear attention: bench_decay against the pure-PyTorch chunked
+formulation of scripts/torch_chunked_decay.py).
 
 Run with Debian's interpreter (it has torch):
     /usr/bin/python3 scripts/speed_report.py --build build-bench            # the full report
     /usr/bin/python3 scripts/speed_report.py --build build-bench --quick    # a smoke test (small shapes)
+    /usr/bin/python3 scripts/speed_report.py --build build-bench --only-decay  # the FMA peak and section 7
 The build directory must be configured with -DLINATTN_BUILD_BENCHMARKS=ON and its bench targets built.
 
 Timing: every figure is the minimum over repetitions of a mean over a timed batch (noise on a shared
@@ -19,6 +22,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_chunked_decay  # noqa: E402  (issue 12's PyTorch baseline, beside this script)
 
 THREADS = 2
 
@@ -171,6 +177,75 @@ class Report:
             print(f'{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:<4}  {r[4]}')
 
 
+def fma_ceiling(peak):
+    """The "% of FMA peak" denominator: the 2-thread wall-clock peak, or twice one core's rate while it
+    runs (FLOPS scaled by wall/CPU time), whichever is higher: load on the machine cannot lower it."""
+    fma1 = peak['BM_FmaPeak/threads:1/real_time']['FLOPS']
+    p1 = peak['BM_FmaPeak/threads:1/real_time']
+    return fma1, max(peak['BM_FmaPeak/threads:2/real_time']['FLOPS'], 2 * fma1 * p1['seconds'] / p1['cpu_seconds'])
+
+
+def decay_section(report, bench, fma2, quick, min_time, reps):
+    """Issue 12: the decayed family at B=4, H=8, T=16384, K=V=64, 2 threads (quick: T=1024). Chunked
+    forward and forward+backward against the best pure-PyTorch chunked formulation (the fastest chunk
+    size of scripts/torch_chunked_decay.py, each checked against the recurrence first), % of FMA peak
+    counting the chunked algorithm's flops (table/operator_table.cpp), and the decode step."""
+    B, H, T, K, V = 4, 8, 1024 if quick else 16384, 64, 64
+    ops = {'Retention': 'retention', 'Lightning': 'lightning', 'SimpleGla': 'simple_gla', 'Gla': 'gla'}
+    res = bench('bench_decay', '|'.join(f'BM_{o}Forward(Backward)?/N:{T}/threads:{THREADS}' for o in ops) +
+                '|Step/position:(1024|16384)/')
+
+    def seconds(name):
+        return res[f'{name}/real_time']['seconds']
+
+    torch_chunks = (64,) if quick else (32, 64, 128)
+    torch_chunked_decay.check(torch_chunks)
+    q, k, v = uniform(B, H, T, K), uniform(B, H, T, K), uniform(B, H, T, V)
+    dout = uniform(B, H, T, V)
+    torch_times = {}
+    for short, name in (('SimpleGla', 'simple_gla'), ('Gla', 'gla')):
+        fn = torch_chunked_decay.FORMULATIONS[name]
+        g = torch_chunked_decay.log_decays(*((B, H, T) if name == 'simple_gla' else (B, H, T, K)))
+        leaves = [x.clone().requires_grad_() for x in (q, k, v, g)]
+
+        def fwd_bwd(C):
+            for x in leaves:
+                x.grad = None
+            fn(*leaves, chunk=C)[0].backward(dout)
+
+        fwd, both = {}, {}
+        for C in torch_chunks:
+            with torch.no_grad():
+                fwd[C] = time_torch(lambda C=C: fn(q, k, v, g, chunk=C), min_time, reps)
+            both[C] = time_torch(lambda C=C: fwd_bwd(C), min_time, reps)
+        torch_times[name] = dict(forward=fwd, forward_backward=both)
+        for mode, label, table in (('Forward', 'fwd', fwd), ('ForwardBackward', 'fwd+bwd', both)):
+            best = min(table, key=table.get)
+            ours = seconds(f'BM_{short}{mode}/N:{T}/threads:{THREADS}')
+            report.info(f'7 {name} {label}: linattn / torch chunked', f'{ours * 1e3:.1f} / {table[best] * 1e3:.1f} ms',
+                        f'torch best chunk {best}; all: ' + ', '.join(f'C={c} {t * 1e3:.0f}' for c, t in table.items()))
+            report.target(f'7 {name} {label} vs pure-PyTorch chunked', table[best] / ours, '>=', 10, 'x')
+        report.target(f'7 {name} fwd % of FMA peak (chunked flops)',
+                      100 * res[f'BM_{short}Forward/N:{T}/threads:{THREADS}/real_time']['FLOPS'] / fma2, '>=', 40, '%')
+    for short in ('Retention', 'Lightning'):
+        fwd = res[f'BM_{short}Forward/N:{T}/threads:{THREADS}/real_time']
+        both = res[f'BM_{short}ForwardBackward/N:{T}/threads:{THREADS}/real_time']
+        report.info(f'7 {ops[short]} fwd / fwd+bwd', f"{fwd['seconds'] * 1e3:.1f} / {both['seconds'] * 1e3:.1f} ms",
+                    f"{100 * fwd['FLOPS'] / fma2:.0f}% / {100 * both['FLOPS'] / fma2:.0f}% of FMA peak")
+    # The decode step: per token, flat from position 1K to 16K, and against the plain linear step.
+    linear = {p: seconds(f'BM_LinearStep/position:{p}/threads:{THREADS}') / 256 for p in (1024, 16384)}
+    for short in ('Retention', 'SimpleGla', 'Gla'):
+        name = {'Retention': 'retention', 'SimpleGla': 'simple_gla', 'Gla': 'gla'}[short]
+        step = {p: seconds(f'BM_{short}Step/position:{p}/threads:{THREADS}') / 256 for p in (1024, 16384)}
+        report.target(f'7 {name} step 16K / 1K per token', step[16384] / step[1024], '<=', 1.2, 'x',
+                      f'µs per token: {step[1024] * 1e6:.2f} at 1K, {step[16384] * 1e6:.2f} at 16K')
+        report.target(f'7 {name} step vs linear recurrent step (16K)', step[16384] / linear[16384], '<=', 1.2, 'x',
+                      f'linear step {linear[16384] * 1e6:.2f} µs per token')
+    report.info('7 ggml_gated_linear_attn', 'not measured',
+                "ggml is built outside the repository by hand (docs/performance.md, issue 12's section)")
+    return dict(bench=res, torch=torch_times)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--build', default='build-bench', help='build directory with the bench programs')
@@ -184,6 +259,10 @@ def main():
                         help='skip the 1-thread CPU-time comparisons (a view that load on the machine hardly disturbs)')
     parser.add_argument('--no-performer', dest='performer', action='store_false',
                         help='skip the Performer / Linformer figures (not targets of issue 3)')
+    parser.add_argument('--no-decay', dest='decay', action='store_false',
+                        help="skip issue 12's section 7 (the decayed family)")
+    parser.add_argument('--only-decay', action='store_true',
+                        help="only the FMA peak and issue 12's section 7 (the decayed family)")
     args = parser.parse_args()
     quick = args.quick
     reps = args.repetitions or (1 if quick else 3)
@@ -208,6 +287,19 @@ def main():
 
     # 0. The machine's ceilings, first and again last (the better of the two is the ceiling).
     peak = bench('bench_peak', '.')
+    if args.only_decay:
+        decay = decay_section(report, bench, fma_ceiling(peak)[1], quick, min_time, reps)
+        print(f"\nissue 12 targets ({'QUICK: reduced shapes, not the targets' if quick else 'full shapes'}; "
+              f'{reps} repetitions, min_time {min_time}s; {time.time() - t_start:.0f} s):')
+        report.print()
+        print(f'load average at the end: {os.getloadavg()[0]:.2f}')
+        if args.markdown:
+            with open(args.markdown, 'w') as f:
+                f.write(report.markdown())
+        if args.json:
+            with open(args.json, 'w') as f:
+                json.dump(dict(rows=report.rows, peak=peak, decay=decay), f, indent=1, default=str)
+        return 0
     lin = bench('bench_linear', f'BM_Linear(Forward|Backward)/N:{N_lin}/')
     causal = bench('bench_causal', f'BM_Causal(Forward|Backward)/N:{N_lin}/|BM_PrefixSum(Forward|Backward)/N:{N_lin}/')
     # The linear operators again on [B, N, H, D] storage (registered at N = 16384 only).
@@ -230,11 +322,7 @@ def main():
     def flops(results, name):
         return results[f'{name}/real_time']['FLOPS']
 
-    fma1, fma2 = flops(peak, 'BM_FmaPeak/threads:1'), flops(peak, 'BM_FmaPeak/threads:2')
-    # The ceiling for "% of peak": the 2-thread wall-clock figure, or twice one core's rate while it runs
-    # (FLOPS scaled by wall/CPU time), whichever is higher: load on the machine cannot lower it.
-    p1 = peak['BM_FmaPeak/threads:1/real_time']
-    fma2 = max(fma2, 2 * fma1 * p1['seconds'] / p1['cpu_seconds'])
+    fma1, fma2 = fma_ceiling(peak)
     triad2 = peak['BM_StreamTriad/threads:2/real_time']['bytes_per_second']
     report.info('machine: fp32 FMA peak, 1 / 2 threads', f'{fma1 / 1e9:.0f} / {fma2 / 1e9:.0f} GFLOP/s',
                 peak['BM_FmaPeak/threads:1/real_time'].get('label', '') +
@@ -409,6 +497,9 @@ def main():
         report.info('1-thread CPU time: softmax fwd+bwd vs seed autograd',
                     f"{soft1 / cpu_sec(soft, f'BM_SoftmaxForwardBackward/N:{N_soft}'):.3g}x")
 
+    # 7. Issue 12: the decayed family.
+    decay = decay_section(report, bench, fma2, quick, min_time, reps) if args.decay else {}
+
     # Performer and Linformer, B = 4, H = 8, D = 64 (figures, not targets).
     for name, r in sorted(perf.items()):
         label = name.replace('/real_time', '').replace('BM_', '')
@@ -423,7 +514,7 @@ def main():
             f.write(report.markdown())
     if args.json:
         report.data.update(rows=report.rows, peak=peak, linear=lin, causal=causal, softmax=soft, recurrent=rec,
-                           crossover=cross, performer=perf, torch=dict(seed_linear=t_seed_lin, plain=plain, seed_softmax=t_seed_soft,
+                           crossover=cross, performer=perf, decay=decay, torch=dict(seed_linear=t_seed_lin, plain=plain, seed_softmax=t_seed_soft,
                                                        seed_decode=t_torch_decode))
         with open(args.json, 'w') as f:
             json.dump(report.data, f, indent=1, default=str)

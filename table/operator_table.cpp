@@ -36,6 +36,9 @@ int64_t map_features(const Sizes& s) {
   return s.dim;
 }
 int64_t no_features(const Sizes&) { return 0; }
+// The gate's columns: simple GLA one log decay per head and token, GLA one per key dimension.
+int64_t token_gate(const Sizes&) { return 1; }
+int64_t key_gate(const Sizes& s) { return s.dim; }
 
 // Query-key pairs the queries see: all Nq·Nk, or with the bottom-right mask i sees j ≤ i + Nk − Nq.
 double visible_pairs(int64_t Nq, int64_t Nk, bool causal) {
@@ -115,6 +118,30 @@ double recurrent_forward_flops(const Sizes& s) {
 }
 double no_flops(const Sizes&) { return 0; }
 
+// Decayed linear attention, chunked (chunk C; per (batch, head) and chunk of c tokens, K = D, V = E):
+//   forward   c(c+1)·(K + V)     intra-chunk A = (Q_c K_cᵀ ⊙ decay) and A·V_c on the lower triangle
+//                                (c(c+1)/2 pairs, 2·K and 2·V flops each)
+//           + 4·c·K·V            inter-chunk Q_c·S and the state update S += K_cᵀ·V_c
+//           + K·V                the state's decay across the chunk, diag(exp(Σg))·S
+//   backward c(c+1)·(3K + 2V)    A again, dA = dO_c V_cᵀ, dQ_c += dA·K_c, dK_c += dAᵀ·Q_c, dV_c += Aᵀ·dO_c
+//           + 10·c·K·V           the states again (K_cᵀV_c), dO_c·Sᵀ, V_c·dSᵀ, K_c·dS, dS += Q_cᵀ·dO_c
+//           + 2·K·V              the state's and dS's decay across the chunk
+// The gate's elementwise work (cumulative sums, exponentials, the decay factors folded into Q and K,
+// dg from q ⊙ dq − k ⊙ dk) is O(c·K) per chunk and not counted, like the feature maps above.
+double decayed_count(const Sizes& s, double per_pair, double per_token, double per_chunk) {
+  const double K = double(s.dim), V = double(s.value_dim);
+  double per_bh = 0;
+  for (int64_t t0 = 0; t0 < s.seq_q; t0 += s.chunk) {
+    const double c = double(std::min(s.chunk, s.seq_q - t0));
+    per_bh += c * (c + 1) * per_pair + c * per_token * K * V + per_chunk * K * V;
+  }
+  return bh(s) * per_bh;
+}
+double decayed_forward_flops(const Sizes& s) { return decayed_count(s, double(s.dim + s.value_dim), 4.0, 1.0); }
+double decayed_backward_flops(const Sizes& s) {
+  return decayed_count(s, 3.0 * double(s.dim) + 2.0 * double(s.value_dim), 10.0, 2.0);
+}
+
 // FAVOR+: φ itself is ωᵀx for every row of q and k (2·D·M each); its backward recomputes that and
 // adds ω·∂φ (4·D·M per row). Then the linear counts with M = m.
 double favor_forward_flops(const Sizes& s) {
@@ -181,6 +208,21 @@ double recurrent_forward_bytes(const Sizes& s) {
   return attention_forward_bytes(s) + 2.0 * 4.0 * bh(s) * (M * double(s.value_dim) + M);
 }
 double no_bytes(const Sizes&) { return 0; }
+// Decayed rows: q, k, v and g (gate_dim columns) read, out written; the backward reads dO too and
+// writes dq, dk, dv, dg.
+double gate_floats(const Sizes& s, int64_t gate_cols) { return double(s.seq_q) * double(gate_cols); }
+double decayed_forward_bytes_with(const Sizes& s, int64_t gate_cols) {
+  return attention_forward_bytes(s) + 4.0 * bh(s) * gate_floats(s, gate_cols);
+}
+double decayed_backward_bytes_with(const Sizes& s, int64_t gate_cols) {
+  return attention_backward_bytes(s) + 2.0 * 4.0 * bh(s) * gate_floats(s, gate_cols);
+}
+double ungated_forward_bytes(const Sizes& s) { return decayed_forward_bytes_with(s, 0); }
+double ungated_backward_bytes(const Sizes& s) { return decayed_backward_bytes_with(s, 0); }
+double token_gate_forward_bytes(const Sizes& s) { return decayed_forward_bytes_with(s, 1); }
+double token_gate_backward_bytes(const Sizes& s) { return decayed_backward_bytes_with(s, 1); }
+double key_gate_forward_bytes(const Sizes& s) { return decayed_forward_bytes_with(s, s.dim); }
+double key_gate_backward_bytes(const Sizes& s) { return decayed_backward_bytes_with(s, s.dim); }
 // Linformer adds E and F (read), and in the backward out (read), dE and dF (written).
 double linformer_forward_bytes(const Sizes& s) {
   return attention_forward_bytes(s) + 2.0 * 4.0 * double(projection_floats(s));
@@ -209,6 +251,15 @@ double favor_working(const Sizes& s, bool backward) {
 }
 double fourier_working(const Sizes& s, bool backward) {
   return linear_working_with(s, backward, fourier_features(s), s.causal);
+}
+// Decayed rows: the state S and the cumulative log gates of every token (a column per key dim, the
+// most any decay needs) in the forward; the backward adds the state before every chunk (it walks the
+// chunks backwards), dS, and the forward's.
+double decayed_working(const Sizes& s, bool backward) {
+  const double KV = double(s.dim) * double(s.value_dim), n = double(s.seq_q);
+  double floats = bh(s) * (KV + n * double(s.dim));
+  if (backward) floats = 2.0 * floats + bh(s) * (std::ceil(n / double(s.chunk)) + 1.0) * KV;
+  return floats;
 }
 // k̃, ṽ and lse (and their gradients), E and F (and dE, dF).
 double linformer_working(const Sizes& s, bool backward) {
@@ -244,6 +295,25 @@ Options favor_options(const Sizes& s) {
 Options fourier_options(const Sizes& s) {
   return linear_options_with(s, random_fourier_feature_map(s.dim, fourier_features(s), s.seed), s.causal, false);
 }
+// The decayed rows: the decay, the chunk, packed sequences; lightning's g_gamma is ALiBi's slopes
+// (lightning attention's decay rates): g_gamma[h] = −2^(−8(h + 1)/H).
+Options decayed_options_with(const Sizes& s, Decay decay) {
+  Options o;
+  o.decayed.decay = decay;
+  o.decayed.chunk_size = s.chunk;
+  o.decayed.cu_seqlens = s.cu_seqlens;
+  if (decay == Decay::head) {
+    auto gamma = std::make_shared<std::vector<float>>();
+    for (int64_t h = 0; h < s.heads; ++h) gamma->push_back(-float(std::exp2(-8.0 * double(h + 1) / double(s.heads))));
+    o.g_gamma = gamma;
+    o.decayed.g_gamma = *gamma;
+  }
+  return o;
+}
+Options retention_options(const Sizes& s) { return decayed_options_with(s, Decay::retention); }
+Options lightning_options(const Sizes& s) { return decayed_options_with(s, Decay::head); }
+Options simple_gla_options(const Sizes& s) { return decayed_options_with(s, Decay::token); }
+Options gla_options(const Sizes& s) { return decayed_options_with(s, Decay::key); }
 Options linformer_options(const Sizes& s) {
   Options o;
   o.linformer.projected_length = projected_length(s);
@@ -287,6 +357,15 @@ void linformer_backward(const Operands& a, const Options& o) {
                                o.linformer);
 }
 
+// The decayed rows through the chunked entry points (no initial or final state: the table's operands
+// have none).
+void decayed_forward(const Operands& a, const Options& o) {
+  decayed_attention_forward(a.out, a.q, a.k, a.v, a.g, o.decayed);
+}
+void decayed_backward(const Operands& a, const Options& o) {
+  decayed_attention_backward(a.dq, a.dk, a.dv, a.dg, {}, a.dout, {}, a.q, a.k, a.v, a.g, o.decayed);
+}
+
 // ---- oracles -----------------------------------------------------------------------------------
 
 OracleForward softmax_oracle_forward(const OracleInputs& in, const Options& o) {
@@ -296,14 +375,14 @@ OracleForward softmax_oracle_forward(const OracleInputs& in, const Options& o) {
 }
 OracleBackward softmax_oracle_backward(const OracleInputs& in, const Options& o) {
   reference::Gradients g = reference::softmax_attention_backward(in.dout, in.q, in.k, in.v, o.softmax);
-  return {std::move(g.dq), std::move(g.dk), std::move(g.dv), {}, {}};
+  return {std::move(g.dq), std::move(g.dk), std::move(g.dv), {}, {}, {}};
 }
 OracleForward linear_oracle_forward(const OracleInputs& in, const Options& o) {
   return {reference::linear_attention_forward(in.q, in.k, in.v, o.linear), {}};
 }
 OracleBackward linear_oracle_backward(const OracleInputs& in, const Options& o) {
   reference::Gradients g = reference::linear_attention_backward(in.dout, in.q, in.k, in.v, o.linear);
-  return {std::move(g.dq), std::move(g.dk), std::move(g.dv), {}, {}};
+  return {std::move(g.dq), std::move(g.dk), std::move(g.dv), {}, {}, {}};
 }
 // The recurrent step's oracle is causal linear attention over the whole sequence.
 OracleForward recurrent_oracle_forward(const OracleInputs& in, const Options& o) {
@@ -319,7 +398,18 @@ OracleForward linformer_oracle_forward(const OracleInputs& in, const Options& o)
 OracleBackward linformer_oracle_backward(const OracleInputs& in, const Options& o) {
   reference::LinformerGradients g =
       reference::linformer_attention_backward(in.dout, in.q, in.k, in.v, in.E, in.F, o.linformer);
-  return {std::move(g.dq), std::move(g.dk), std::move(g.dv), std::move(g.dE), std::move(g.dF)};
+  return {std::move(g.dq), std::move(g.dk), std::move(g.dv), std::move(g.dE), std::move(g.dF), {}};
+}
+
+// The decayed oracle, token by token from the recurrence; g only where the row has a gate tensor.
+const reference::Tensor* gate_of(const OracleInputs& in) { return in.g.data.empty() ? nullptr : &in.g; }
+OracleForward decayed_oracle_forward(const OracleInputs& in, const Options& o) {
+  return {reference::decayed_attention_forward(in.q, in.k, in.v, gate_of(in), o.decayed).out, {}};
+}
+OracleBackward decayed_oracle_backward(const OracleInputs& in, const Options& o) {
+  reference::DecayedGradients g =
+      reference::decayed_attention_backward(in.dout, nullptr, in.q, in.k, in.v, gate_of(in), o.decayed);
+  return {std::move(g.dq), std::move(g.dk), std::move(g.dv), {}, {}, std::move(g.dg)};
 }
 
 // ---- test cases --------------------------------------------------------------------------------
@@ -445,6 +535,35 @@ std::vector<TestCase> linformer_gradient_cases() {
   return cases;
 }
 
+// The decayed rows: self-attention only (Nq = Nk), so the awkward shapes without cross-attention,
+// each with chunk 64 and 17 in turn and the three storages; the B = 1 shapes also packed (three
+// sequences along N, cu_seqlens).
+std::vector<TestCase> decayed_cases() {
+  std::vector<TestCase> cases;
+  int n = 0;
+  for (const Sizes& base : kAwkward) {
+    if (base.seq_q != base.seq_k) continue;
+    for (int64_t chunk : {64, 17}) {
+      TestCase c{base, kStorages[n++ % 3], false, false};
+      c.sizes.chunk = chunk;
+      cases.push_back(c);
+      if (base.batch == 1 && base.seq_q >= 3) {
+        c.packed = true;
+        cases.push_back(c);
+      }
+    }
+  }
+  return cases;
+}
+// Chunks of 2 and 3 over 5 to 7 tokens: every path (several chunks, a partial last one, packed
+// sequences that end inside a chunk) at a size where every element can be perturbed.
+std::vector<TestCase> decayed_gradient_cases() {
+  TestCase a{shape(2, 5, 5, 2, 3, 4), Storage::bnhd, false, false}, b{shape(1, 7, 7, 2, 3, 2), Storage::padded},
+      c{shape(1, 7, 7, 1, 4, 3), Storage::bhnd, false, true};
+  a.sizes.chunk = 2, b.sizes.chunk = 3, c.sizes.chunk = 2;
+  return {a, b, c};
+}
+
 constexpr double kBound = 1e-5;
 
 const Operator kOperators[] = {
@@ -456,6 +575,7 @@ const Operator kOperators[] = {
      .has_projections = false,
      .carries_state = false,
      .feature_dim = no_features,
+     .gate_dim = no_features,
      .options = softmax_options,
      .forward = softmax_forward,
      .backward = softmax_backward,
@@ -477,6 +597,7 @@ const Operator kOperators[] = {
      .has_projections = false,
      .carries_state = false,
      .feature_dim = map_features,
+     .gate_dim = no_features,
      .options = linear_options,
      .forward = linear_forward,
      .backward = linear_backward,
@@ -498,6 +619,7 @@ const Operator kOperators[] = {
      .has_projections = false,
      .carries_state = false,
      .feature_dim = map_features,
+     .gate_dim = no_features,
      .options = causal_options,
      .forward = linear_forward,
      .backward = linear_backward,
@@ -519,6 +641,7 @@ const Operator kOperators[] = {
      .has_projections = false,
      .carries_state = true,
      .feature_dim = map_features,
+     .gate_dim = no_features,
      .options = recurrent_options,
      .forward = recurrent_forward,
      .backward = nullptr,
@@ -540,6 +663,7 @@ const Operator kOperators[] = {
      .has_projections = false,
      .carries_state = false,
      .feature_dim = favor_features,
+     .gate_dim = no_features,
      .options = favor_options,
      .forward = linear_forward,
      .backward = linear_backward,
@@ -561,6 +685,7 @@ const Operator kOperators[] = {
      .has_projections = false,
      .carries_state = false,
      .feature_dim = fourier_features,
+     .gate_dim = no_features,
      .options = fourier_options,
      .forward = linear_forward,
      .backward = linear_backward,
@@ -582,6 +707,7 @@ const Operator kOperators[] = {
      .has_projections = true,
      .carries_state = false,
      .feature_dim = no_features,
+     .gate_dim = no_features,
      .options = linformer_options,
      .forward = linformer_forward,
      .backward = linformer_backward,
@@ -594,6 +720,94 @@ const Operator kOperators[] = {
      .working_floats = linformer_working,
      .test_cases = linformer_cases,
      .gradient_cases = linformer_gradient_cases,
+     .bound = kBound},
+    {.name = "retention",
+     .summary = "RetNet's retention: a fixed decay per head, γ_h = 1 − 2^(−5−h) (chunked)",
+     .causality = Causality::always,
+     .has_backward = true,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = no_features,
+     .gate_dim = no_features,
+     .options = retention_options,
+     .forward = decayed_forward,
+     .backward = decayed_backward,
+     .oracle_forward = decayed_oracle_forward,
+     .oracle_backward = decayed_oracle_backward,
+     .forward_flops = decayed_forward_flops,
+     .backward_flops = decayed_backward_flops,
+     .forward_bytes = ungated_forward_bytes,
+     .backward_bytes = ungated_backward_bytes,
+     .working_floats = decayed_working,
+     .test_cases = decayed_cases,
+     .gradient_cases = decayed_gradient_cases,
+     .bound = kBound},
+    {.name = "lightning",
+     .summary = "lightning attention: a constant log decay per head, g_gamma (ALiBi's slopes here; chunked)",
+     .causality = Causality::always,
+     .has_backward = true,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = no_features,
+     .gate_dim = no_features,
+     .options = lightning_options,
+     .forward = decayed_forward,
+     .backward = decayed_backward,
+     .oracle_forward = decayed_oracle_forward,
+     .oracle_backward = decayed_oracle_backward,
+     .forward_flops = decayed_forward_flops,
+     .backward_flops = decayed_backward_flops,
+     .forward_bytes = ungated_forward_bytes,
+     .backward_bytes = ungated_backward_bytes,
+     .working_floats = decayed_working,
+     .test_cases = decayed_cases,
+     .gradient_cases = decayed_gradient_cases,
+     .bound = kBound},
+    {.name = "simple_gla",
+     .summary = "simple GLA (Mamba-2's SSD): a data-dependent log decay per head and token, g [B, N, H, 1] (chunked)",
+     .causality = Causality::always,
+     .has_backward = true,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = no_features,
+     .gate_dim = token_gate,
+     .options = simple_gla_options,
+     .forward = decayed_forward,
+     .backward = decayed_backward,
+     .oracle_forward = decayed_oracle_forward,
+     .oracle_backward = decayed_oracle_backward,
+     .forward_flops = decayed_forward_flops,
+     .backward_flops = decayed_backward_flops,
+     .forward_bytes = token_gate_forward_bytes,
+     .backward_bytes = token_gate_backward_bytes,
+     .working_floats = decayed_working,
+     .test_cases = decayed_cases,
+     .gradient_cases = decayed_gradient_cases,
+     .bound = kBound},
+    {.name = "gla",
+     .summary = "GLA: a data-dependent log decay per head, token and key dim, g [B, N, H, D] (chunked)",
+     .causality = Causality::always,
+     .has_backward = true,
+     .has_lse = false,
+     .has_projections = false,
+     .carries_state = false,
+     .feature_dim = no_features,
+     .gate_dim = key_gate,
+     .options = gla_options,
+     .forward = decayed_forward,
+     .backward = decayed_backward,
+     .oracle_forward = decayed_oracle_forward,
+     .oracle_backward = decayed_oracle_backward,
+     .forward_flops = decayed_forward_flops,
+     .backward_flops = decayed_backward_flops,
+     .forward_bytes = key_gate_forward_bytes,
+     .backward_bytes = key_gate_backward_bytes,
+     .working_floats = decayed_working,
+     .test_cases = decayed_cases,
+     .gradient_cases = decayed_gradient_cases,
      .bound = kBound},
 };
 
@@ -621,6 +835,19 @@ std::vector<int64_t> ragged_key_lengths(const Sizes& s) {
   for (int64_t b = 0; b < s.batch; ++b)
     lengths.push_back(std::max<int64_t>(std::min<int64_t>(2, s.seq_k), s.seq_k - 1 - 7 * b));
   return lengths;
+}
+
+std::vector<int64_t> packed_boundaries(const Sizes& s) {
+  std::vector<int64_t> cu{0};
+  for (int64_t end : {int64_t(1), s.seq_q / 3, s.seq_q})
+    if (end > cu.back()) cu.push_back(end);
+  return cu;
+}
+
+float log_decay_of_normal(double x) {
+  // logsigmoid(x) = −log(1 + e^(−x)), written to stay finite for either sign of x.
+  const double logsigmoid = x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x));
+  return float(logsigmoid / 16.0);
 }
 
 void step_through(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, RecurrentState& state,

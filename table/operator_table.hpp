@@ -5,10 +5,12 @@
 // command's bench and compare (tools/) all read it, so a new operator is one new row. It uses only
 // the public headers (include/linattn).
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "linattn/decay.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -33,6 +35,8 @@ struct Sizes {
   int64_t max_length = 0;                // linformer: N_max, the projections' columns (0: Nk)
   bool share_heads = false;              // linformer: one projection pair for all heads
   std::span<const int64_t> key_lengths;  // per batch; empty: every key (not for recurrent)
+  // decayed rows: packed sequences along the time axis of batch row 0 (DecayedAttentionOptions::cu_seqlens)
+  std::span<const int64_t> cu_seqlens;
 };
 
 enum class Causality { never, always, optional };
@@ -43,6 +47,8 @@ struct Options {
   SoftmaxAttentionOptions softmax;
   LinearAttentionOptions linear;
   LinformerOptions linformer;
+  DecayedAttentionOptions decayed;  // its g_gamma points into g_gamma, shared by every copy
+  std::shared_ptr<const std::vector<float>> g_gamma;
 };
 
 // The fp32 operands of one call, caller-owned; what an operator does not use stays empty.
@@ -52,6 +58,8 @@ struct Operands {
   std::span<float> lse;         // softmax, linformer: [B, H, Nq]
   std::span<const float> E, F;  // linformer: [P_heads, P, N_max]
   std::span<float> dE, dF;
+  ConstTensorView g;  // decayed rows with a gate tensor: [B, N, H, gate_dim] log decays
+  TensorView dg;
   RecurrentState* state = nullptr;  // recurrent: stepped through every token (the caller resets it)
 };
 
@@ -59,6 +67,7 @@ struct Operands {
 struct OracleInputs {
   reference::Tensor q, k, v, dout;
   std::vector<double> E, F;  // linformer
+  reference::Tensor g;       // decayed rows with a gate tensor (empty otherwise)
 };
 struct OracleForward {
   reference::Tensor out;
@@ -67,6 +76,7 @@ struct OracleForward {
 struct OracleBackward {
   reference::Tensor dq, dk, dv;
   std::vector<double> dE, dF;  // linformer
+  reference::Tensor dg;        // decayed rows with a gate tensor
 };
 
 // How a test case stores its tensors: strides are the test's to vary, not the operator's.
@@ -79,6 +89,7 @@ struct TestCase {
   Sizes sizes;
   Storage storage = Storage::bnhd;
   bool ragged = false;  // per-batch key lengths shorter than Nk (the test supplies them)
+  bool packed = false;  // decayed rows, B = 1: several sequences packed along N (packed_boundaries)
 };
 
 struct Operator {
@@ -91,6 +102,9 @@ struct Operator {
   bool carries_state;    // steps Operands::state
   // M, the features the linear family sums over (0 for the others).
   int64_t (*feature_dim)(const Sizes&);
+  // Columns of the gate tensor g (Operands::g, [B, N, H, ·]): 1 for simple_gla, D for gla, 0 for the
+  // operators without one. Tests and benchmarks draw it with log_decay_of_normal.
+  int64_t (*gate_dim)(const Sizes&);
   Options (*options)(const Sizes&);
   void (*forward)(const Operands&, const Options&);
   void (*backward)(const Operands&, const Options&);  // null without a backward
@@ -127,6 +141,13 @@ int64_t projection_floats(const Sizes& s);
 // (with one visible key the normalised output is v_0 whatever q and k are, so dq and dk are pure
 // cancellation and a relative error means nothing).
 std::vector<int64_t> ragged_key_lengths(const Sizes& s);
+
+// The sequence boundaries of a packed test case of N tokens (B = 1): 0, 1, N/3, N (ascending, no repeats).
+std::vector<int64_t> packed_boundaries(const Sizes& s);
+
+// A log decay drawn as flash-linear-attention's tests draw theirs: logsigmoid(x) / 16 for a standard
+// normal x, so that exp(g) lies in about [0.5, 1) (g in about [−0.7, 0)).
+float log_decay_of_normal(double x);
 
 // Runs the recurrent step over a whole sequence: token n of every (batch, head) per step.
 void step_through(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, RecurrentState& state,

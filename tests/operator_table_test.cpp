@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -21,13 +22,14 @@ TEST(OperatorTable, EveryOperatorOnceWithEveryEntry) {
     EXPECT_TRUE(names.insert(op.name).second) << "declared twice";
     EXPECT_EQ(&table::find(op.name), &op);
     EXPECT_TRUE(op.options && op.forward && op.oracle_forward && op.forward_flops && op.forward_bytes &&
-                op.working_floats && op.test_cases && op.gradient_cases && op.feature_dim);
+                op.working_floats && op.test_cases && op.gradient_cases && op.feature_dim && op.gate_dim);
     EXPECT_EQ(op.backward != nullptr, op.has_backward);
     EXPECT_EQ(op.oracle_backward != nullptr, op.has_backward);
     EXPECT_EQ(op.gradient_cases().empty(), !op.has_backward);
     EXPECT_GT(op.bound, 0.0);
   }
-  for (const char* name : {"softmax", "linear", "causal", "recurrent", "favor", "random_fourier", "linformer"})
+  for (const char* name : {"softmax", "linear", "causal", "recurrent", "favor", "random_fourier", "linformer",
+                           "retention", "lightning", "simple_gla", "gla"})
     EXPECT_TRUE(names.count(name)) << name;
 }
 
@@ -112,6 +114,77 @@ TEST(OperatorTable, CompulsoryBytes) {
   // q, k, v read and out written; the backward reads dO too and writes dq, dk, dv.
   EXPECT_EQ(table::find("linear").forward_bytes(s), 4.0 * 6 * 10 * 4 * 4);
   EXPECT_EQ(table::find("linear").backward_bytes(s), 4.0 * 6 * 10 * 4 * 7);
+}
+
+// The decayed rows count the chunked algorithm (operator_table.cpp): per chunk of c tokens the
+// intra-chunk lower triangle c(c+1)·(K + V), the inter-chunk Q·S and Kᵀ·V 4·c·K·V, the state's decay K·V.
+TEST(OperatorTable, DecayedCountsTheChunkedAlgorithm) {
+  table::Sizes s = square(100, 8);  // B = 2, H = 3, K = 8
+  s.value_dim = 4;
+  s.chunk = 64;  // chunks of 64 and 36
+  const double K = 8, V = 4, chunk_terms = 64.0 * 65 + 36.0 * 37;
+  for (const char* name : {"retention", "lightning", "simple_gla", "gla"}) {
+    SCOPED_TRACE(name);
+    const table::Operator& op = table::find(name);
+    EXPECT_EQ(op.causality, table::Causality::always);
+    EXPECT_DOUBLE_EQ(op.forward_flops(s), 6.0 * (chunk_terms * (K + V) + 4.0 * 100 * K * V + 2 * K * V));
+    EXPECT_DOUBLE_EQ(op.backward_flops(s), 6.0 * (chunk_terms * (3 * K + 2 * V) + 10.0 * 100 * K * V + 4 * K * V));
+  }
+  // The gate's columns, and the bytes they add: read in the forward, read and dg written in the backward.
+  EXPECT_EQ(table::find("retention").gate_dim(s), 0);
+  EXPECT_EQ(table::find("lightning").gate_dim(s), 0);
+  EXPECT_EQ(table::find("simple_gla").gate_dim(s), 1);
+  EXPECT_EQ(table::find("gla").gate_dim(s), 8);
+  const table::Operator& gla = table::find("gla");
+  EXPECT_DOUBLE_EQ(gla.forward_bytes(s), table::find("causal").forward_bytes(s) + 4.0 * 6 * 100 * 8);
+  EXPECT_DOUBLE_EQ(gla.backward_bytes(s), table::find("causal").backward_bytes(s) + 2 * 4.0 * 6 * 100 * 8);
+  EXPECT_DOUBLE_EQ(table::find("retention").forward_bytes(s), table::find("causal").forward_bytes(s));
+  // At the shape the inter-chunk products lead: 4·T·K·V against T·(C + 1)·(K + V).
+  const table::Sizes big = square(16384, 64);
+  table::Sizes chunked = big;
+  chunked.chunk = 64;
+  const double tkv = 2.0 * 3.0 * 16384 * 64 * 64;
+  EXPECT_NEAR(gla.forward_flops(chunked) / tkv, 4.0 + 65.0 * 128 / 4096 + 1.0 / 64, 1e-9);
+}
+
+// Lightning's g_gamma: ALiBi's slopes, one negative log decay per head, held by the options (and
+// still valid in a copy of them).
+TEST(OperatorTable, LightningOptionsHoldTheirDecays) {
+  table::Sizes s = square(10, 4);
+  s.heads = 8;
+  table::Options copy;
+  {
+    const table::Options o = table::find("lightning").options(s);
+    copy = o;
+  }
+  ASSERT_EQ(copy.decayed.g_gamma.size(), 8u);
+  EXPECT_EQ(copy.decayed.decay, Decay::head);
+  for (size_t h = 0; h < 8; ++h) EXPECT_FLOAT_EQ(copy.decayed.g_gamma[h], -std::exp2(-float(h + 1)));
+  EXPECT_EQ(table::find("gla").options(s).decayed.decay, Decay::key);
+  EXPECT_EQ(table::find("simple_gla").options(s).decayed.decay, Decay::token);
+  EXPECT_EQ(table::find("retention").options(s).decayed.decay, Decay::retention);
+}
+
+// The drawn log decays: logsigmoid(x) / 16, finite for any x, in (−∞, 0) and about [−0.7, 0) for
+// the normals a test draws.
+TEST(OperatorTable, LogDecayDraws) {
+  EXPECT_FLOAT_EQ(table::log_decay_of_normal(0.0), float(-std::log(2.0) / 16));
+  EXPECT_FLOAT_EQ(table::log_decay_of_normal(-40.0), -40.0f / 16);
+  EXPECT_LT(table::log_decay_of_normal(40.0), 0.0f);
+  EXPECT_GT(table::log_decay_of_normal(40.0), -1e-15f);
+  EXPECT_TRUE(std::isfinite(table::log_decay_of_normal(1e4)) && std::isfinite(table::log_decay_of_normal(-1e4)));
+  EXPECT_GT(table::log_decay_of_normal(-5.0), -0.32f);
+}
+
+// Packed test cases: three sequences (the first of one token), boundaries from 0 to N.
+TEST(OperatorTable, PackedBoundaries) {
+  table::Sizes s = square(97, 4);
+  EXPECT_EQ(table::packed_boundaries(s), (std::vector<int64_t>{0, 1, 32, 97}));
+  s.seq_q = s.seq_k = 2;
+  EXPECT_EQ(table::packed_boundaries(s), (std::vector<int64_t>{0, 1, 2}));
+  bool packed = false;
+  for (const table::TestCase& c : table::find("gla").test_cases()) packed |= c.packed;
+  EXPECT_TRUE(packed);
 }
 
 TEST(OperatorTable, PerformerHeaderIsAnAliasOfFavor) {

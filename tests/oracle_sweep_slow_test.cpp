@@ -57,6 +57,7 @@ TEST_P(OracleSweep, EveryTestCaseMatchesTheOracle) {
       record(name + " backward: dE", relative_error(run->dE, g.dE), op.bound);
       record(name + " backward: dF", relative_error(run->dF, g.dF), op.bound);
     }
+    if (op.gate_dim(run->sizes) > 0) record(name + " backward: dg", relative_error(run->dg.view, g.dg), op.bound);
   }
 }
 

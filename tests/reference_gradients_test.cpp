@@ -132,8 +132,8 @@ TEST(LinearReferenceGradient, CrossAttentionNonCausalAndCausal) {
 }
 
 // Every operator of the table with a backward, at its gradient cases: its oracle's backward against
-// central differences of its oracle's forward (q, k, v, and Linformer's E and F), then its fast
-// backward against that oracle.
+// central differences of its oracle's forward (q, k, v, Linformer's E and F, the decayed rows' gate
+// g), then its fast backward against that oracle.
 class TableGradient : public ::testing::TestWithParam<const table::Operator*> {};
 
 TEST_P(TableGradient, OracleMatchesFiniteDifferencesAndFastBackwardMatchesOracle) {
@@ -154,6 +154,10 @@ TEST_P(TableGradient, OracleMatchesFiniteDifferencesAndFastBackwardMatchesOracle
       EXPECT_LT(testing::finite_difference_relative_error(in.E, g.dE, loss), kFiniteDifferenceBound);
       EXPECT_LT(testing::finite_difference_relative_error(in.F, g.dF, loss), kFiniteDifferenceBound);
     }
+    const bool gated = op.gate_dim(run->sizes) > 0;
+    if (gated) {
+      EXPECT_LT(fd_error(in.g, g.dg, loss), kFiniteDifferenceBound);
+    }
     op.forward(run->operands(), run->options);  // out and lse, which some backwards read
     op.backward(run->operands(), run->options);
     EXPECT_LE(testing::relative_error(run->dq.view, g.dq), op.bound);
@@ -162,6 +166,9 @@ TEST_P(TableGradient, OracleMatchesFiniteDifferencesAndFastBackwardMatchesOracle
     if (op.has_projections) {
       EXPECT_LE(testing::relative_error(run->dE, g.dE), op.bound);
       EXPECT_LE(testing::relative_error(run->dF, g.dF), op.bound);
+    }
+    if (gated) {
+      EXPECT_LE(testing::relative_error(run->dg.view, g.dg), op.bound);
     }
   }
 }

@@ -71,7 +71,10 @@ const Registrar registrar{
     {"bench", "Measure one operator configuration: median time, GFLOP/s, peak memory", 30, [](CLI::App& app) {
        auto args = std::make_shared<BenchArgs>();
        Problem& p = args->problem;
-       app.add_option("--op", p.op, "softmax, linear, causal, recurrent, performer (alias favor: FAVOR+) or linformer")
+       app.add_option("--op", p.op,
+                      "softmax, linear, causal, recurrent, performer (alias favor: FAVOR+), linformer, or the decayed "
+                      "family (chunked, causal): retention, lightning (g_gamma), simple_gla (g [B, N, H]) or gla "
+                      "(g [B, N, H, D])")
            ->required()
            ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
            ->option_text("OP REQUIRED");
@@ -98,6 +101,7 @@ const Registrar registrar{
            "seconds: median over repetitions after one warm-up. gflops: the documented flop "
            "count (docs/cli.md) / seconds. peak_bytes: growth of the resident set's high-water "
            "mark (VmHWM) in a forked child that allocates the inputs and runs the operator. "
+           "The decayed ops draw their gate g as logsigmoid(N(0,1))/16 (log decays in about [-0.7, 0]). "
            "A configuration whose estimated memory exceeds MemAvailable exits with code 3.");
        return [args] { return bench(*args); };
      }}};

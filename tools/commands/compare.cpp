@@ -359,7 +359,8 @@ const Registrar registrar{
            ->check(CLI::PositiveNumber);
        app.add_option("--methods", a->methods,
                       "Comma-separated subset of softmax,linear,causal,recurrent,performer (alias favor),linformer "
-                      "(default: all but recurrent)")
+                      "and the decayed retention,lightning,simple_gla,gla (default: softmax,linear,causal,performer,"
+                      "linformer)")
            ->delimiter(',')
            ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
            ->option_text("OP,...");

@@ -212,6 +212,11 @@ void run_fast(const RunArgs& a, Tensors& t) {
       table::step_through(t.out.view, t.q.view, t.k.view, t.v.view, state, linear);
       return;
     }
+    case Op::retention:
+    case Op::lightning:
+    case Op::simple_gla:
+    case Op::gla:
+      break;  // refused by run() before any file is read
     case Op::linformer: {
       const LinformerOptions o = linformer_options(a, t);
       linformer_attention_forward(t.out.view, t.lse, t.q.view, t.k.view, t.v.view, t.E->data, data_of(t.F), o);
@@ -275,6 +280,10 @@ std::string sibling(const std::string& out, const char* name) {
 
 int run(RunArgs& a) {
   const bool linformer = a.op == Op::linformer;
+  if (is_decayed(a.op))
+    throw UsageError(std::string("--op ") + op_name(a.op) +
+                     ": linattn run covers softmax, linear, causal, recurrent, performer and linformer; the decayed "
+                     "family is in bench and compare (and the Python module's linattn.fla)");
   if (linformer && a.proj_e.empty())
     throw UsageError("--proj-e: --op linformer needs the projection E (.npy, [P, N_max] or [H, P, N_max])");
   if (!linformer && !(a.proj_e.empty() && a.proj_f.empty() && a.dproj_e.empty() && a.dproj_f.empty()))

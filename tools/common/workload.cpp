@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/command.hpp"
+#include "linattn/decay.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/random.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -14,8 +15,10 @@ namespace linattn::cli {
 
 namespace {
 // Indexed by Op: the names the flags use and the output prints, and the table's names.
-constexpr const char* kOpNames[] = {"softmax", "linear", "causal", "recurrent", "performer", "linformer"};
-constexpr const char* kTableNames[] = {"softmax", "linear", "causal", "recurrent", "favor", "linformer"};
+constexpr const char* kOpNames[] = {"softmax",   "linear",    "causal",    "recurrent",  "performer",
+                                    "linformer", "retention", "lightning", "simple_gla", "gla"};
+constexpr const char* kTableNames[] = {"softmax",   "linear",    "causal",    "recurrent",  "favor",
+                                       "linformer", "retention", "lightning", "simple_gla", "gla"};
 }  // namespace
 
 const char* op_name(Op op) { return kOpNames[int(op)]; }
@@ -33,6 +36,7 @@ const table::Operator& table_operator(Op op) { return table::find(kTableNames[in
 
 bool has_backward(Op op) { return table_operator(op).has_backward; }
 bool is_causal(Op op) { return table_operator(op).causality == table::Causality::always; }
+bool is_decayed(Op op) { return op == Op::retention || op == Op::lightning || op == Op::simple_gla || op == Op::gla; }
 
 table::Sizes sizes(const Problem& p) {
   table::Sizes s;
@@ -40,7 +44,7 @@ table::Sizes sizes(const Problem& p) {
   s.causal = p.causal;
   s.features = p.features;
   s.seed = p.seed;
-  s.chunk = LinearAttentionOptions{}.chunk_size;
+  s.chunk = is_decayed(p.op) ? DecayedAttentionOptions{}.chunk_size : LinearAttentionOptions{}.chunk_size;
   s.projected = p.projected;
   return s;
 }
@@ -57,8 +61,9 @@ double backward_flops(const Problem& p) { return table_operator(p.op).backward_f
 
 double estimated_bytes(const Problem& p, bool backward) {
   const double b = double(p.batch), h = double(p.heads), n = double(p.seq), d = double(p.dim), e = double(p.value_dim);
-  double floats = n * b * h * (2 * d + 2 * e);  // q, k, v, out
-  if (backward) floats *= 2;                    // dout, dq, dk, dv
+  const double g = double(table_operator(p.op).gate_dim(sizes(p)));
+  double floats = n * b * h * (2 * d + 2 * e + g);  // q, k, v, out, the gate
+  if (backward) floats *= 2;                        // dout, dq, dk, dv, dg
   floats += table_operator(p.op).working_floats(sizes(p), backward);
   return floats * 4 + 64.0 * (1 << 20);  // thread tiles, code and heap slack
 }
@@ -85,6 +90,11 @@ Workload::Workload(const Problem& p)
   k_ = normal(rows * p.dim, rng);
   v_ = normal(rows * p.value_dim, rng);
   out_.assign(size_t(rows * p.value_dim), 0.0f);
+  if (const int64_t G = op_.gate_dim(sizes(p)); G > 0) {
+    Random draws(rng());
+    g_.resize(size_t(rows * G));
+    for (float& x : g_) x = table::log_decay_of_normal(draws.normal());
+  }
   if (op_.has_lse) lse_.assign(size_t(p.batch * p.heads * p.seq), 0.0f);
   if (op_.has_projections) {
     // Untrained stand-ins for Linformer's learned E and F: row p averages the p-th of P equal
@@ -116,12 +126,14 @@ table::Operands Workload::operands() {
   table::Operands a;
   a.q = view(p_, q_, D), a.k = view(p_, k_, D), a.v = view(p_, v_, E), a.out = view(p_, out_, E);
   a.lse = lse_;
+  if (!g_.empty()) a.g = view(p_, g_, int64_t(g_.size()) / (p_.batch * p_.seq * p_.heads));
   a.E = extra_->E, a.F = extra_->F;
   a.state = &extra_->state;
   if (!dout_.empty()) {
     a.dout = view(p_, dout_, E);
     a.dq = view(p_, dq_, D), a.dk = view(p_, dk_, D), a.dv = view(p_, dv_, E);
     a.dE = extra_->dE, a.dF = extra_->dF;
+    if (!dg_.empty()) a.dg = view(p_, dg_, int64_t(dg_.size()) / (p_.batch * p_.seq * p_.heads));
   }
   return a;
 }
@@ -139,6 +151,7 @@ void Workload::backward() {
     dq_.assign(q_.size(), 0.0f);
     dk_.assign(k_.size(), 0.0f);
     dv_.assign(v_.size(), 0.0f);
+    dg_.assign(g_.size(), 0.0f);
     extra_->dE.assign(extra_->E.size(), 0.0f);
     extra_->dF.assign(extra_->F.size(), 0.0f);
   }

@@ -19,8 +19,10 @@
 namespace linattn::cli {
 
 // favor is FAVOR+ (the table's "favor"); the command names it "performer" in its output, as it
-// always has, and takes both "favor" and "performer" as --op / --methods values.
-enum class Op { softmax, linear, causal, recurrent, favor, linformer };
+// always has, and takes both "favor" and "performer" as --op / --methods values. The decayed family
+// (retention, lightning, simple_gla, gla: the chunked decayed_attention_*) is bench's and compare's,
+// not run's.
+enum class Op { softmax, linear, causal, recurrent, favor, linformer, retention, lightning, simple_gla, gla };
 const char* op_name(Op op);
 // Name → op, for CLI11's CheckedTransformer (the printed names, and the alias "favor").
 const std::map<std::string, Op>& op_names();
@@ -30,6 +32,8 @@ const table::Operator& table_operator(Op op);
 bool has_backward(Op op);
 // Causal ops are compared against causal softmax.
 bool is_causal(Op op);
+// The decayed family (decay.hpp).
+bool is_decayed(Op op);
 
 struct Problem {
   Op op = Op::softmax;
@@ -40,7 +44,8 @@ struct Problem {
   uint64_t seed = 0;      // inputs and random features
 };
 
-// The table's sizes of the problem: N queries and N keys, the library's default chunk.
+// The table's sizes of the problem: N queries and N keys, the library's default chunk (the decayed
+// family's for its ops).
 table::Sizes sizes(const Problem& p);
 // M: the feature dim linear attention works in (D for elu+1, and for the operators without features).
 int64_t feature_dim(const Problem& p);
@@ -53,7 +58,8 @@ double backward_flops(const Problem& p);
 // saved state and scratch, with a fixed allowance for thread tiles. An estimate that errs high.
 double estimated_bytes(const Problem& p, bool backward);
 
-// Buffers and the operator call for one Problem; inputs are N(0, 1) from p.seed.
+// Buffers and the operator call for one Problem; inputs are N(0, 1) from p.seed, the decayed ops'
+// gate logsigmoid(N(0, 1)) / 16 (table::log_decay_of_normal).
 class Workload {
  public:
   explicit Workload(const Problem& p);
@@ -75,6 +81,7 @@ class Workload {
   const table::Operator& op_;
   table::Options options_;  // built once: a FAVOR+ draw is not free
   std::vector<float> q_, k_, v_, out_, lse_, dout_, dq_, dk_, dv_;
+  std::vector<float> g_, dg_;     // the decayed ops' gate, [B, N, H, gate_dim], and its gradient
   std::unique_ptr<Extra> extra_;  // the recurrent state, Linformer projections
 };
 

@@ -64,7 +64,8 @@ BENCH_KEYS = {
 
 
 @pytest.mark.parametrize(
-    "op,backward", [("softmax", False), ("softmax", True), ("linear", True), ("causal", True), ("recurrent", False)]
+    "op,backward", [("softmax", False), ("softmax", True), ("linear", True), ("causal", True), ("recurrent", False),
+                    ("retention", True), ("lightning", False), ("simple_gla", True), ("gla", False), ("gla", True)]
 )
 def test_bench_json_schema(op, backward):
     args = ["bench", "--op", op, "--batch", 2, "--heads", 3, "--seq", 65, "--dim", 16, "--value-dim", 24,
@@ -99,6 +100,26 @@ def test_bench_flop_count_is_the_documented_one():
     forward = n * (2 * m * e + m) + n * (2 * m * e + 2 * m + e)
     backward = n * (6 * m * e + 2 * m) + n * (4 * m * e + 4 * m)
     assert j["flops"] == 2 * (forward + backward)
+
+
+def test_bench_decayed_flop_count_is_the_chunked_one():
+    """The decayed family's count (docs/cli.md): per chunk of c tokens (chunk 64, so one chunk of 100 = 64 + 36),
+    forward c(c+1)(D+E) + 4cDE + DE, backward c(c+1)(3D+2E) + 10cDE + 2DE."""
+    d, e = 8, 4
+    forward = sum(c * (c + 1) * (d + e) + 4 * c * d * e + d * e for c in (64, 36))
+    backward = sum(c * (c + 1) * (3 * d + 2 * e) + 10 * c * d * e + 2 * d * e for c in (64, 36))
+    for op in ("retention", "simple_gla", "gla"):
+        j = json.loads(run_cli("bench", "--op", op, "--batch", 1, "--heads", 2, "--seq", 100, "--dim", d,
+                               "--value-dim", e, "--json", "--budget", 0, "--min-reps", 1, "--backward").stdout)
+        assert j["op"] == op and j["causal"] is True
+        assert j["flops"] == 2 * (forward + backward)
+
+
+def test_run_refuses_the_decayed_family(tmp_path):
+    proc = run_cli("run", "--op", "gla", "--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v",
+                   tmp_path / "v.npy", "--out", tmp_path / "out.npy")
+    assert_one_line_error(proc, 2)
+    assert "bench and compare" in proc.stderr
 
 
 def test_bench_text_output():

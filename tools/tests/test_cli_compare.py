@@ -87,3 +87,15 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     os.close(master)
     assert proc.returncode == 0
     assert b"[" in drawn and b"#" in drawn and b"N=96 linear" in drawn
+
+
+def test_compare_decayed_methods(tmp_path):
+    """The decayed family's rows, on request: timed forward and forward+backward, with the table's flops."""
+    proc = run_cli("compare", *TINY, "--methods", "softmax,retention,simple_gla,gla", "--no-plot", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert doc["config"]["methods"] == ["softmax", "retention", "simple_gla", "gla"]
+    for r in doc["results"]:
+        assert r["forward_seconds"]["median"] > 0 and r["forward_backward_seconds"]["median"] > 0
+        if r["method"] != "softmax":
+            assert r["error_reference"] == "causal softmax" and r["backward_flops"] > 0
