@@ -55,9 +55,15 @@ struct Problem {
 
 Problem make_problem(const Case& c, uint64_t seed = 1) {
   std::mt19937_64 rng(seed);
-  Problem p{c, random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng), random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng),
-            random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng), {}, random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng),
-            {}, {}, {}};
+  Problem p{c,
+            random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng),
+            random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng),
+            random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng),
+            {},
+            random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng),
+            {},
+            {},
+            {}};
   if (gate_cols(c) > 0) p.g = random_tensor({c.B, c.T, c.H, gate_cols(c)}, c.layout, rng, c.g_lo, c.g_hi);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f), gate(c.g_lo, c.g_hi);
   if (c.decay == Decay::head)
@@ -89,9 +95,13 @@ struct Fast {
 };
 Fast run_fast(const Problem& p) {
   const Case& c = p.c;
-  Fast f{make_tensor({c.B, c.T, c.H, c.V}, c.layout), make_tensor({c.B, c.T, c.H, c.K}, c.layout),
-         make_tensor({c.B, c.T, c.H, c.K}, c.layout), make_tensor({c.B, c.T, c.H, c.V}, c.layout),
-         {}, std::vector<float>(p.state_size()), std::vector<float>(p.state_size())};
+  Fast f{make_tensor({c.B, c.T, c.H, c.V}, c.layout),
+         make_tensor({c.B, c.T, c.H, c.K}, c.layout),
+         make_tensor({c.B, c.T, c.H, c.K}, c.layout),
+         make_tensor({c.B, c.T, c.H, c.V}, c.layout),
+         {},
+         std::vector<float>(p.state_size()),
+         std::vector<float>(p.state_size())};
   if (gate_cols(c) > 0) f.dg = make_tensor({c.B, c.T, c.H, gate_cols(c)}, c.layout);
   decayed_attention_forward(f.out.view, p.q.view, p.k.view, p.v.view, p.gate(), p.options(), p.initial, f.final_state);
   decayed_attention_backward(f.dq.view, f.dk.view, f.dv.view, gate_cols(c) > 0 ? f.dg.view : TensorView{}, f.dinitial,
@@ -241,8 +251,11 @@ TEST(DecayedAttentionReference, GradientsMatchFiniteDifferences) {
     const reference::DecayedGradients grads =
         reference::decayed_attention_backward(dout, &dfinal, q, k, v, gp, options, &initial);
     const std::pair<std::vector<double>*, const std::vector<double>*> checks[] = {
-        {&q.data, &grads.dq.data}, {&k.data, &grads.dk.data},       {&v.data, &grads.dv.data},
-        {&initial, &grads.dinitial_state}, {gp ? &g.data : nullptr, &grads.dg.data}};
+        {&q.data, &grads.dq.data},
+        {&k.data, &grads.dk.data},
+        {&v.data, &grads.dv.data},
+        {&initial, &grads.dinitial_state},
+        {gp ? &g.data : nullptr, &grads.dg.data}};
     for (const auto& [x, analytic] : checks) {
       if (!x) continue;
       const std::vector<double> numeric = central_differences(*x, loss);
@@ -321,8 +334,8 @@ TEST(DecayedAttention, BadArgumentsAreRefusedByName) {
   expect_error(p.options(), p.g.view, "initial_state", short_state);
   // An output inside an input.
   try {
-    decayed_attention_forward(TensorView(const_cast<float*>(p.v.view.data), p.v.view.extent, p.v.view.stride),
-                              p.q.view, p.k.view, p.v.view, p.g.view, p.options());
+    decayed_attention_forward(TensorView(const_cast<float*>(p.v.view.data), p.v.view.extent, p.v.view.stride), p.q.view,
+                              p.k.view, p.v.view, p.g.view, p.options());
     ADD_FAILURE() << "out = v accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("out"), std::string::npos) << e.what();
