@@ -83,6 +83,13 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
   return p;
 }
 
+std::vector<boundary::Region> decay_input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                                  ConstTensorView g) {
+  std::vector<boundary::Region> r{boundary::region("q", q), boundary::region("k", k), boundary::region("v", v)};
+  if (g.data) r.push_back(boundary::region("g", g));
+  return r;
+}
+
 void check_decay_state(const char* op, const char* name, size_t size, const DecayProblem& p) {
   if (size == 0) return;
   check_size(op, name, int64_t(size), p.state_size(), "[N, H, K, V]");

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "linattn/boundary.hpp"
 #include "linattn/decay.hpp"
 #include "linattn/view.hpp"
 
@@ -33,6 +34,10 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
                                    ConstTensorView g, const DecayedAttentionOptions& options);
 // A state argument (`name`) of exactly N·H·K·V elements, or empty when `optional`.
 void check_decay_state(const char* op, const char* name, size_t size, const DecayProblem& p);
+
+// The inputs' regions for the aliasing check: q, k, v, and g where the decay has a gate tensor.
+std::vector<boundary::Region> decay_input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                                  ConstTensorView g);
 
 // The constant log decay of head h for the decays without a gate tensor (0 for none).
 double constant_log_decay(const DecayedAttentionOptions& options, int64_t h);

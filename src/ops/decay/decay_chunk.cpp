@@ -85,7 +85,6 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
 
 int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n) {
   const int64_t K = p_.K, V = p_.V, limit = std::min(C_, end - t0);
-  h_ = x.h;
   const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
   if (per_key_) {
     // Cumulative log decays per column; the chunk stops before the token that would make a column span
@@ -181,8 +180,7 @@ void DecayChunk::advance(float* S) {
 
 void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
-  const float* left = per_key_ ? Qh_.data() : Q_.data();
-  const float* right = per_key_ ? Kh_.data() : K_.data();
+  const float *left = intra_left(), *right = intra_right();
   kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
   intra_scores(A_.data(), left, T_.data(), Kp_, K);
   // O = (Q ⊙ e^b) S, then += A V.
@@ -195,8 +193,7 @@ void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t
 void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
                           double* gate_grad, bool final_chunk, const DecayHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
-  const float* left = per_key_ ? Qh_.data() : Q_.data();
-  const float* right = per_key_ ? Kh_.data() : K_.data();
+  const float *left = intra_left(), *right = intra_right();
   const float* W = per_key_ || p_.decay == Decay::none ? nullptr : W_.data();
   kernels::pack_rows({dO_.data(), Vp_, n, V}, kernels::head_rows(dout, x.b, x.h), t0, n);
   // A = mask(Q̂ K̂ᵀ) ⊙ W and dA = mask(dO Vᵀ) ⊙ W.

@@ -51,12 +51,14 @@ class DecayChunk {
  private:
   void intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth);
   void scale_state(float* S) const;  // S ← diag(e^{b_n}) S
+  // The two sides of the intra-chunk scores: Q̂, K̂ (per key) or Q, K.
+  const float* intra_left() const { return per_key_ ? Qh_.data() : Q_.data(); }
+  const float* intra_right() const { return per_key_ ? Kh_.data() : K_.data(); }
 
   const DecayProblem& p_;
   const DecayedAttentionOptions& o_;
   bool per_key_;  // GLA: factors per element; else per row
   int64_t C_, Cp_, Kp_, Vp_, n_ = 0;
-  int64_t h_ = 0;
   std::vector<float> Q_, K_, V_;          // [C, Kp], [C, Kp], [C, Vp]
   std::vector<float> b_, nb_, mid_, bn_;  // per row: b [C], −b [C]; per key: b [C, Kp], m [Kp], b_n [Kp]
   std::vector<float> E_, invE_;           // per key: e^{b − m}, e^{m − b}: [C, Kp]

@@ -20,14 +20,6 @@ using detail::DecayChunk;
 using detail::DecayHead;
 using detail::DecayProblem;
 
-// The inputs' regions for the aliasing check (g only where the decay has a gate tensor).
-std::vector<boundary::Region> input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                                            ConstTensorView g) {
-  std::vector<boundary::Region> r{boundary::region("q", q), boundary::region("k", k), boundary::region("v", v)};
-  if (g.data) r.push_back(boundary::region("g", g));
-  return r;
-}
-
 // Copies state (b, h) of `from` ([N, H, K, V], empty: zero) into S: [K, Vp].
 void load_state(float* S, int64_t Vp, std::span<const float> from, const DecayProblem& p, int64_t index) {
   for (int64_t c = 0; c < p.K; ++c) {
@@ -113,7 +105,7 @@ void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorVie
   detail::check_output_shape(op, "out", out, q, v);
   detail::check_decay_state(op, "initial_state", initial_state.size(), p);
   detail::check_decay_state(op, "final_state", final_state.size(), p);
-  std::vector<boundary::Region> inputs = input_regions(q, k, v, g);
+  std::vector<boundary::Region> inputs = detail::decay_input_regions(q, k, v, g);
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
   detail::check_outputs(op, outputs, inputs);
@@ -156,7 +148,7 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
   detail::check_decay_state(op, "initial_state", initial_state.size(), p);
   detail::check_decay_state(op, "dfinal_state", dfinal_state.size(), p);
   detail::check_decay_state(op, "dinitial_state", dinitial_state.size(), p);
-  std::vector<boundary::Region> inputs = input_regions(q, k, v, g);
+  std::vector<boundary::Region> inputs = detail::decay_input_regions(q, k, v, g);
   for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
                                     boundary::region("initial_state", initial_state)})
     inputs.push_back(r);

@@ -20,13 +20,8 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
   detail::check_output_shape(op, "out", out, q, v);
   if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
   detail::check_decay_state(op, "state", state.size(), p);
-  if (g.data)
-    detail::check_outputs(
-        op, {boundary::region("out", out), boundary::region("state", state)},
-        {boundary::region("q", q), boundary::region("k", k), boundary::region("v", v), boundary::region("g", g)});
-  else
-    detail::check_outputs(op, {boundary::region("out", out), boundary::region("state", state)},
-                          {boundary::region("q", q), boundary::region("k", k), boundary::region("v", v)});
+  const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
+  detail::check_outputs(op, outputs, detail::decay_input_regions(q, k, v, g));
   const int64_t tasks = int64_t(p.sequences.size()) * p.H, K = p.K, V = p.V;
   const int64_t cols = p.gate_cols();
   const bool decays = p.decay != Decay::none;
