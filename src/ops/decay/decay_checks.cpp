@@ -61,26 +61,30 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
     check_size(op, "options.g_gamma", int64_t(o.g_gamma.size()), p.H, "[H], one log decay per head");
   else if (!o.g_gamma.empty())
     fail_with(op, "options.g_gamma is given for decay '", name, "', expected it only with Decay::head");
-  checked_mul(op, "N × H × K × V", checked_mul(op, "B × H", p.B, p.H), checked_mul(op, "K × V", p.K, p.V));
-  if (o.cu_seqlens.empty()) {
-    for (int64_t b = 0; b < p.B; ++b) p.sequences.push_back({b, 0, p.T, b});
-    return p;
+  p.sequences = packed_sequences(op, p.B, p.T, o.cu_seqlens);
+  p.N = int64_t(p.sequences.size());
+  checked_mul(op, "N × H × K × V", checked_mul(op, "N × H", p.N, p.H), checked_mul(op, "K × V", p.K, p.V));
+  return p;
+}
+
+std::vector<DecaySequence> packed_sequences(const char* op, int64_t B, int64_t T, std::span<const int64_t> cu) {
+  std::vector<DecaySequence> sequences;
+  if (cu.empty()) {
+    for (int64_t b = 0; b < B; ++b) sequences.push_back({b, 0, T, b});
+    return sequences;
   }
-  const auto& cu = o.cu_seqlens;
-  if (p.B != 1)
-    fail_with(op, "q's batch is ", p.B, " with cu_seqlens, expected 1 (pack the sequences along the time axis)");
+  if (B != 1)
+    fail_with(op, "q's batch is ", B, " with cu_seqlens, expected 1 (pack the sequences along the time axis)");
   if (cu.size() < 2) fail_with(op, "cu_seqlens has ", cu.size(), " values, expected N + 1 ≥ 2 (0, then each end)");
   if (cu.front() != 0) fail_with(op, "cu_seqlens[0] is ", cu.front(), ", expected 0");
-  if (cu.back() != p.T) fail_with(op, "cu_seqlens[", cu.size() - 1, "] is ", cu.back(), ", expected T = ", p.T);
+  if (cu.back() != T) fail_with(op, "cu_seqlens[", cu.size() - 1, "] is ", cu.back(), ", expected T = ", T);
   for (size_t i = 1; i < cu.size(); ++i) {
     if (cu[i] < cu[i - 1])
       fail_with(op, "cu_seqlens[", i, "] is ", cu[i], ", less than cu_seqlens[", i - 1, "] = ", cu[i - 1],
                 ", expected ascending offsets");
-    p.sequences.push_back({0, cu[i - 1], cu[i], int64_t(i - 1)});
+    sequences.push_back({0, cu[i - 1], cu[i], int64_t(i - 1)});
   }
-  p.N = int64_t(cu.size()) - 1;
-  checked_mul(op, "N × H × K × V", checked_mul(op, "N × H", p.N, p.H), checked_mul(op, "K × V", p.K, p.V));
-  return p;
+  return sequences;
 }
 
 std::vector<boundary::Region> decay_input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,

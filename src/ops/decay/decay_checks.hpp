@@ -32,6 +32,9 @@ struct DecayProblem {
 // finite; chunk_size ≥ 1; cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1.
 DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                    ConstTensorView g, const DecayedAttentionOptions& options);
+// The sequences of a [B, T, ...] input: one per batch row, or those that cu_seqlens packs into batch
+// row 0 ([N + 1] ascending from 0 to T; B must be 1), in state order. Shared by the delta rule.
+std::vector<DecaySequence> packed_sequences(const char* op, int64_t B, int64_t T, std::span<const int64_t> cu_seqlens);
 // A state argument (`name`) of exactly N·H·K·V elements, or empty when `optional`.
 void check_decay_state(const char* op, const char* name, size_t size, const DecayProblem& p);
 

@@ -10,51 +10,16 @@
 #include "kernels/gemm.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
+#include "kernels/triangle.hpp"
 
 namespace linattn::detail {
-namespace {
-
 using kernels::gemm;
+using kernels::lower_product;
+using kernels::lower_scores;
+using kernels::lower_transposed_product;
+using kernels::mask_lower;
 using kernels::padded;
 using kernels::plain;
-
-// The intra-chunk triangle runs in strips of this many rows, each only as wide (or deep) as the
-// triangle reaches.
-constexpr int64_t kStrip = kernels::kPad;
-
-// x: [n, ≥ n] (pitch ld): the entries above the diagonal set to 0, the rest multiplied by W (null: 1).
-void mask_lower(float* x, int64_t ld, const float* W, int64_t ldw, int64_t n) {
-  for (int64_t t = 0; t < n; ++t) {
-    float* row = x + t * ld;
-    const int64_t width = std::min(n, (t / kStrip + 1) * kStrip);
-    if (W)
-      for (int64_t s = 0; s <= t; ++s) row[s] *= W[t * ldw + s];
-    std::fill(row + t + 1, row + width, 0.0f);
-  }
-}
-
-// c: [n, cols] (+)= Aᵀ B over the lower-triangular A: [n, n] (pitch lda): row s of the result sums the
-// rows t ≥ s of B (the strip's upper corner of A is zero).
-void lower_transposed_product(float* c, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb,
-                              int64_t n, int64_t cols, bool accumulate) {
-  for (int64_t r = 0; r < n; r += kStrip) {
-    const int64_t rows = std::min(kStrip, n - r);
-    gemm({c + r * ldc, ldc, rows, cols}, {A + r * lda + r, 1, lda}, {B + r * ldb, ldb, n - r, cols},
-         {.accumulate = accumulate});
-  }
-}
-
-// c: [n, cols] (+)= A B over the lower-triangular A: [n, n]: row t sums the rows s ≤ t of B.
-void lower_product(float* c, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t n,
-                   int64_t cols, bool accumulate) {
-  for (int64_t r = 0; r < n; r += kStrip) {
-    const int64_t rows = std::min(kStrip, n - r);
-    gemm({c + r * ldc, ldc, rows, cols}, plain(A + r * lda, lda), {B, ldb, std::min(n, r + rows), cols},
-         {.accumulate = accumulate});
-  }
-}
-
-}  // namespace
 
 DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward)
     : p_(p),
@@ -159,10 +124,7 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
 
 // A: [n, n] = mask(left rightᵀ) ⊙ W, lower triangle by strips; right_t: rightᵀ [depth, Cp].
 void DecayChunk::intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth) {
-  for (int64_t r = 0; r < n_; r += kStrip) {
-    const int64_t rows = std::min(kStrip, n_ - r), cols = std::min(n_, r + rows);
-    gemm({A + r * Cp_, Cp_, rows, cols}, plain(left + r * depth_pitch, depth_pitch), {right_t, Cp_, depth, cols});
-  }
+  lower_scores(A, Cp_, left, depth_pitch, right_t, Cp_, n_, depth);
   mask_lower(A, Cp_, per_key_ || p_.decay == Decay::none ? nullptr : W_.data(), Cp_, n_);
 }
 
@@ -200,10 +162,7 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
   intra_scores(A_.data(), left, T_.data(), Kp_, K);
   kernels::transpose(T_.data(), Cp_, V_.data(), Vp_, n, V);
-  for (int64_t r = 0; r < n; r += kStrip) {
-    const int64_t rows = std::min(kStrip, n - r), cols = std::min(n, r + rows);
-    gemm({dA_.data() + r * Cp_, Cp_, rows, cols}, plain(dO_.data() + r * Vp_, Vp_), {T_.data(), Cp_, V, cols});
-  }
+  lower_scores(dA_.data(), Cp_, dO_.data(), Vp_, T_.data(), Cp_, n, V);
   mask_lower(dA_.data(), Cp_, W, Cp_, n);
   // The diagonal (each token with itself, weight e^0) apart: it adds to dq and dk below, after the gate's
   // share is taken, so that ∂L/∂b never holds two O(1) terms that cancel (docs: "Numerics").

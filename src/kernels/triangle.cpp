@@ -1,0 +1,49 @@
+#include "kernels/triangle.hpp"
+
+#include <algorithm>
+
+#include "kernels/gemm.hpp"
+#include "kernels/tile.hpp"
+
+namespace linattn::kernels {
+namespace {
+constexpr int64_t kStrip = kPad;
+}
+
+void mask_lower(float* x, int64_t ld, const float* W, int64_t ldw, int64_t n, bool strict) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = x + t * ld;
+    const int64_t width = std::min(n, (t / kStrip + 1) * kStrip), keep = strict ? t : t + 1;
+    if (W)
+      for (int64_t s = 0; s < keep; ++s) row[s] *= W[t * ldw + s];
+    std::fill(row + keep, row + width, 0.0f);
+  }
+}
+
+void lower_scores(float* c, int64_t ldc, const float* left, int64_t ldl, const float* right_t, int64_t ldr, int64_t n,
+                  int64_t depth) {
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r), cols = std::min(n, r + rows);
+    gemm({c + r * ldc, ldc, rows, cols}, plain(left + r * ldl, ldl), {right_t, ldr, depth, cols});
+  }
+}
+
+void lower_product(float* c, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t n,
+                   int64_t cols, bool accumulate) {
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r);
+    gemm({c + r * ldc, ldc, rows, cols}, plain(A + r * lda, lda), {B, ldb, std::min(n, r + rows), cols},
+         {.accumulate = accumulate});
+  }
+}
+
+void lower_transposed_product(float* c, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb,
+                              int64_t n, int64_t cols, bool accumulate) {
+  for (int64_t r = 0; r < n; r += kStrip) {
+    const int64_t rows = std::min(kStrip, n - r);
+    gemm({c + r * ldc, ldc, rows, cols}, {A + r * lda + r, 1, lda}, {B + r * ldb, ldb, n - r, cols},
+         {.accumulate = accumulate});
+  }
+}
+
+}  // namespace linattn::kernels
