@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "linattn/view.hpp"
@@ -82,5 +83,23 @@ DecayedGradients decayed_attention_backward(const Tensor& dout, const std::vecto
                                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* g,
                                             const DecayedAttentionOptions& options = {},
                                             const std::vector<double>* initial_state = nullptr);
+
+// The delta rule (delta.hpp), token by token from the recurrence
+//   P_t = D_t S_{t−1},  S_t = P_t + β_t k_t (v_t − P_tᵀ k_t)ᵀ,  o_t = scale · S_tᵀ q_t,
+// after l2norm of q and k where options.qk_l2norm. beta: [B, T, H, 1]; g: [B, T, H, 1] (token) or
+// [B, T, H, K] (key), null for DeltaNet. States [N, H, K, V] row-major; initial_state null: zero.
+DecayedOutput delta_rule_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor* g,
+                                 const DeltaRuleOptions& options = {},
+                                 const std::vector<double>* initial_state = nullptr);
+// The reverse sweep of the same recurrence, with dfinal_state (null: zero) the gradient of the final
+// state. dg is shaped like g (empty without one).
+struct DeltaGradients {
+  Tensor dq, dk, dv, dbeta, dg;
+  std::vector<double> dinitial_state;  // [N, H, K, V]
+};
+DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>* dfinal_state, const Tensor& q,
+                                   const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor* g,
+                                   const DeltaRuleOptions& options = {},
+                                   const std::vector<double>* initial_state = nullptr);
 
 }  // namespace linattn::reference

@@ -90,6 +90,45 @@ void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const 
   }
 }
 
+// One delta-rule token: per vector column, one sweep over S for Pᵀk (P = diag(decay) S), then one
+// that writes P + k (β r)ᵀ with r = v − Pᵀk and reads it out, while the column is in L1.
+void DeltaUpdateReadout(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+                        const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
+                        const float* HWY_RESTRICT decay) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t e = 0;
+  for (; e + L <= E; e += L) {
+    V pk = hn::Zero(d);
+    for (int64_t m = 0; m < M; ++m) {
+      const V s = hn::LoadU(d, S + m * E + e);
+      pk = hn::MulAdd(hn::Set(d, decay ? decay[m] * k[m] : k[m]), s, pk);
+    }
+    const V u = hn::Mul(hn::Set(d, beta), hn::Sub(hn::LoadU(d, v + e), pk));
+    V acc = hn::Zero(d);
+    for (int64_t m = 0; m < M; ++m) {
+      float* s = S + m * E + e;
+      const V old = decay ? hn::Mul(hn::Set(d, decay[m]), hn::LoadU(d, s)) : hn::LoadU(d, s);
+      const V row = hn::MulAdd(hn::Set(d, k[m]), u, old);
+      hn::StoreU(row, d, s);
+      acc = hn::MulAdd(hn::Set(d, q[m]), row, acc);
+    }
+    hn::StoreU(acc, d, out + e);
+  }
+  for (; e < E; ++e) {
+    float pk = 0;
+    for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], S[m * E + e], pk);
+    const float u = beta * (v[e] - pk);
+    float acc = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      const float previous = decay ? decay[m] * S[m * E + e] : S[m * E + e];
+      S[m * E + e] = std::fma(k[m], u, previous);
+      acc = std::fma(q[m], S[m * E + e], acc);
+    }
+    out[e] = acc;
+  }
+}
+
 // dst = srcᵀ in 4 × 4 blocks of 128-bit vectors (two rounds of interleaves), the ragged edges scalar.
 void Transpose(float* HWY_RESTRICT dst, int64_t ldd, const float* HWY_RESTRICT src, int64_t lds, int64_t rows,
                int64_t cols) {
@@ -163,6 +202,7 @@ HWY_EXPORT(Transpose);
 HWY_EXPORT(ExpShiftedN);
 HWY_EXPORT(RowMaxN);
 HWY_EXPORT(RankOneUpdateReadout);
+HWY_EXPORT(DeltaUpdateReadout);
 
 void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols) {
   HWY_DYNAMIC_DISPATCH(RowDots)(out, a, lda, x, rows, cols);
@@ -180,6 +220,10 @@ float row_max(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMaxN)(
 void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
                           int64_t E, const float* decay) {
   HWY_DYNAMIC_DISPATCH(RankOneUpdateReadout)(num, S, phi_k, v, phi_q, M, E, decay);
+}
+void delta_update_readout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
+                          int64_t E, const float* decay) {
+  HWY_DYNAMIC_DISPATCH(DeltaUpdateReadout)(out, S, k, v, q, beta, M, E, decay);
 }
 
 }  // namespace linattn::kernels

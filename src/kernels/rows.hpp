@@ -1,7 +1,8 @@
 #pragma once
 // Row-wise helpers shared by the operators: dot products and sums of rows, weighted sums of rows,
-// transposes, the shifted exp of the random-feature maps, a row's max, and the recurrent step's
-// rank-1 update. Single-threaded, SIMD (Highway, dispatched at runtime); every sum in a fixed order.
+// transposes, the shifted exp of the random-feature maps, a row's max, and the recurrent steps'
+// rank-1 updates (linear, decayed, delta rule). Single-threaded, SIMD (Highway, dispatched at runtime); every sum in a
+// fixed order.
 #include <cstdint>
 
 namespace linattn::kernels {
@@ -25,6 +26,11 @@ float row_max(const float* x, int64_t n);
 // One recurrent token for one head: S: [M, E] = diag(decay) S + φk vᵀ (in place; decay null: no
 // decay), then num: [E] = φqᵀ S.
 void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
+                          int64_t E, const float* decay = nullptr);
+
+// One delta-rule token for one head: S: [M, E] ← P + β k (v − Pᵀ k)ᵀ with P = diag(decay) S (in place;
+// decay null: P = S), then out: [E] = qᵀ S.
+void delta_update_readout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
                           int64_t E, const float* decay = nullptr);
 
 }  // namespace linattn::kernels

@@ -1,5 +1,6 @@
 #include "ops/decay/decay_checks.hpp"
 
+#include <array>
 #include <cmath>
 
 #include "core/validate.hpp"
@@ -92,6 +93,20 @@ std::vector<boundary::Region> decay_input_regions(ConstTensorView q, ConstTensor
   std::vector<boundary::Region> r{boundary::region("q", q), boundary::region("k", k), boundary::region("v", v)};
   if (g.data) r.push_back(boundary::region("g", g));
   return r;
+}
+
+void check_decode_state(const char* op, const RecurrentState& state, const std::string& name, const char* name_call,
+                        ConstTensorView q, ConstTensorView v) {
+  if (state.feature_map() != name)
+    fail_with(op, "state is a '", state.feature_map(), "' state, expected a '", name,
+              "' state (RecurrentState(B, H, K, V, ", name_call, "))");
+  const std::array<int64_t, 4> seen{state.batch(), state.heads(), state.feature_dim(), state.value_dim()};
+  const std::array<int64_t, 4> want{q.batch(), q.heads(), q.dim(), v.dim()};
+  const char* what[] = {"batch()", "heads()", "feature_dim()", "value_dim()"};
+  const char* because[] = {"q's batch", "q's heads", "q's head dim K", "v's value dim"};
+  for (int i = 0; i < 4; ++i)
+    if (seen[size_t(i)] != want[size_t(i)])
+      fail_with(op, "state.", what[i], " is ", seen[size_t(i)], ", expected ", want[size_t(i)], " (", because[i], ")");
 }
 
 void check_decay_state(const char* op, const char* name, size_t size, const DecayProblem& p) {

@@ -4,6 +4,7 @@
 // and the sequences (cu_seqlens or one per batch row) both walk.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "linattn/boundary.hpp"
@@ -35,6 +36,10 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
 // The sequences of a [B, T, ...] input: one per batch row, or those that cu_seqlens packs into batch
 // row 0 ([N + 1] ascending from 0 to T; B must be 1), in state order. Shared by the delta rule.
 std::vector<DecaySequence> packed_sequences(const char* op, int64_t B, int64_t T, std::span<const int64_t> cu_seqlens);
+// A decoding state made for the recurrence `name` (by RecurrentState(B, H, K, V, name_call)) whose
+// extents match q [B, T, H, K] and v [B, T, H, V].
+void check_decode_state(const char* op, const RecurrentState& state, const std::string& name, const char* name_call,
+                        ConstTensorView q, ConstTensorView v);
 // A state argument (`name`) of exactly N·H·K·V elements, or empty when `optional`.
 void check_decay_state(const char* op, const char* name, size_t size, const DecayProblem& p);
 

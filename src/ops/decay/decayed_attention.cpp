@@ -12,6 +12,7 @@
 #include "core/validate.hpp"
 #include "ops/decay/decay_checks.hpp"
 #include "ops/decay/decay_chunk.hpp"
+#include "ops/decay/state_rows.hpp"
 
 namespace linattn {
 namespace {
@@ -20,19 +21,11 @@ using detail::DecayChunk;
 using detail::DecayHead;
 using detail::DecayProblem;
 
-// Copies state (b, h) of `from` ([N, H, K, V], empty: zero) into S: [K, Vp].
 void load_state(float* S, int64_t Vp, std::span<const float> from, const DecayProblem& p, int64_t index) {
-  for (int64_t c = 0; c < p.K; ++c) {
-    float* row = S + c * Vp;
-    if (from.empty())
-      std::fill_n(row, Vp, 0.0f);
-    else
-      std::copy_n(from.data() + (index * p.K + c) * p.V, p.V, row), std::fill(row + p.V, row + Vp, 0.0f);
-  }
+  detail::load_state_rows(S, p.K, p.V, Vp, from, index);
 }
 void store_state(std::span<float> to, const float* S, int64_t Vp, const DecayProblem& p, int64_t index) {
-  if (to.empty()) return;
-  for (int64_t c = 0; c < p.K; ++c) std::copy_n(S + c * Vp, p.V, to.data() + (index * p.K + c) * p.V);
+  detail::store_state_rows(to, S, p.K, p.V, Vp, index);
 }
 
 // out[c] (or out[0], one gate per token) += Σ_v dS_T ⊙ a_T S_{T−1}: the last token's gate gradient from

@@ -62,18 +62,7 @@ void decayed_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTen
   const char* op = "decayed_step";
   if (!options.cu_seqlens.empty())
     detail::fail(op, "options.cu_seqlens is given, expected none (a decoding state holds one sequence per batch row)");
-  const std::string name = decay_name(options.decay);
-  if (state.feature_map() != name)
-    detail::fail_with(op, "state is a '", state.feature_map(), "' state, expected a '", name,
-                      "' state (RecurrentState(B, H, K, V, decay_name(options.decay)))");
-  const std::array<int64_t, 4> seen{state.batch(), state.heads(), state.feature_dim(), state.value_dim()};
-  const std::array<int64_t, 4> want{q.batch(), q.heads(), q.dim(), v.dim()};
-  const char* what[] = {"batch()", "heads()", "feature_dim()", "value_dim()"};
-  const char* because[] = {"q's batch", "q's heads", "q's head dim K", "v's value dim"};
-  for (int i = 0; i < 4; ++i)
-    if (seen[size_t(i)] != want[size_t(i)])
-      detail::fail_with(op, "state.", what[i], " is ", seen[size_t(i)], ", expected ", want[size_t(i)], " (",
-                        because[i], ")");
+  detail::check_decode_state(op, state, decay_name(options.decay), "decay_name(options.decay)", q, v);
   recurrent(op, out, q, k, v, g, state.S(), options);
   state.set_position(state.position() + q.seq());
 }

@@ -1,0 +1,298 @@
+// One chunk of the delta rule (see delta_chunk.hpp): its loads, decay factors, the triangular
+// inverse, forward and backward, every product through kernels::gemm (the triangles in strips).
+#include "ops/delta/delta_chunk.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/decay_factors.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/pack.hpp"
+#include "kernels/rows.hpp"
+#include "kernels/triangle.hpp"
+#include "ops/decay/decay_chunk.hpp"
+
+namespace linattn::detail {
+
+using kernels::gemm;
+using kernels::lower_product;
+using kernels::lower_scores;
+using kernels::lower_transposed_product;
+using kernels::mask_lower;
+using kernels::padded;
+using kernels::plain;
+using kernels::transposed;
+
+DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
+    : p_(p),
+      gated_(p.gate != DeltaGate::none),
+      C_(chunk_size),
+      Cp_(padded(chunk_size)),
+      Kp_(padded(p.K)),
+      Vp_(padded(p.V)),
+      Xp_(padded(p.V) + padded(p.K)) {
+  const auto size = [](int64_t rows, int64_t cols) { return size_t(rows * cols); };
+  const size_t CK = size(C_, Kp_), CV = size(C_, Vp_), CC = size(C_, Cp_), CX = size(C_, Xp_);
+  Q_.resize(CK), K_.resize(CK), V_.resize(CV), beta_.resize(size_t(C_)), rq_.resize(size_t(C_)), rk_.resize(size_t(C_));
+  if (gated_) {
+    b_.resize(CK), mid_.resize(size_t(Kp_)), bn_.resize(size_t(Kp_)), lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_));
+    ones_.assign(size_t(Kp_), 1.0f);
+    for (auto* x : {&El_, &Er_, &Eb_, &Ed_, &Ql_, &Kl_, &Kr_, &Qe_, &Kt_, &Kd_}) x->resize(CK);
+  }
+  G_.resize(CC), P_.resize(CC), T_.resize(CC), KrT_.resize(size(Kp_, Cp_));
+  R_.resize(CX), X_.resize(CX), N_.resize(CV), O_.resize(CV);
+  if (!backward) return;
+  dO_.resize(CV), dN_.resize(CV), St_.resize(size(Vp_, Kp_)), dSt_.resize(size(Vp_, Kp_)), NT_.resize(size(Vp_, Cp_));
+  XT_.resize(size(Xp_, Cp_)), dP_.resize(CC), dA_.resize(CC), dX_.resize(CX), dR_.resize(CX), diag_.resize(size_t(C_));
+  for (auto* x : {&dQe_, &dQl_, &dKl_, &dKr_, &dKd_, &dKt_, &dQ_, &dK_}) x->resize(CK);
+  dV_.resize(CV), dB_.resize(size_t(C_));
+  if (gated_) db_.resize(CK);
+}
+
+int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n) {
+  const int64_t K = p_.K, V = p_.V, rows = n > 0 ? n : std::min(C_, end - t0);
+  n_ = rows;
+  if (gated_) {
+    // Cumulative log decays per column (one per token broadcast over the columns for the gated delta
+    // rule); the chunk stops before the token that would make a column span more than kMaxLogSpan,
+    // counting the chunk's start (b = 0), so e^{b} and e^{b_n − b} stay within e^{±kMaxLogSpan} too.
+    const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
+    const int64_t per_key = p_.gate == DeltaGate::key ? 1 : 0;
+    std::fill(lo_.begin(), lo_.end(), 0.0f), std::fill(hi_.begin(), hi_.end(), 0.0f);
+    int64_t t = 0;
+    for (; t < rows; ++t) {
+      float* row = b_.data() + t * Kp_;
+      const float* in = g.at(t0 + t);
+      int exceeds = 0;
+      for (int64_t c = 0; c < K; ++c) {
+        row[c] = (t > 0 ? row[c - Kp_] : 0.0f) + in[c * per_key * g.col];
+        exceeds |= int(std::max(hi_[size_t(c)], row[c]) - std::min(lo_[size_t(c)], row[c]) > float(kMaxLogSpan));
+      }
+      std::fill(row + K, row + Kp_, 0.0f);
+      if (exceeds && n <= 0 && t > 0) break;
+      for (int64_t c = 0; c < K; ++c)
+        lo_[size_t(c)] = std::min(lo_[size_t(c)], row[c]), hi_[size_t(c)] = std::max(hi_[size_t(c)], row[c]);
+    }
+    n_ = t;
+    // The midpoint of each column's b over the chunk's rows (the pairs of the scores are rows × rows).
+    for (int64_t c = 0; c < Kp_; ++c) {
+      float mn = b_[size_t(c)], mx = mn;
+      for (int64_t r = 1; r < n_; ++r)
+        mn = std::min(mn, b_[size_t(r * Kp_ + c)]), mx = std::max(mx, b_[size_t(r * Kp_ + c)]);
+      mid_[size_t(c)] = 0.5f * (mn + mx), bn_[size_t(c)] = b_[size_t((n_ - 1) * Kp_ + c)];
+    }
+  }
+  const int64_t m = n_;
+  const float qfactor = p_.qk_l2norm ? 1.0f : p_.scale;
+  kernels::pack_rows({Q_.data(), Kp_, C_, K}, kernels::head_rows(x.q, x.b, x.h), t0, m, qfactor);
+  kernels::pack_rows({K_.data(), Kp_, C_, K}, kernels::head_rows(x.k, x.b, x.h), t0, m);
+  kernels::pack_rows({V_.data(), Vp_, C_, V}, kernels::head_rows(x.v, x.b, x.h), t0, m);
+  kernels::pack_rows({beta_.data(), 1, C_, 1}, kernels::head_rows(x.beta, x.b, x.h), t0, m);
+  if (p_.qk_l2norm)
+    for (int64_t t = 0; t < m; ++t) {
+      // x / sqrt(Σ x² + ε), and 1/sqrt(·) kept for the backward; q then times scale.
+      float* q = Q_.data() + t * Kp_;
+      float* k = K_.data() + t * Kp_;
+      double sq = 0, sk = 0;
+      for (int64_t c = 0; c < K; ++c) sq += double(q[c]) * q[c], sk += double(k[c]) * k[c];
+      rq_[size_t(t)] = float(1.0 / std::sqrt(sq + kL2NormEps)),
+      rk_[size_t(t)] = float(1.0 / std::sqrt(sk + kL2NormEps));
+      for (int64_t c = 0; c < K; ++c) q[c] *= rq_[size_t(t)] * p_.scale, k[c] *= rk_[size_t(t)];
+    }
+  if (gated_)
+    for (int64_t t = 0; t < m; ++t) {
+      const int64_t r = t * Kp_;
+      const float *q = Q_.data() + r, *k = K_.data() + r, *b = b_.data() + r;
+      // Q ⊙ e^{b−m}, K ⊙ e^{m−b} (one exp per element), then e^{b} and e^{b_n − b}, each the exp of its
+      // own exponent.
+      kernels::mul_exp_pair(Ql_.data() + r, Kr_.data() + r, El_.data() + r, Er_.data() + r, q, k, b, mid_.data(), Kp_);
+      kernels::mul_exp_difference(Eb_.data() + r, ones_.data(), b, nullptr, 1.0f, Kp_);
+      kernels::mul_exp_difference(Ed_.data() + r, ones_.data(), bn_.data(), b, 1.0f, Kp_);
+      for (int64_t c = 0; c < Kp_; ++c) {
+        Kl_[size_t(r + c)] = k[c] * El_[size_t(r + c)];
+        Qe_[size_t(r + c)] = q[c] * Eb_[size_t(r + c)];
+        Kt_[size_t(r + c)] = k[c] * Eb_[size_t(r + c)];
+        Kd_[size_t(r + c)] = k[c] * Ed_[size_t(r + c)];
+      }
+    }
+  // G = strict_lower(Kl Krᵀ), P = lower(Ql Krᵀ).
+  kernels::transpose(KrT_.data(), Cp_, Kr(), Kp_, m, K);
+  lower_scores(G_.data(), Cp_, Kl(), Kp_, KrT_.data(), Cp_, m, K);
+  mask_lower(G_.data(), Cp_, nullptr, 0, m, true);
+  lower_scores(P_.data(), Cp_, Ql(), Kp_, KrT_.data(), Cp_, m, K);
+  mask_lower(P_.data(), Cp_, nullptr, 0, m);
+  // T = (I + diag(β) G)⁻¹, row by row: T[t, :t] = −β_t G[t, :t] T[:t, :t], T[t, t] = 1 (rows of a unit
+  // lower triangle; the entries to the right of the diagonal stay 0 for the transposed products).
+  for (int64_t t = 0; t < m; ++t) {
+    float* row = T_.data() + t * Cp_;
+    std::fill(row, row + Cp_, 0.0f);
+    const float negative_beta = -beta_[size_t(t)];
+    if (t > 0)
+      gemm({row, Cp_, 1, t}, plain(G_.data() + t * Cp_, Cp_), {T_.data(), Cp_, t, t}, {.row_scale = &negative_beta});
+    row[t] = 1.0f;
+  }
+  // [U | W] = T [β V | −β (K ⊙ e^{b})].
+  const float* Kt_rows = Kt();
+  for (int64_t t = 0; t < m; ++t) {
+    float* r = R_.data() + t * Xp_;
+    const float beta = beta_[size_t(t)];
+    for (int64_t c = 0; c < V; ++c) r[c] = beta * V_[size_t(t * Vp_ + c)];
+    for (int64_t c = 0; c < K; ++c) r[Vp_ + c] = -beta * Kt_rows[t * Kp_ + c];
+  }
+  lower_product(X_.data(), Xp_, T_.data(), Cp_, R_.data(), Xp_, m, Xp_, false);
+  return n_;
+}
+
+void DeltaChunk::written_values(const float* S) {
+  const int64_t n = n_;
+  for (int64_t t = 0; t < n; ++t) std::copy_n(X_.data() + t * Xp_, Vp_, N_.data() + t * Vp_);
+  gemm({N_.data(), Vp_, n, p_.V}, plain(X_.data() + Vp_, Xp_), {S, Vp_, p_.K, p_.V}, {.accumulate = true});
+}
+
+void DeltaChunk::advance(float* S) {
+  written_values(S);
+  if (gated_)
+    for (int64_t c = 0; c < p_.K; ++c) {
+      const float f = std::exp(bn_[size_t(c)]);
+      for (int64_t e = 0; e < p_.V; ++e) S[c * Vp_ + e] *= f;
+    }
+  gemm({S, Vp_, p_.K, p_.V}, transposed(Kd(), Kp_), {N_.data(), Vp_, n_, p_.V}, {.accumulate = true});
+}
+
+void DeltaChunk::forward(float* S, TensorView out, const DeltaHead& x, int64_t t0) {
+  const int64_t K = p_.K, V = p_.V, n = n_;
+  written_values(S);
+  // O = (Q ⊙ e^b) S + P N.
+  gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V});
+  lower_product(O_.data(), Vp_, P_.data(), Cp_, N_.data(), Vp_, n, V, true);
+  kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
+  if (gated_)
+    for (int64_t c = 0; c < K; ++c) {
+      const float f = std::exp(bn_[size_t(c)]);
+      for (int64_t e = 0; e < V; ++e) S[c * Vp_ + e] *= f;
+    }
+  gemm({S, Vp_, K, V}, transposed(Kd(), Kp_), {N_.data(), Vp_, n, V}, {.accumulate = true});
+}
+
+void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const Grads& d, const DeltaHead& x,
+                          int64_t t0) {
+  const int64_t K = p_.K, V = p_.V, n = n_;
+  written_values(S);
+  kernels::pack_rows({dO_.data(), Vp_, n, V}, kernels::head_rows(dout, x.b, x.h), t0, n);
+  // dN = Kd dS + Pᵀ dO (the state after the chunk and the outputs both read N).
+  gemm({dN_.data(), Vp_, n, V}, plain(Kd(), Kp_), {dS, Vp_, K, V});
+  lower_transposed_product(dN_.data(), Vp_, P_.data(), Cp_, dO_.data(), Vp_, n, V, true);
+  // dQe = dO Sᵀ; dP = lower(dO Nᵀ), its diagonal apart (its decay factors cancel: see the gate below).
+  kernels::transpose(St_.data(), Kp_, S, Vp_, K, V);
+  gemm({dQe_.data(), Kp_, n, K}, plain(dO_.data(), Vp_), {St_.data(), Kp_, V, K});
+  kernels::transpose(NT_.data(), Cp_, N_.data(), Vp_, n, V);
+  lower_scores(dP_.data(), Cp_, dO_.data(), Vp_, NT_.data(), Cp_, n, V);
+  mask_lower(dP_.data(), Cp_, nullptr, 0, n);
+  for (int64_t t = 0; t < n; ++t) diag_[size_t(t)] = dP_[size_t(t * Cp_ + t)], dP_[size_t(t * Cp_ + t)] = 0.0f;
+  // N = U + W S: d[U | W] = [dN | dN Sᵀ]; X = T R: dR = Tᵀ dX.
+  for (int64_t t = 0; t < n; ++t) std::copy_n(dN_.data() + t * Vp_, Vp_, dX_.data() + t * Xp_);
+  gemm({dX_.data() + Vp_, Xp_, n, K}, plain(dN_.data(), Vp_), {St_.data(), Kp_, V, K});
+  lower_transposed_product(dR_.data(), Xp_, T_.data(), Cp_, dX_.data(), Xp_, n, Xp_, false);
+  // T = (I + A)⁻¹ with A = diag(β) G: dA = −strict_lower(dR Xᵀ); dβ_t = Σ_s dA[t, s] G[t, s]; dG = diag(β) dA.
+  kernels::transpose(XT_.data(), Cp_, X_.data(), Xp_, n, Xp_);
+  lower_scores(dA_.data(), Cp_, dR_.data(), Xp_, XT_.data(), Cp_, n, Xp_);
+  mask_lower(dA_.data(), Cp_, nullptr, 0, n, true);
+  const float* Ktr = Kt();
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = dA_.data() + t * Cp_;
+    const float* G = G_.data() + t * Cp_;
+    const float beta = beta_[size_t(t)];
+    double db = 0;
+    for (int64_t s = 0; s < t; ++s) row[s] = -row[s], db += double(row[s]) * G[s], row[s] *= beta;
+    // R = [β V | −β Kt]: dβ += dR_U · V − dR_W · Kt; dV = β dR_U; dKt = −β dR_W.
+    const float* dr = dR_.data() + t * Xp_;
+    for (int64_t c = 0; c < V; ++c)
+      db += double(dr[c]) * V_[size_t(t * Vp_ + c)], dV_[size_t(t * Vp_ + c)] = beta * dr[c];
+    for (int64_t c = 0; c < K; ++c)
+      db -= double(dr[Vp_ + c]) * Ktr[t * Kp_ + c], dKt_[size_t(t * Kp_ + c)] = -beta * dr[Vp_ + c];
+    dB_[size_t(t)] = float(db);
+  }
+  // G = Kl Krᵀ and P = Ql Krᵀ (strict parts): dKl = dG Kr, dQl = dP Kr, dKr = dGᵀ Kl + dPᵀ Ql.
+  lower_product(dKl_.data(), Kp_, dA_.data(), Cp_, Kr(), Kp_, n, K, false);
+  lower_product(dQl_.data(), Kp_, dP_.data(), Cp_, Kr(), Kp_, n, K, false);
+  lower_transposed_product(dKr_.data(), Kp_, dA_.data(), Cp_, Kl(), Kp_, n, K, false);
+  lower_transposed_product(dKr_.data(), Kp_, dP_.data(), Cp_, Ql(), Kp_, n, K, true);
+  // S_after = diag(e^{b_n}) S + Kdᵀ N: dKd = N dSᵀ.
+  kernels::transpose(dSt_.data(), Kp_, dS, Vp_, K, V);
+  gemm({dKd_.data(), Kp_, n, K}, plain(N_.data(), Vp_), {dSt_.data(), Kp_, V, K});
+  if (gated_) gate_gradient(S, dS, d, x, t0);
+  // dQ, dK through the factors; the diagonal of P adds dP[t, t] k_t and dP[t, t] q_t (factors cancel).
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < K; ++c) {
+      const size_t i = size_t(t * Kp_ + c);
+      const float diag = diag_[size_t(t)];
+      if (gated_) {
+        dQ_[i] = dQe_[i] * Eb_[i] + dQl_[i] * El_[i] + diag * K_[i];
+        dK_[i] = dKt_[i] * Eb_[i] + dKl_[i] * El_[i] + dKr_[i] * Er_[i] + dKd_[i] * Ed_[i] + diag * Q_[i];
+      } else {
+        dQ_[i] = dQe_[i] + dQl_[i] + diag * K_[i];
+        dK_[i] = dKt_[i] + dKl_[i] + dKr_[i] + dKd_[i] + diag * Q_[i];
+      }
+    }
+  // dS ← diag(e^{b_n}) dS + Qeᵀ dO + Wᵀ dN.
+  if (gated_)
+    for (int64_t c = 0; c < K; ++c) {
+      const float f = std::exp(bn_[size_t(c)]);
+      for (int64_t e = 0; e < V; ++e) dS[c * Vp_ + e] *= f;
+    }
+  gemm({dS, Vp_, K, V}, transposed(Qe(), Kp_), {dO_.data(), Vp_, n, V}, {.accumulate = true});
+  gemm({dS, Vp_, K, V}, transposed(X_.data() + Vp_, Xp_), {dN_.data(), Vp_, n, V}, {.accumulate = true});
+  // Q = scale·q̂ (dq̂ = scale·dQ), then through the l2norm: dx = r (dx̂ − x̂ (x̂ · dx̂)).
+  for (int64_t t = 0; t < n && p_.qk_l2norm; ++t) {
+    float *gq = dQ_.data() + t * Kp_, *gk = dK_.data() + t * Kp_;
+    const float *q = Q_.data() + t * Kp_, *k = K_.data() + t * Kp_;
+    double dotq = 0, dotk = 0;
+    for (int64_t c = 0; c < K; ++c) dotq += double(q[c]) * gq[c], dotk += double(k[c]) * gk[c];
+    // q̂ = Q / scale and dq̂ = scale dQ: q̂ · dq̂ = Q · dQ.
+    for (int64_t c = 0; c < K; ++c) {
+      gq[c] = rq_[size_t(t)] * (p_.scale * gq[c] - q[c] / p_.scale * float(dotq));
+      gk[c] = rk_[size_t(t)] * (gk[c] - k[c] * float(dotk));
+    }
+  }
+  kernels::unpack_rows(kernels::head_rows(d.dq, x.b, x.h), t0, {dQ_.data(), Kp_, n, K}, n,
+                       p_.qk_l2norm ? 1.0f : p_.scale);
+  kernels::unpack_rows(kernels::head_rows(d.dk, x.b, x.h), t0, {dK_.data(), Kp_, n, K}, n);
+  kernels::unpack_rows(kernels::head_rows(d.dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
+  kernels::unpack_rows(kernels::head_rows(d.dbeta, x.b, x.h), t0, {dB_.data(), 1, n, 1}, n);
+}
+
+// ∂L/∂b_t per column from every factor that holds b_t, then dg_t = Σ_{u ≥ t} ∂L/∂b_u over the chunk
+// (b is the chunk's own cumulative sum; the state carries the rest). Two kinds of pair are left out,
+// because their two O(1) terms cancel exactly and in fp32 would leave noise far above the true value
+// under strong decay: a token's score with itself (P's diagonal, weight e^0) and the last token's
+// factor e^{b_n − b_n} in the state update.
+void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads& d, const DeltaHead& x, int64_t t0) {
+  const int64_t K = p_.K, V = p_.V, n = n_;
+  std::vector<double> last(size_t(K), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < K; ++c) {
+      const size_t i = size_t(t * Kp_ + c);
+      double v = double(dQe_[i]) * Qe_[i] + double(dKt_[i]) * Kt_[i] + double(dQl_[i]) * Ql_[i] +
+                 double(dKl_[i]) * Kl_[i] - double(dKr_[i]) * Kr_[i];
+      if (t < n - 1) {
+        const double kd = double(dKd_[i]) * Kd_[i];
+        v -= kd, last[size_t(c)] += kd;
+      }
+      db_[i] = float(v);
+    }
+  for (int64_t c = 0; c < K; ++c) {
+    double share = 0;
+    for (int64_t e = 0; e < V; ++e) share += double(dS[c * Vp_ + e]) * S[c * Vp_ + e];
+    last[size_t(c)] += share * std::exp(double(bn_[size_t(c)]));
+    db_[size_t((n - 1) * Kp_ + c)] += float(last[size_t(c)]);
+  }
+  const int64_t cols = p_.gate_cols();
+  std::vector<double> sum(size_t(cols), 0.0);
+  for (int64_t t = n - 1; t >= 0; --t) {
+    float* row = d.dg.data + d.dg.offset(x.b, t0 + t, x.h, 0);
+    for (int64_t c = 0; c < K; ++c) sum[size_t(cols == 1 ? 0 : c)] += db_[size_t(t * Kp_ + c)];
+    for (int64_t c = 0; c < cols; ++c) row[c * d.dg.stride[3]] = float(sum[size_t(c)]);
+  }
+}
+
+}  // namespace linattn::detail

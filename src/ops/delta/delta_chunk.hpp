@@ -1,0 +1,72 @@
+#pragma once
+// One chunk of the delta rule's chunked form, forward and backward side by side. For a chunk of n
+// tokens entering with state S, cumulative log decays b_t (relative to the chunk's start, inclusive of
+// token t; 0 without a gate) and Q = scale·q:
+//   G = strict_lower((K ⊙ e^{b−m}) (K ⊙ e^{m−b})ᵀ),  T = (I + diag(β) G)⁻¹    (the WY/UT form)
+//   [U | W] = T [diag(β) V | −diag(β) (K ⊙ e^{b})],  N = U + W S              (the written values)
+//   O = (Q ⊙ e^{b}) S + lower((Q ⊙ e^{b−m}) (K ⊙ e^{m−b})ᵀ) N
+//   S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ N
+// with m a midpoint of each column's b, so that every factor e^{b_t − b_s} is split into two halves
+// within e^{±kMaxLogSpan/2}: a chunk ends early where a column's b would span more than kMaxLogSpan
+// (the decayed family's policy, docs/delta-rule.md "Numerics").
+#include <cstdint>
+#include <vector>
+
+#include "linattn/view.hpp"
+#include "ops/delta/delta_checks.hpp"
+
+namespace linattn::detail {
+
+// One (sequence, head)'s tensors.
+struct DeltaHead {
+  ConstTensorView q, k, v, beta, g;
+  int64_t b, h;
+};
+
+// The scratch of one thread: chunks of up to C tokens of one head at a time.
+class DeltaChunk {
+ public:
+  DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward);
+
+  // Reads tokens [t0, t0 + n) of head `x` (n ≤ 0: as many as fit, up to `end`); returns n. Forms Q,
+  // K (normalised where asked), V, β, the decay factors, the scores G and P and the inverse T.
+  int64_t load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n = 0);
+
+  // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
+  void forward(float* S, TensorView out, const DeltaHead& x, int64_t t0);
+  // The state after the chunk, without the outputs.
+  void advance(float* S);
+  // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
+  // rows of dq, dk, dv, dbeta and dg, and leaves in dS the gradient of the state before the chunk.
+  struct Grads {
+    TensorView dq, dk, dv, dbeta, dg;
+  };
+  void backward(const float* S, float* dS, ConstTensorView dout, const Grads& grads, const DeltaHead& x, int64_t t0);
+
+  int64_t Vp() const { return Vp_; }
+
+ private:
+  void written_values(const float* S);  // N = U + W S
+  void gate_gradient(const float* S, const float* dS, const Grads& grads, const DeltaHead& x, int64_t t0);
+
+  const DeltaProblem& p_;
+  bool gated_;
+  int64_t C_, Cp_, Kp_, Vp_, Xp_, n_ = 0;             // Xp_ = Vp_ + Kp_: the pitch of [U | W]
+  std::vector<float> Q_, K_, V_, beta_, rq_, rk_;     // [C, Kp] ×2, [C, Vp], [C], l2norm's 1/‖·‖ [C] ×2
+  std::vector<float> b_, mid_, bn_, lo_, hi_, ones_;  // [C, Kp]; per column: m, b_n, the range while loading, 1
+  std::vector<float> El_, Er_, Eb_, Ed_;              // e^{b−m}, e^{m−b}, e^{b}, e^{b_n−b}: [C, Kp]
+  std::vector<float> Ql_, Kl_, Kr_, Qe_, Kt_, Kd_;    // the factored sides, [C, Kp] (gated only)
+  std::vector<float> G_, P_, T_, KrT_;                // [C, Cp] ×3, Krᵀ [K, Cp]
+  std::vector<float> R_, X_, N_, O_;                  // [C, Xp] ×2, [C, Vp] ×2
+  // Backward.
+  std::vector<float> dO_, dN_, St_, dSt_, NT_, XT_, dP_, dA_, dX_, dR_, diag_;
+  std::vector<float> dQe_, dQl_, dKl_, dKr_, dKd_, dKt_, dQ_, dK_, dV_, dB_, db_;
+  const float* Ql() const { return gated_ ? Ql_.data() : Q_.data(); }
+  const float* Qe() const { return gated_ ? Qe_.data() : Q_.data(); }
+  const float* Kl() const { return gated_ ? Kl_.data() : K_.data(); }
+  const float* Kr() const { return gated_ ? Kr_.data() : K_.data(); }
+  const float* Kt() const { return gated_ ? Kt_.data() : K_.data(); }
+  const float* Kd() const { return gated_ ? Kd_.data() : K_.data(); }
+};
+
+}  // namespace linattn::detail

@@ -1,0 +1,119 @@
+// The delta rule's chunked drivers: the boundary check, then per (sequence, head) a sweep of chunks
+// (delta_chunk.hpp). The forward carries the state S: [K, V] from chunk to chunk; the backward runs
+// the chunks forward once for the state before each, then in reverse with the state's gradient. Work
+// is split over (sequence, head) only, so every head's arithmetic is the same for any thread count.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "ops/decay/state_rows.hpp"
+#include "ops/delta/delta_checks.hpp"
+#include "ops/delta/delta_chunk.hpp"
+
+namespace linattn {
+namespace {
+
+using detail::DeltaChunk;
+using detail::DeltaHead;
+using detail::DeltaProblem;
+
+// Runs body(chunk, sequence, head) for every (sequence, head), over the threads, with one chunk
+// scratch per thread.
+template <class Body>
+void for_each_head(const DeltaProblem& p, int64_t chunk_size, bool backward, Body body) {
+  const int64_t tasks = int64_t(p.sequences.size()) * p.H;
+#pragma omp parallel if (tasks > 1)
+  {
+    DeltaChunk chunk(p, chunk_size, backward);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) body(chunk, p.sequences[size_t(task / p.H)], task % p.H);
+  }
+}
+
+}  // namespace
+
+void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView beta,
+                        ConstTensorView g, const DeltaRuleOptions& options, std::span<const float> initial_state,
+                        std::span<float> final_state) {
+  const char* op = "delta_rule_forward";
+  const DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
+  detail::check_output_shape(op, "out", out, q, v);
+  detail::check_delta_state(op, "initial_state", initial_state.size(), p);
+  detail::check_delta_state(op, "final_state", final_state.size(), p);
+  std::vector<boundary::Region> inputs = detail::delta_input_regions(q, k, v, beta, g);
+  inputs.push_back(boundary::region("initial_state", initial_state));
+  const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
+  detail::check_outputs(op, outputs, inputs);
+  for_each_head(p, options.chunk_size, false, [&](DeltaChunk& chunk, const detail::DecaySequence& s, int64_t h) {
+    const DeltaHead x{q, k, v, beta, g, s.b, h};
+    const int64_t index = s.n * p.H + h, Vp = chunk.Vp();
+    std::vector<float> S(static_cast<size_t>(p.K * Vp));
+    detail::load_state_rows(S.data(), p.K, p.V, Vp, initial_state, index);
+    for (int64_t t = s.begin; t < s.end;) {
+      const int64_t n = chunk.load(x, t, s.end);
+      chunk.forward(S.data(), out, x, t);
+      t += n;
+    }
+    detail::store_state_rows(final_state, S.data(), p.K, p.V, Vp, index);
+  });
+}
+
+void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView dbeta, TensorView dg,
+                         std::span<float> dinitial_state, ConstTensorView dout, std::span<const float> dfinal_state,
+                         ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView beta,
+                         ConstTensorView g, const DeltaRuleOptions& options, std::span<const float> initial_state) {
+  const char* op = "delta_rule_backward";
+  const DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
+  detail::check_output_shape(op, "dout", dout, q, v);
+  detail::check_like(op, "dq", dq, q, "q");
+  detail::check_like(op, "dk", dk, k, "k");
+  detail::check_like(op, "dv", dv, v, "v");
+  detail::check_like(op, "dbeta", dbeta, beta, "beta");
+  if (p.gate_cols() > 0)
+    detail::check_like(op, "dg", dg, g, "g");
+  else if (dg.data)
+    detail::fail_with(op, "dg is given for '", delta_name(p.gate), "', expected an empty view (no gate tensor)");
+  detail::check_delta_state(op, "initial_state", initial_state.size(), p);
+  detail::check_delta_state(op, "dfinal_state", dfinal_state.size(), p);
+  detail::check_delta_state(op, "dinitial_state", dinitial_state.size(), p);
+  std::vector<boundary::Region> inputs = detail::delta_input_regions(q, k, v, beta, g);
+  for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
+                                    boundary::region("initial_state", initial_state)})
+    inputs.push_back(r);
+  std::vector<boundary::Region> outputs{boundary::region("dq", dq), boundary::region("dk", dk),
+                                        boundary::region("dv", dv), boundary::region("dbeta", dbeta),
+                                        boundary::region("dinitial_state", dinitial_state)};
+  if (p.gate_cols() > 0) outputs.push_back(boundary::region("dg", dg));
+  detail::check_outputs(op, outputs, inputs);
+  const DeltaChunk::Grads grads{dq, dk, dv, dbeta, dg};
+  for_each_head(p, options.chunk_size, true, [&](DeltaChunk& chunk, const detail::DecaySequence& s, int64_t h) {
+    const DeltaHead x{q, k, v, beta, g, s.b, h};
+    const int64_t index = s.n * p.H + h, Vp = chunk.Vp(), KVp = p.K * Vp;
+    // Sweep 1, forward: the state before each chunk, and each chunk's start (chunks may end early).
+    std::vector<float> states(static_cast<size_t>(KVp));
+    std::vector<int64_t> starts{s.begin};
+    detail::load_state_rows(states.data(), p.K, p.V, Vp, initial_state, index);
+    while (starts.back() < s.end) {
+      const int64_t n = chunk.load(x, starts.back(), s.end);
+      if (starts.back() + n < s.end) {
+        states.resize(states.size() + size_t(KVp));
+        std::copy_n(states.end() - 2 * KVp, KVp, states.end() - KVp);
+        chunk.advance(states.data() + states.size() - KVp);
+      }
+      starts.push_back(starts.back() + n);
+    }
+    // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
+    std::vector<float> dS(static_cast<size_t>(KVp));
+    detail::load_state_rows(dS.data(), p.K, p.V, Vp, dfinal_state, index);
+    for (int64_t i = int64_t(starts.size()) - 2; i >= 0; --i) {
+      const int64_t t0 = starts[size_t(i)];
+      chunk.load(x, t0, s.end, starts[size_t(i) + 1] - t0);
+      chunk.backward(states.data() + i * KVp, dS.data(), dout, grads, x, t0);
+    }
+    detail::store_state_rows(dinitial_state, dS.data(), p.K, p.V, Vp, index);
+  });
+}
+
+}  // namespace linattn

@@ -1,0 +1,387 @@
+// The delta rule (DeltaNet, Gated DeltaNet, KDA): the chunked forward and backward and the
+// token-by-token path against the fp64 oracle, the oracle against finite differences, packed
+// sequences, the numeric extremes of the issue (β near 2, nearly parallel and unnormalised keys,
+// decays of −20 per token) and the argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "linattn/delta.hpp"
+#include "linattn/error.hpp"
+#include "linattn/reference.hpp"
+#include "linattn/threads.hpp"
+#include "support/finite_difference.hpp"
+#include "support/temp_dir.hpp"
+#include "support/tensors.hpp"
+
+namespace linattn::testing {
+namespace {
+
+struct Case {
+  int64_t B, T, H, K, V;
+  DeltaGate gate;
+  bool l2norm = true;
+  int64_t chunk = 64;
+  float g_lo = -0.7f, g_hi = 0.0f;       // log decays drawn in [g_lo, g_hi]
+  float beta_lo = 0.0f, beta_hi = 1.0f;  // β drawn in [beta_lo, beta_hi]
+  Layout layout = Layout::bnhd;
+  std::vector<int64_t> cu_seqlens = {};
+  float key_scale = 1.0f;  // k drawn in ±key_scale (unnormalised keys when l2norm is off)
+};
+
+std::string describe(const Case& c) {
+  return delta_name(c.gate) + " B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " H" + std::to_string(c.H) +
+         " K" + std::to_string(c.K) + " V" + std::to_string(c.V) + " C" + std::to_string(c.chunk) + " " +
+         layout_name(c.layout) + (c.l2norm ? " l2norm" : "") + " g[" + std::to_string(c.g_lo) + "," +
+         std::to_string(c.g_hi) + "] beta[" + std::to_string(c.beta_lo) + "," + std::to_string(c.beta_hi) + "]" +
+         (c.cu_seqlens.empty() ? "" : " packed");
+}
+
+int64_t gate_cols(const Case& c) { return c.gate == DeltaGate::token ? 1 : c.gate == DeltaGate::key ? c.K : 0; }
+int64_t sequences(const Case& c) { return c.cu_seqlens.empty() ? c.B : int64_t(c.cu_seqlens.size()) - 1; }
+
+struct Problem {
+  Case c;
+  Tensor32 q, k, v, beta, g, dout;
+  std::vector<float> initial, dfinal;
+  DeltaRuleOptions options() const {
+    DeltaRuleOptions o;
+    o.gate = c.gate, o.qk_l2norm = c.l2norm, o.chunk_size = c.chunk, o.cu_seqlens = c.cu_seqlens;
+    return o;
+  }
+  ConstTensorView gate() const { return gate_cols(c) > 0 ? ConstTensorView(g.view) : ConstTensorView{}; }
+  size_t state_size() const { return size_t(sequences(c) * c.H * c.K * c.V); }
+};
+
+Problem make_problem(const Case& c, uint64_t seed = 1) {
+  std::mt19937_64 rng(seed);
+  Problem p{c,
+            random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng),
+            random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng, -c.key_scale, c.key_scale),
+            random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng),
+            random_tensor({c.B, c.T, c.H, 1}, c.layout, rng, c.beta_lo, c.beta_hi),
+            {},
+            random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng),
+            {},
+            {}};
+  if (gate_cols(c) > 0) p.g = random_tensor({c.B, c.T, c.H, gate_cols(c)}, c.layout, rng, c.g_lo, c.g_hi);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (size_t i = 0; i < p.state_size(); ++i) p.initial.push_back(u(rng)), p.dfinal.push_back(u(rng));
+  return p;
+}
+
+std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+struct Oracle {
+  reference::DecayedOutput forward;
+  reference::DeltaGradients backward;
+};
+Oracle oracle(const Problem& p) {
+  const reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
+                          v = reference::to_double(p.v.view), beta = reference::to_double(p.beta.view),
+                          dout = reference::to_double(p.dout.view);
+  reference::Tensor g;
+  if (gate_cols(p.c) > 0) g = reference::to_double(p.g.view);
+  const std::vector<double> initial = widen(p.initial), dfinal = widen(p.dfinal);
+  const reference::Tensor* gp = gate_cols(p.c) > 0 ? &g : nullptr;
+  return {reference::delta_rule_forward(q, k, v, beta, gp, p.options(), &initial),
+          reference::delta_rule_backward(dout, &dfinal, q, k, v, beta, gp, p.options(), &initial)};
+}
+
+struct Fast {
+  Tensor32 out, dq, dk, dv, dbeta, dg;
+  std::vector<float> final_state, dinitial;
+};
+Fast run_fast(const Problem& p) {
+  const Case& c = p.c;
+  Fast f{make_tensor({c.B, c.T, c.H, c.V}, c.layout), make_tensor({c.B, c.T, c.H, c.K}, c.layout),
+         make_tensor({c.B, c.T, c.H, c.K}, c.layout), make_tensor({c.B, c.T, c.H, c.V}, c.layout),
+         make_tensor({c.B, c.T, c.H, 1}, c.layout),   {},
+         std::vector<float>(p.state_size()),          std::vector<float>(p.state_size())};
+  if (gate_cols(c) > 0) f.dg = make_tensor({c.B, c.T, c.H, gate_cols(c)}, c.layout);
+  delta_rule_forward(f.out.view, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), p.options(), p.initial,
+                     f.final_state);
+  delta_rule_backward(f.dq.view, f.dk.view, f.dv.view, f.dbeta.view, gate_cols(c) > 0 ? f.dg.view : TensorView{},
+                      f.dinitial, p.dout.view, p.dfinal, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(),
+                      p.options(), p.initial);
+  return f;
+}
+
+struct Errors {
+  double out, final_state, dq, dk, dv, dbeta, dg, dinitial;
+  double worst() const { return std::max({out, final_state, dq, dk, dv, dbeta, dg, dinitial}); }
+};
+Errors errors(const Problem& p) {
+  const Oracle o = oracle(p);
+  const Fast f = run_fast(p);
+  return {relative_error(f.out.view, o.forward.out),
+          relative_error(f.final_state, o.forward.final_state),
+          relative_error(f.dq.view, o.backward.dq),
+          relative_error(f.dk.view, o.backward.dk),
+          relative_error(f.dv.view, o.backward.dv),
+          relative_error(f.dbeta.view, o.backward.dbeta),
+          gate_cols(p.c) > 0 ? relative_error(f.dg.view, o.backward.dg) : 0.0,
+          relative_error(f.dinitial, o.backward.dinitial_state)};
+}
+
+// The fp32 path against the oracle: every output and gradient within `tol` of its magnitude.
+void expect_matches_oracle(const Case& c, double tol = 5e-5) {
+  SCOPED_TRACE(describe(c));
+  const Errors e = errors(make_problem(c));
+  EXPECT_LT(e.out, tol) << "out";
+  EXPECT_LT(e.final_state, tol) << "final_state";
+  EXPECT_LT(e.dq, tol) << "dq";
+  EXPECT_LT(e.dk, tol) << "dk";
+  EXPECT_LT(e.dv, tol) << "dv";
+  EXPECT_LT(e.dbeta, tol) << "dbeta";
+  EXPECT_LT(e.dg, tol) << "dg";
+  EXPECT_LT(e.dinitial, tol) << "dinitial_state";
+}
+
+constexpr DeltaGate kAllGates[] = {DeltaGate::none, DeltaGate::token, DeltaGate::key};
+
+TEST(DeltaRule, MatchesOracleOverAwkwardShapes) {
+  for (DeltaGate gate : kAllGates)
+    for (int64_t T : {1, 63, 65, 97})
+      for (bool l2norm : {true, false})
+        expect_matches_oracle({2,
+                               T,
+                               2,
+                               7,
+                               5,
+                               gate,
+                               l2norm,
+                               32,
+                               -0.7f,
+                               0.0f,
+                               0.0f,
+                               1.0f,
+                               T == 65 ? Layout::padded : Layout::bnhd,
+                               {},
+                               l2norm ? 1.0f : 0.4f});
+}
+
+TEST(DeltaRule, MatchesOracleForWideHeadsAndEveryLayout) {
+  for (DeltaGate gate : kAllGates)
+    for (Layout layout : kAllLayouts)
+      expect_matches_oracle({1, 150, 3, 32, 24, gate, true, 64, -0.3f, 0.0f, 0.0f, 1.0f, layout});
+}
+
+TEST(DeltaRule, AnyChunkSizeGivesTheSameResult) {
+  for (DeltaGate gate : kAllGates)
+    for (int64_t C : {1, 5, 16, 17, 100}) expect_matches_oracle({1, 90, 2, 9, 11, gate, true, C});
+}
+
+// −20 per token: a chunk formed from its start would hold e^{±1280}; and a mix where most tokens
+// keep and some forget at once.
+TEST(DeltaRule, StrongDecayStaysFiniteAndAccurate) {
+  for (DeltaGate gate : {DeltaGate::token, DeltaGate::key}) {
+    expect_matches_oracle({2, 130, 2, 8, 8, gate, true, 64, -20.0f, -20.0f});
+    expect_matches_oracle({1, 200, 2, 8, 8, gate, true, 64, -25.0f, 0.0f});
+  }
+}
+
+// β near 2 (the update I − βkkᵀ has an eigenvalue near −1: the state flips along k each token), keys
+// nearly parallel, and keys far from unit norm without l2norm: the fp32 triangular solve holds.
+TEST(DeltaRule, HardRegimesOfTheTriangularSolve) {
+  for (DeltaGate gate : kAllGates) {
+    expect_matches_oracle({1, 128, 2, 16, 16, gate, true, 64, -0.2f, 0.0f, 1.9f, 1.99f});
+    // Unnormalised keys with ‖k‖² β < 2 still contract.
+    expect_matches_oracle({1, 128, 2, 16, 16, gate, false, 64, -0.2f, 0.0f, 0.0f, 1.0f, Layout::bnhd, {}, 0.3f}, 1e-3);
+  }
+  // Nearly parallel keys: every k_t = e + 1e-3 noise, β = 1 (each token overwrites the last).
+  for (DeltaGate gate : kAllGates) {
+    const Case c{1, 128, 1, 16, 8, gate, true, 64, -0.1f, 0.0f, 1.0f, 1.0f};
+    SCOPED_TRACE(describe(c));
+    Problem p = make_problem(c);
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<float> noise(-1e-3f, 1e-3f);
+    for (int64_t t = 0; t < c.T; ++t)
+      for (int64_t x = 0; x < c.K; ++x) p.k.view(0, t, 0, x) = (x == 0 ? 1.0f : 0.0f) + noise(rng);
+    const Errors e = errors(p);
+    EXPECT_LT(e.out, 1e-3);
+    EXPECT_LT(e.final_state, 1e-3);
+    EXPECT_LT(e.dv, 1e-3);
+  }
+}
+
+TEST(DeltaRule, PackedSequencesMatchTheOracleAndDoNotLeak) {
+  for (DeltaGate gate : kAllGates) {
+    Case c{1, 100, 2, 6, 5, gate, true, 16};
+    c.cu_seqlens = {0, 1, 40, 40, 77, 100};  // with an empty sequence
+    expect_matches_oracle(c);
+    const Problem packed = make_problem(c);
+    const Fast whole = run_fast(packed);
+    for (size_t i = 0; i + 1 < c.cu_seqlens.size(); ++i) {
+      const int64_t t0 = c.cu_seqlens[i], n = c.cu_seqlens[i + 1] - t0;
+      if (n == 0) continue;
+      auto slice = [&](ConstTensorView x) {
+        ConstTensorView s = x;
+        s.data = x.data + t0 * x.stride[1], s.extent[1] = n;
+        return s;
+      };
+      DeltaRuleOptions o = packed.options();
+      o.cu_seqlens = {};
+      const size_t S = size_t(c.H * c.K * c.V);
+      std::vector<float> init(packed.initial.begin() + i * S, packed.initial.begin() + (i + 1) * S), fin(S);
+      Tensor32 out = make_tensor({1, n, c.H, c.V}, Layout::bnhd);
+      delta_rule_forward(out.view, slice(packed.q.view), slice(packed.k.view), slice(packed.v.view),
+                         slice(packed.beta.view), gate_cols(c) > 0 ? slice(packed.g.view) : ConstTensorView{}, o, init,
+                         fin);
+      EXPECT_LT(relative_error(out.view, reference::to_double(slice(whole.out.view))), 1e-6) << "sequence " << i;
+      for (size_t j = 0; j < S; ++j) ASSERT_EQ(fin[j], whole.final_state[i * S + j]) << "sequence " << i;
+    }
+  }
+}
+
+TEST(DeltaRule, RecurrentPathMatchesTheOracle) {
+  for (DeltaGate gate : kAllGates)
+    for (bool l2norm : {true, false}) {
+      const Case c{2, 77, 3, 9, 6, gate, l2norm, 16, -3.0f, 0.0f, 0.0f, 1.0f, Layout::bhnd, {}, 0.5f};
+      SCOPED_TRACE(describe(c));
+      const Problem p = make_problem(c);
+      const Oracle o = oracle(p);
+      Tensor32 out = make_tensor({c.B, c.T, c.H, c.V}, c.layout);
+      std::vector<float> state = p.initial;
+      delta_rule_recurrent_forward(out.view, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), state, p.options());
+      EXPECT_LT(relative_error(out.view, o.forward.out), 2e-5);
+      EXPECT_LT(relative_error(state, o.forward.final_state), 2e-5);
+    }
+}
+
+TEST(DeltaRule, ResultsDoNotDependOnTheThreadCount) {
+  const int threads = num_threads();
+  for (DeltaGate gate : kAllGates) {
+    const Problem p = make_problem({2, 150, 3, 10, 12, gate, true, 32});
+    set_num_threads(1);
+    const Fast one = run_fast(p);
+    set_num_threads(2);
+    const Fast two = run_fast(p);
+    EXPECT_EQ(one.out.storage, two.out.storage);
+    EXPECT_EQ(one.dq.storage, two.dq.storage);
+    EXPECT_EQ(one.dbeta.storage, two.dbeta.storage);
+    EXPECT_EQ(one.dinitial, two.dinitial);
+    EXPECT_EQ(one.dg.storage, two.dg.storage);
+  }
+  set_num_threads(threads);
+}
+
+// The oracle's backward is the derivative of its forward: loss = Σ out·dout + Σ final·dfinal.
+TEST(DeltaRuleReference, GradientsMatchFiniteDifferences) {
+  for (DeltaGate gate : kAllGates)
+    for (bool l2norm : {false, true}) {
+      const Case c{2, 9, 2, 3, 4, gate, l2norm, 4, -2.0f, 0.5f, 0.0f, 2.0f};
+      SCOPED_TRACE(describe(c));
+      const Problem p = make_problem(c, 7);
+      reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
+                        v = reference::to_double(p.v.view), beta = reference::to_double(p.beta.view),
+                        dout = reference::to_double(p.dout.view), g;
+      if (gate_cols(c) > 0) g = reference::to_double(p.g.view);
+      std::vector<double> initial = widen(p.initial);
+      const std::vector<double> dfinal = widen(p.dfinal);
+      const DeltaRuleOptions options = p.options();
+      reference::Tensor* gp = gate_cols(c) > 0 ? &g : nullptr;
+      auto loss = [&] {
+        const reference::DecayedOutput r = reference::delta_rule_forward(q, k, v, beta, gp, options, &initial);
+        double l = 0;
+        for (size_t i = 0; i < r.out.data.size(); ++i) l += r.out.data[i] * dout.data[i];
+        for (size_t i = 0; i < dfinal.size(); ++i) l += r.final_state[i] * dfinal[i];
+        return l;
+      };
+      const reference::DeltaGradients grads =
+          reference::delta_rule_backward(dout, &dfinal, q, k, v, beta, gp, options, &initial);
+      const std::pair<std::vector<double>*, const std::vector<double>*> checks[] = {
+          {&q.data, &grads.dq.data},       {&k.data, &grads.dk.data},         {&v.data, &grads.dv.data},
+          {&beta.data, &grads.dbeta.data}, {&initial, &grads.dinitial_state}, {gp ? &g.data : nullptr, &grads.dg.data}};
+      for (const auto& [x, analytic] : checks) {
+        if (!x) continue;
+        const std::vector<double> numeric = central_differences(*x, loss);
+        EXPECT_LT(max_difference(numeric, *analytic), 1e-6 * std::max(1.0, max_magnitude(numeric)));
+      }
+    }
+}
+
+TEST(DeltaRuleStep, DecodesLikeTheChunkedForwardAndRoundTripsThroughTheStateFile) {
+  for (DeltaGate gate : kAllGates) {
+    const Case c{2, 40, 2, 8, 6, gate, true, 16};
+    SCOPED_TRACE(describe(c));
+    const Problem p = make_problem(c);
+    Tensor32 want = make_tensor({c.B, c.T, c.H, c.V}, Layout::bnhd);
+    delta_rule_forward(want.view, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), p.options());
+    RecurrentState state(c.B, c.H, c.K, c.V, delta_name(gate));
+    TempDir dir;
+    for (int64_t t = 0; t < c.T; ++t) {
+      auto at = [&](ConstTensorView x) {
+        ConstTensorView s = x;
+        s.data = x.data ? x.data + t * x.stride[1] : nullptr, s.extent[1] = 1;
+        return s;
+      };
+      Tensor32 out = make_tensor({c.B, 1, c.H, c.V}, Layout::bnhd);
+      delta_rule_step(out.view, at(p.q.view), at(p.k.view), at(p.v.view), at(p.beta.view), at(p.gate()), state,
+                      p.options());
+      EXPECT_LT(relative_error(out.view, reference::to_double(at(want.view))), 2e-5) << "token " << t;
+      if (t == 20) {  // halfway, the state goes to a file and comes back
+        state.save(dir.path() / "delta.state");
+        state = RecurrentState::load(dir.path() / "delta.state");
+      }
+    }
+    EXPECT_EQ(state.position(), c.T);
+  }
+  // A state of another recurrence is refused, by name.
+  const Problem p = make_problem({1, 1, 2, 8, 6, DeltaGate::key, true, 16});
+  RecurrentState other(1, 2, 8, 6, "gla");
+  Tensor32 out = make_tensor({1, 1, 2, 6}, Layout::bnhd);
+  try {
+    delta_rule_step(out.view, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), other, p.options());
+    FAIL() << "a 'gla' state was accepted by a KDA step";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'kda' state"), std::string::npos) << e.what();
+  }
+}
+
+// Each refusal names the argument.
+TEST(DeltaRule, BadArgumentsAreRefusedByName) {
+  const Problem p = make_problem({2, 10, 2, 4, 3, DeltaGate::key});
+  Tensor32 out = make_tensor({2, 10, 2, 3}, Layout::bnhd);
+  auto expect_error = [&](const DeltaRuleOptions& o, ConstTensorView beta, ConstTensorView g, const std::string& words,
+                          std::span<const float> initial = {}) {
+    try {
+      delta_rule_forward(out.view, p.q.view, p.k.view, p.v.view, beta, g, o, initial);
+      ADD_FAILURE() << "accepted; expected an error naming " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  DeltaRuleOptions o = p.options();
+  expect_error(o, p.beta.view, {}, "g");  // KDA without its gate tensor
+  ConstTensorView narrow = p.g.view;
+  narrow.extent[3] = 1;
+  expect_error(o, p.beta.view, narrow, "g");
+  expect_error(o, {}, p.g.view, "beta");
+  ConstTensorView wide_beta = p.g.view;  // [B, T, H, K] where [B, T, H, 1] is expected
+  expect_error(o, wide_beta, p.g.view, "beta");
+  o.gate = DeltaGate::none;
+  expect_error(o, p.beta.view, p.g.view, "g is given");
+  o = p.options();
+  const int64_t cu[] = {0, 4, 10};
+  o.cu_seqlens = cu;
+  expect_error(o, p.beta.view, p.g.view, "cu_seqlens");  // batch 2 with packed sequences
+  o = p.options();
+  o.chunk_size = 0;
+  expect_error(o, p.beta.view, p.g.view, "options.chunk_size");
+  const std::vector<float> short_state(5);
+  expect_error(p.options(), p.beta.view, p.g.view, "initial_state", short_state);
+  try {
+    delta_rule_forward(TensorView(const_cast<float*>(p.v.view.data), p.v.view.extent, p.v.view.stride), p.q.view,
+                       p.k.view, p.v.view, p.beta.view, p.g.view, p.options());
+    ADD_FAILURE() << "out = v accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace linattn::testing
