@@ -14,4 +14,14 @@ void mul_exp_difference(float* y, const float* x, const float* a, const float* b
 void mul_exp_pair(float* qh, float* kh, float* e, float* inv_e, const float* q, const float* k, const float* a,
                   const float* b, int64_t n);
 
+// The delta rule's factored sides of one chunk row (n elements; see ops/delta/delta_chunk.hpp), from
+// one exp and one division per element: e = exp(b − m), then
+//   Ql = q e, Kl = k e, Kr = k / e, Qe = Ql em, Kt = Kl em, Kd = Kr enm   (em = e^{m}, enm = e^{b_n − m}),
+// and the factors El = e, Er = 1/e, Eb = e em (= e^{b}), Ed = Er enm (= e^{b_n − b}) for the backward.
+struct DeltaFactorRow {
+  float *El, *Er, *Eb, *Ed, *Ql, *Kl, *Kr, *Qe, *Kt, *Kd;
+};
+void delta_factor_row(const DeltaFactorRow& out, const float* q, const float* k, const float* b, const float* m,
+                      const float* em, const float* enm, int64_t n);
+
 }  // namespace linattn::kernels

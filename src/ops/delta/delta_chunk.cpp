@@ -36,7 +36,8 @@ DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
   Q_.resize(CK), K_.resize(CK), V_.resize(CV), beta_.resize(size_t(C_)), rq_.resize(size_t(C_)), rk_.resize(size_t(C_));
   if (gated_) {
     b_.resize(CK), mid_.resize(size_t(Kp_)), bn_.resize(size_t(Kp_)), lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_));
-    ones_.assign(size_t(Kp_), 1.0f);
+    em_.resize(size_t(Kp_)), enm_.resize(size_t(Kp_)), mn_.resize(size_t(Kp_)), mx_.resize(size_t(Kp_));
+    zeros_.assign(size_t(Kp_), 0.0f);
     for (auto* x : {&El_, &Er_, &Eb_, &Ed_, &Ql_, &Kl_, &Kr_, &Qe_, &Kt_, &Kd_}) x->resize(CK);
   }
   G_.resize(CC), P_.resize(CC), T_.resize(CC), KrT_.resize(size(Kp_, Cp_));
@@ -58,28 +59,33 @@ int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n)
     // counting the chunk's start (b = 0), so e^{b} and e^{b_n − b} stay within e^{±kMaxLogSpan} too.
     const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
     const int64_t per_key = p_.gate == DeltaGate::key ? 1 : 0;
+    // lo_, hi_: each column's range counting b = 0; mn_, mx_: over the rows only (for the midpoint).
     std::fill(lo_.begin(), lo_.end(), 0.0f), std::fill(hi_.begin(), hi_.end(), 0.0f);
     int64_t t = 0;
     for (; t < rows; ++t) {
       float* row = b_.data() + t * Kp_;
+      const float* prev = t > 0 ? row - Kp_ : zeros_.data();
       const float* in = g.at(t0 + t);
-      int exceeds = 0;
+      if (per_key == 0)
+        for (int64_t c = 0; c < K; ++c) row[c] = prev[c] + in[0];
+      else if (g.col == 1)
+        for (int64_t c = 0; c < K; ++c) row[c] = prev[c] + in[c];
+      else
+        for (int64_t c = 0; c < K; ++c) row[c] = prev[c] + in[c * g.col];
+      float span = 0;
+      for (int64_t c = 0; c < K; ++c) span = std::max(span, std::max(hi_[c], row[c]) - std::min(lo_[c], row[c]));
+      if (span > float(kMaxLogSpan) && n <= 0 && t > 0) break;
       for (int64_t c = 0; c < K; ++c) {
-        row[c] = (t > 0 ? row[c - Kp_] : 0.0f) + in[c * per_key * g.col];
-        exceeds |= int(std::max(hi_[size_t(c)], row[c]) - std::min(lo_[size_t(c)], row[c]) > float(kMaxLogSpan));
+        lo_[c] = std::min(lo_[c], row[c]), hi_[c] = std::max(hi_[c], row[c]);
+        mn_[c] = t > 0 ? std::min(mn_[c], row[c]) : row[c], mx_[c] = t > 0 ? std::max(mx_[c], row[c]) : row[c];
       }
-      std::fill(row + K, row + Kp_, 0.0f);
-      if (exceeds && n <= 0 && t > 0) break;
-      for (int64_t c = 0; c < K; ++c)
-        lo_[size_t(c)] = std::min(lo_[size_t(c)], row[c]), hi_[size_t(c)] = std::max(hi_[size_t(c)], row[c]);
     }
     n_ = t;
-    // The midpoint of each column's b over the chunk's rows (the pairs of the scores are rows × rows).
-    for (int64_t c = 0; c < Kp_; ++c) {
-      float mn = b_[size_t(c)], mx = mn;
-      for (int64_t r = 1; r < n_; ++r)
-        mn = std::min(mn, b_[size_t(r * Kp_ + c)]), mx = std::max(mx, b_[size_t(r * Kp_ + c)]);
-      mid_[size_t(c)] = 0.5f * (mn + mx), bn_[size_t(c)] = b_[size_t((n_ - 1) * Kp_ + c)];
+    // The midpoint m of each column's b over the chunk's rows (the scores pair rows with rows), and the
+    // column factors e^{m}, e^{b_n − m} that turn e^{b − m} into e^{b} and e^{m − b} into e^{b_n − b}.
+    for (int64_t c = 0; c < K; ++c) {
+      mid_[c] = 0.5f * (mn_[c] + mx_[c]), bn_[c] = b_[size_t((n_ - 1) * Kp_ + c)];
+      em_[c] = std::exp(mid_[c]), enm_[c] = std::exp(bn_[c] - mid_[c]);
     }
   }
   const int64_t m = n_;
@@ -93,27 +99,18 @@ int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n)
       // x / sqrt(Σ x² + ε), and 1/sqrt(·) kept for the backward; q then times scale.
       float* q = Q_.data() + t * Kp_;
       float* k = K_.data() + t * Kp_;
-      double sq = 0, sk = 0;
-      for (int64_t c = 0; c < K; ++c) sq += double(q[c]) * q[c], sk += double(k[c]) * k[c];
-      rq_[size_t(t)] = float(1.0 / std::sqrt(sq + kL2NormEps)),
-      rk_[size_t(t)] = float(1.0 / std::sqrt(sk + kL2NormEps));
+      float sq = 0, sk = 0;
+      kernels::row_dots(&sq, q, Kp_, q, 1, K), kernels::row_dots(&sk, k, Kp_, k, 1, K);
+      rq_[size_t(t)] = float(1.0 / std::sqrt(double(sq) + kL2NormEps));
+      rk_[size_t(t)] = float(1.0 / std::sqrt(double(sk) + kL2NormEps));
       for (int64_t c = 0; c < K; ++c) q[c] *= rq_[size_t(t)] * p_.scale, k[c] *= rk_[size_t(t)];
     }
   if (gated_)
     for (int64_t t = 0; t < m; ++t) {
-      const int64_t r = t * Kp_;
-      const float *q = Q_.data() + r, *k = K_.data() + r, *b = b_.data() + r;
-      // Q ⊙ e^{b−m}, K ⊙ e^{m−b} (one exp per element), then e^{b} and e^{b_n − b}, each the exp of its
-      // own exponent.
-      kernels::mul_exp_pair(Ql_.data() + r, Kr_.data() + r, El_.data() + r, Er_.data() + r, q, k, b, mid_.data(), Kp_);
-      kernels::mul_exp_difference(Eb_.data() + r, ones_.data(), b, nullptr, 1.0f, Kp_);
-      kernels::mul_exp_difference(Ed_.data() + r, ones_.data(), bn_.data(), b, 1.0f, Kp_);
-      for (int64_t c = 0; c < Kp_; ++c) {
-        Kl_[size_t(r + c)] = k[c] * El_[size_t(r + c)];
-        Qe_[size_t(r + c)] = q[c] * Eb_[size_t(r + c)];
-        Kt_[size_t(r + c)] = k[c] * Eb_[size_t(r + c)];
-        Kd_[size_t(r + c)] = k[c] * Ed_[size_t(r + c)];
-      }
+      const size_t r = size_t(t * Kp_);
+      kernels::delta_factor_row({El_.data() + r, Er_.data() + r, Eb_.data() + r, Ed_.data() + r, Ql_.data() + r,
+                                 Kl_.data() + r, Kr_.data() + r, Qe_.data() + r, Kt_.data() + r, Kd_.data() + r},
+                                Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(), em_.data(), enm_.data(), Kp_);
     }
   // G = strict_lower(Kl Krᵀ), P = lower(Ql Krᵀ).
   kernels::transpose(KrT_.data(), Cp_, Kr(), Kp_, m, K);
@@ -127,8 +124,11 @@ int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n)
     float* row = T_.data() + t * Cp_;
     std::fill(row, row + Cp_, 0.0f);
     const float negative_beta = -beta_[size_t(t)];
+    // Whole vectors of columns: the rows above hold zeros right of their diagonals.
+    const int64_t cols = std::min(Cp_, padded(t));
     if (t > 0)
-      gemm({row, Cp_, 1, t}, plain(G_.data() + t * Cp_, Cp_), {T_.data(), Cp_, t, t}, {.row_scale = &negative_beta});
+      gemm({row, Cp_, 1, cols}, plain(G_.data() + t * Cp_, Cp_), {T_.data(), Cp_, t, cols},
+           {.row_scale = &negative_beta});
     row[t] = 1.0f;
   }
   // [U | W] = T [β V | −β (K ⊙ e^{b})].
@@ -143,41 +143,45 @@ int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n)
   return n_;
 }
 
-void DeltaChunk::written_values(const float* S) {
-  const int64_t n = n_;
-  for (int64_t t = 0; t < n; ++t) std::copy_n(X_.data() + t * Xp_, Vp_, N_.data() + t * Vp_);
-  gemm({N_.data(), Vp_, n, p_.V}, plain(X_.data() + Vp_, Xp_), {S, Vp_, p_.K, p_.V}, {.accumulate = true});
+float* DeltaChunk::written_values(const float* S, bool keep_x) {
+  // In place of U unless the backward still needs [U | W] (the next load forms X again).
+  float* N = keep_x ? N_.data() : X_.data();
+  ldn_ = keep_x ? Vp_ : Xp_;
+  if (keep_x)
+    for (int64_t t = 0; t < n_; ++t) std::copy_n(X_.data() + t * Xp_, Vp_, N + t * Vp_);
+  gemm({N, ldn_, n_, p_.V}, plain(X_.data() + Vp_, Xp_), {S, Vp_, p_.K, p_.V}, {.accumulate = true});
+  return N;
 }
 
 void DeltaChunk::advance(float* S) {
-  written_values(S);
+  const float* N = written_values(S, false);
   if (gated_)
     for (int64_t c = 0; c < p_.K; ++c) {
       const float f = std::exp(bn_[size_t(c)]);
       for (int64_t e = 0; e < p_.V; ++e) S[c * Vp_ + e] *= f;
     }
-  gemm({S, Vp_, p_.K, p_.V}, transposed(Kd(), Kp_), {N_.data(), Vp_, n_, p_.V}, {.accumulate = true});
+  gemm({S, Vp_, p_.K, p_.V}, transposed(Kd(), Kp_), {N, ldn_, n_, p_.V}, {.accumulate = true});
 }
 
 void DeltaChunk::forward(float* S, TensorView out, const DeltaHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
-  written_values(S);
+  const float* N = written_values(S, false);
   // O = (Q ⊙ e^b) S + P N.
   gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V});
-  lower_product(O_.data(), Vp_, P_.data(), Cp_, N_.data(), Vp_, n, V, true);
+  lower_product(O_.data(), Vp_, P_.data(), Cp_, N, ldn_, n, V, true);
   kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
   if (gated_)
     for (int64_t c = 0; c < K; ++c) {
       const float f = std::exp(bn_[size_t(c)]);
       for (int64_t e = 0; e < V; ++e) S[c * Vp_ + e] *= f;
     }
-  gemm({S, Vp_, K, V}, transposed(Kd(), Kp_), {N_.data(), Vp_, n, V}, {.accumulate = true});
+  gemm({S, Vp_, K, V}, transposed(Kd(), Kp_), {N, ldn_, n, V}, {.accumulate = true});
 }
 
 void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const Grads& d, const DeltaHead& x,
                           int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
-  written_values(S);
+  written_values(S, true);
   kernels::pack_rows({dO_.data(), Vp_, n, V}, kernels::head_rows(dout, x.b, x.h), t0, n);
   // dN = Kd dS + Pᵀ dO (the state after the chunk and the outputs both read N).
   gemm({dN_.data(), Vp_, n, V}, plain(Kd(), Kp_), {dS, Vp_, K, V});

@@ -46,18 +46,20 @@ class DeltaChunk {
   int64_t Vp() const { return Vp_; }
 
  private:
-  void written_values(const float* S);  // N = U + W S
+  // N = U + W S (pitch ldn_): into X where keep_x is false.
+  float* written_values(const float* S, bool keep_x);
   void gate_gradient(const float* S, const float* dS, const Grads& grads, const DeltaHead& x, int64_t t0);
 
   const DeltaProblem& p_;
   bool gated_;
-  int64_t C_, Cp_, Kp_, Vp_, Xp_, n_ = 0;             // Xp_ = Vp_ + Kp_: the pitch of [U | W]
-  std::vector<float> Q_, K_, V_, beta_, rq_, rk_;     // [C, Kp] ×2, [C, Vp], [C], l2norm's 1/‖·‖ [C] ×2
-  std::vector<float> b_, mid_, bn_, lo_, hi_, ones_;  // [C, Kp]; per column: m, b_n, the range while loading, 1
-  std::vector<float> El_, Er_, Eb_, Ed_;              // e^{b−m}, e^{m−b}, e^{b}, e^{b_n−b}: [C, Kp]
-  std::vector<float> Ql_, Kl_, Kr_, Qe_, Kt_, Kd_;    // the factored sides, [C, Kp] (gated only)
-  std::vector<float> G_, P_, T_, KrT_;                // [C, Cp] ×3, Krᵀ [K, Cp]
-  std::vector<float> R_, X_, N_, O_;                  // [C, Xp] ×2, [C, Vp] ×2
+  int64_t C_, Cp_, Kp_, Vp_, Xp_, n_ = 0, ldn_ = 0;  // Xp_ = Vp_ + Kp_: the pitch of [U | W]
+  std::vector<float> Q_, K_, V_, beta_, rq_, rk_;    // [C, Kp] ×2, [C, Vp], [C], l2norm's 1/‖·‖ [C] ×2
+  std::vector<float> b_, mid_, bn_, em_, enm_;       // [C, Kp]; per column: m, b_n, e^{m}, e^{b_n − m}
+  std::vector<float> lo_, hi_, mn_, mx_, zeros_;     // per column, while loading: b's range with 0, without; 0
+  std::vector<float> El_, Er_, Eb_, Ed_;             // e^{b−m}, e^{m−b}, e^{b}, e^{b_n−b}: [C, Kp]
+  std::vector<float> Ql_, Kl_, Kr_, Qe_, Kt_, Kd_;   // the factored sides, [C, Kp] (gated only)
+  std::vector<float> G_, P_, T_, KrT_;               // [C, Cp] ×3, Krᵀ [K, Cp]
+  std::vector<float> R_, X_, N_, O_;                 // [C, Xp] ×2, [C, Vp] ×2
   // Backward.
   std::vector<float> dO_, dN_, St_, dSt_, NT_, XT_, dP_, dA_, dX_, dR_, diag_;
   std::vector<float> dQe_, dQl_, dKl_, dKr_, dKd_, dKt_, dQ_, dK_, dV_, dB_, db_;

@@ -19,16 +19,23 @@ using detail::DeltaChunk;
 using detail::DeltaHead;
 using detail::DeltaProblem;
 
-// Runs body(chunk, sequence, head) for every (sequence, head), over the threads, with one chunk
-// scratch per thread.
+// A thread's scratch, kept across its heads (a head allocates nothing).
+struct Scratch {
+  DeltaChunk chunk;
+  std::vector<float> S, dS, states;  // [K, Vp]; the backward's state before each chunk, [chunks, K, Vp]
+  std::vector<int64_t> starts;       // the backward's chunk starts, then the sequence's end
+};
+
+// Runs body(scratch, sequence, head) for every (sequence, head), over the threads.
 template <class Body>
 void for_each_head(const DeltaProblem& p, int64_t chunk_size, bool backward, Body body) {
   const int64_t tasks = int64_t(p.sequences.size()) * p.H;
 #pragma omp parallel if (tasks > 1)
   {
-    DeltaChunk chunk(p, chunk_size, backward);
+    Scratch scratch{DeltaChunk(p, chunk_size, backward), {}, {}, {}, {}};
+    scratch.S.resize(size_t(p.K * scratch.chunk.Vp())), scratch.dS.resize(scratch.S.size());
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) body(chunk, p.sequences[size_t(task / p.H)], task % p.H);
+    for (int64_t task = 0; task < tasks; ++task) body(scratch, p.sequences[size_t(task / p.H)], task % p.H);
   }
 }
 
@@ -46,10 +53,11 @@ void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, Co
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
   detail::check_outputs(op, outputs, inputs);
-  for_each_head(p, options.chunk_size, false, [&](DeltaChunk& chunk, const detail::DecaySequence& s, int64_t h) {
+  for_each_head(p, options.chunk_size, false, [&](Scratch& scratch, const detail::DecaySequence& s, int64_t h) {
+    DeltaChunk& chunk = scratch.chunk;
+    std::vector<float>& S = scratch.S;
     const DeltaHead x{q, k, v, beta, g, s.b, h};
     const int64_t index = s.n * p.H + h, Vp = chunk.Vp();
-    std::vector<float> S(static_cast<size_t>(p.K * Vp));
     detail::load_state_rows(S.data(), p.K, p.V, Vp, initial_state, index);
     for (int64_t t = s.begin; t < s.end;) {
       const int64_t n = chunk.load(x, t, s.end);
@@ -88,12 +96,15 @@ void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView
   if (p.gate_cols() > 0) outputs.push_back(boundary::region("dg", dg));
   detail::check_outputs(op, outputs, inputs);
   const DeltaChunk::Grads grads{dq, dk, dv, dbeta, dg};
-  for_each_head(p, options.chunk_size, true, [&](DeltaChunk& chunk, const detail::DecaySequence& s, int64_t h) {
+  for_each_head(p, options.chunk_size, true, [&](Scratch& scratch, const detail::DecaySequence& s, int64_t h) {
+    DeltaChunk& chunk = scratch.chunk;
+    std::vector<float>&states = scratch.states, &dS = scratch.dS;
+    std::vector<int64_t>& starts = scratch.starts;
     const DeltaHead x{q, k, v, beta, g, s.b, h};
     const int64_t index = s.n * p.H + h, Vp = chunk.Vp(), KVp = p.K * Vp;
     // Sweep 1, forward: the state before each chunk, and each chunk's start (chunks may end early).
-    std::vector<float> states(static_cast<size_t>(KVp));
-    std::vector<int64_t> starts{s.begin};
+    states.resize(size_t(KVp));
+    starts.assign(1, s.begin);
     detail::load_state_rows(states.data(), p.K, p.V, Vp, initial_state, index);
     while (starts.back() < s.end) {
       const int64_t n = chunk.load(x, starts.back(), s.end);
@@ -105,7 +116,6 @@ void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView
       starts.push_back(starts.back() + n);
     }
     // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
-    std::vector<float> dS(static_cast<size_t>(KVp));
     detail::load_state_rows(dS.data(), p.K, p.V, Vp, dfinal_state, index);
     for (int64_t i = int64_t(starts.size()) - 2; i >= 0; --i) {
       const int64_t t0 = starts[size_t(i)];
