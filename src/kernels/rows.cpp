@@ -90,31 +90,51 @@ void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const 
   }
 }
 
-// One delta-rule token: per vector column, one sweep over S for Pᵀk (P = diag(decay) S), then one
-// that writes P + k (β r)ᵀ with r = v − Pᵀk and reads it out, while the column is in L1.
+// Columns [e, e + NV·L) of one delta-rule token: one sweep over the rows of S for Pᵀk
+// (P = diag(decay) S), then one that writes P + k (β r)ᵀ with r = v − Pᵀk and reads it out, while the
+// panel is in L1. NV vectors per row amortise each row's broadcasts of decay, k and q over the panel.
+template <int NV>
+HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+                           const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
+                           const float* HWY_RESTRICT decay, int64_t e) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V acc[NV], u[NV];
+  for (int j = 0; j < NV; ++j) acc[j] = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m) {
+    const V km = hn::Set(d, decay ? decay[m] * k[m] : k[m]);
+    for (int j = 0; j < NV; ++j) acc[j] = hn::MulAdd(km, hn::LoadU(d, S + m * E + e + j * L), acc[j]);
+  }
+  const V b = hn::Set(d, beta);
+  for (int j = 0; j < NV; ++j) u[j] = hn::Mul(b, hn::Sub(hn::LoadU(d, v + e + j * L), acc[j])), acc[j] = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m) {
+    const V km = hn::Set(d, k[m]), qm = hn::Set(d, q[m]);
+    float* s = S + m * E + e;
+    if (decay) {
+      const V am = hn::Set(d, decay[m]);
+      for (int j = 0; j < NV; ++j) {
+        const V row = hn::MulAdd(km, u[j], hn::Mul(am, hn::LoadU(d, s + j * L)));
+        hn::StoreU(row, d, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
+      }
+    } else {
+      for (int j = 0; j < NV; ++j) {
+        const V row = hn::MulAdd(km, u[j], hn::LoadU(d, s + j * L));
+        hn::StoreU(row, d, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
+      }
+    }
+  }
+  for (int j = 0; j < NV; ++j) hn::StoreU(acc[j], d, out + e + j * L);
+}
+
+// One delta-rule token (see rows.hpp): panels of 4 vector columns (8 + 4 registers live on AVX2),
+// then single vectors, then scalar columns.
 void DeltaUpdateReadout(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT k,
                         const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
                         const float* HWY_RESTRICT decay) {
-  const D d;
-  const int64_t L = int64_t(hn::Lanes(d));
+  const int64_t L = int64_t(hn::Lanes(D()));
   int64_t e = 0;
-  for (; e + L <= E; e += L) {
-    V pk = hn::Zero(d);
-    for (int64_t m = 0; m < M; ++m) {
-      const V s = hn::LoadU(d, S + m * E + e);
-      pk = hn::MulAdd(hn::Set(d, decay ? decay[m] * k[m] : k[m]), s, pk);
-    }
-    const V u = hn::Mul(hn::Set(d, beta), hn::Sub(hn::LoadU(d, v + e), pk));
-    V acc = hn::Zero(d);
-    for (int64_t m = 0; m < M; ++m) {
-      float* s = S + m * E + e;
-      const V old = decay ? hn::Mul(hn::Set(d, decay[m]), hn::LoadU(d, s)) : hn::LoadU(d, s);
-      const V row = hn::MulAdd(hn::Set(d, k[m]), u, old);
-      hn::StoreU(row, d, s);
-      acc = hn::MulAdd(hn::Set(d, q[m]), row, acc);
-    }
-    hn::StoreU(acc, d, out + e);
-  }
+  for (; e + 4 * L <= E; e += 4 * L) DeltaPanel<4>(out, S, k, v, q, beta, M, E, decay, e);
+  for (; e + L <= E; e += L) DeltaPanel<1>(out, S, k, v, q, beta, M, E, decay, e);
   for (; e < E; ++e) {
     float pk = 0;
     for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], S[m * E + e], pk);

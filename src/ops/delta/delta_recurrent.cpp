@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "kernels/decay_factors.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "ops/delta/delta_checks.hpp"
@@ -15,9 +16,9 @@ namespace {
 
 // x ← x · factor / sqrt(Σ x² + ε) (flash-linear-attention's l2norm), or x · factor.
 void normalise(float* x, int64_t n, bool l2norm, float factor) {
-  double sum = 0;
-  for (int64_t i = 0; i < n && l2norm; ++i) sum += double(x[i]) * x[i];
-  const float f = l2norm ? float(factor / std::sqrt(sum + detail::kL2NormEps)) : factor;
+  float sum = 0;
+  if (l2norm) kernels::row_dots(&sum, x, n, x, 1, n);
+  const float f = l2norm ? float(factor / std::sqrt(double(sum) + detail::kL2NormEps)) : factor;
   for (int64_t i = 0; i < n; ++i) x[i] *= f;
 }
 
@@ -33,8 +34,9 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
 #pragma omp parallel if (tasks > 1 && p.T * K * V >= (1 << 16))
   {
     // One scratch per thread for all its heads: a decode step allocates nothing per head.
-    std::vector<float> buffer(size_t(4 * K + 2 * V), 0.0f);
-    float *qs = buffer.data(), *ks = qs + K, *a = ks + K, *gs = a + K, *vs = gs + K, *o = vs + V;
+    std::vector<float> buffer(size_t(5 * K + 2 * V), 0.0f);
+    float *qs = buffer.data(), *ks = qs + K, *a = ks + K, *gs = a + K, *ones = gs + K, *vs = ones + K, *o = vs + V;
+    std::fill_n(ones, K, 1.0f);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const detail::DecaySequence& s = p.sequences[size_t(task / p.H)];
@@ -47,7 +49,10 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
         normalise(qs, K, p.qk_l2norm, p.scale), normalise(ks, K, p.qk_l2norm, 1.0f);
         if (cols > 0) {
           kernels::pack_rows({gs, cols, 1, cols}, kernels::head_rows(g, s.b, h), t, 1);
-          for (int64_t c = 0; c < K; ++c) a[c] = std::exp(gs[cols == 1 ? 0 : c]);
+          if (cols == 1)
+            std::fill_n(a, K, std::exp(gs[0]));
+          else
+            kernels::mul_exp_difference(a, ones, gs, nullptr, 1.0f, K);  // a = e^{g}, vectorised
         }
         kernels::delta_update_readout(o, S, ks, vs, qs, beta(s.b, t, h, 0), K, V, cols > 0 ? a : nullptr);
         kernels::unpack_rows(kernels::head_rows(out, s.b, h), t, {o, V, 1, V}, 1);
