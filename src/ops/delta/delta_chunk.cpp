@@ -44,7 +44,7 @@ DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
   R_.resize(CX), X_.resize(CX), N_.resize(CV), O_.resize(CV);
   if (!backward) return;
   dO_.resize(CV), dN_.resize(CV), St_.resize(size(Vp_, Kp_)), dSt_.resize(size(Vp_, Kp_)), NT_.resize(size(Vp_, Cp_));
-  XT_.resize(size(Xp_, Cp_)), dP_.resize(CC), dA_.resize(CC), dX_.resize(CX), dR_.resize(CX), diag_.resize(size_t(C_));
+  XT_.resize(size(Xp_, Cp_)), dP_.resize(CC), dA_.resize(CC), dW_.resize(CK), dR_.resize(CX), diag_.resize(size_t(C_));
   for (auto* x : {&dQe_, &dQl_, &dKl_, &dKr_, &dKd_, &dKt_, &dQ_, &dK_}) x->resize(CK);
   dV_.resize(CV), dB_.resize(size_t(C_));
   if (gated_) db_.resize(CK);
@@ -193,10 +193,10 @@ void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const
   lower_scores(dP_.data(), Cp_, dO_.data(), Vp_, NT_.data(), Cp_, n, V);
   mask_lower(dP_.data(), Cp_, nullptr, 0, n);
   for (int64_t t = 0; t < n; ++t) diag_[size_t(t)] = dP_[size_t(t * Cp_ + t)], dP_[size_t(t * Cp_ + t)] = 0.0f;
-  // N = U + W S: d[U | W] = [dN | dN Sᵀ]; X = T R: dR = Tᵀ dX.
-  for (int64_t t = 0; t < n; ++t) std::copy_n(dN_.data() + t * Vp_, Vp_, dX_.data() + t * Xp_);
-  gemm({dX_.data() + Vp_, Xp_, n, K}, plain(dN_.data(), Vp_), {St_.data(), Kp_, V, K});
-  lower_transposed_product(dR_.data(), Xp_, T_.data(), Cp_, dX_.data(), Xp_, n, Xp_, false);
+  // N = U + W S: dU = dN, dW = dN Sᵀ; [U | W] = T R: dR = Tᵀ [dU | dW] (the pad columns of dR stay 0).
+  gemm({dW_.data(), Kp_, n, K}, plain(dN_.data(), Vp_), {St_.data(), Kp_, V, K});
+  lower_transposed_product(dR_.data(), Xp_, T_.data(), Cp_, dN_.data(), Vp_, n, V, false);
+  lower_transposed_product(dR_.data() + Vp_, Xp_, T_.data(), Cp_, dW_.data(), Kp_, n, K, false);
   // T = (I + A)⁻¹ with A = diag(β) G: dA = −strict_lower(dR Xᵀ); dβ_t = Σ_s dA[t, s] G[t, s]; dG = diag(β) dA.
   kernels::transpose(XT_.data(), Cp_, X_.data(), Xp_, n, Xp_);
   lower_scores(dA_.data(), Cp_, dR_.data(), Xp_, XT_.data(), Cp_, n, Xp_);

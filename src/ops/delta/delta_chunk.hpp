@@ -61,7 +61,7 @@ class DeltaChunk {
   std::vector<float> G_, P_, T_, KrT_;               // [C, Cp] ×3, Krᵀ [K, Cp]
   std::vector<float> R_, X_, N_, O_;                 // [C, Xp] ×2, [C, Vp] ×2
   // Backward.
-  std::vector<float> dO_, dN_, St_, dSt_, NT_, XT_, dP_, dA_, dX_, dR_, diag_;
+  std::vector<float> dO_, dN_, St_, dSt_, NT_, XT_, dP_, dA_, dW_, dR_, diag_;
   std::vector<float> dQe_, dQl_, dKl_, dKr_, dKd_, dKt_, dQ_, dK_, dV_, dB_, db_;
   const float* Ql() const { return gated_ ? Ql_.data() : Q_.data(); }
   const float* Qe() const { return gated_ ? Qe_.data() : Q_.data(); }
