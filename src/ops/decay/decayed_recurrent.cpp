@@ -9,6 +9,7 @@
 #include "kernels/decay_factors.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
+#include "linattn/limits.hpp"
 #include "ops/decay/decay_checks.hpp"
 
 namespace linattn {
@@ -74,6 +75,8 @@ void decayed_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTen
     if (seen[size_t(i)] != want[size_t(i)])
       detail::fail_with(op, "state.", what[i], " is ", seen[size_t(i)], ", expected ", want[size_t(i)], " (",
                         because[i], ")");
+  check_bounded("linattn::decayed_step", "state.position()", state.position(), 0, limits::kMaxPosition - q.seq(),
+                "the step adds q's tokens");
   recurrent(op, out, q, k, v, g, state.S(), options);
   state.set_position(state.position() + q.seq());
 }
