@@ -19,6 +19,12 @@ inline constexpr int64_t kMaxEvalBatches = int64_t(1) << 16;
 // features already take 64 MiB per thread) and causal chunk length.
 inline constexpr int64_t kMaxFavorFeatures = 4096;
 inline constexpr int64_t kMaxChunkSize = 65536;
+// Random features of an operator chosen by a flag (`run --features`, `bench --features`).
+inline constexpr int64_t kMaxFeatures = 65536;
+// Tokens `generate` samples or times.
+inline constexpr int64_t kMaxGenerateTokens = int64_t(1) << 24;
+// Seconds of repetitions a timing may take (`bench`, `compare --budget`).
+inline constexpr double kMaxBudgetSeconds = 86400;
 // A state's position: a step adds at most a sequence to it, so it never reaches INT64_MAX.
 inline constexpr int64_t kMaxPosition = int64_t(1) << 62;
 // The N of a `compare` or `bench` sweep.

@@ -92,13 +92,13 @@ const Registrar registrar{
        app.add_flag("--backward", args->measure.backward, "Time forward+backward");
        app.add_flag("--causal", p.causal, "Causal mask (softmax)");
        app.add_option("--features", p.features, "Performer: random features M (0: default)")
-           ->check(flags::non_negative());
+           ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--projected", p.projected, "Linformer: projected length k (0: min(N, 256))")
            ->check(flags::non_negative());
        app.add_option("--seed", p.seed, "Seed of the N(0,1) inputs and random features");
        app.add_option("--budget", args->measure.budget_seconds,
                       "Seconds of repetitions after the warm-up (at least --min-reps)")
-           ->check(flags::non_negative());
+           ->check(flags::finite(0, limits::kMaxBudgetSeconds));
        app.add_option("--min-reps", args->measure.min_reps, "Fewest repetitions")->check(flags::bounded(1, 1000));
        app.add_flag("--json", args->json, "Print one JSON object");
        app.footer(

@@ -382,14 +382,14 @@ const Registrar registrar{
            ->check(flags::threads());
        app.add_option("--budget", a->measure.budget_seconds, "Seconds of repetitions per timing, after a warm-up")
            ->capture_default_str()
-           ->check(flags::non_negative());
+           ->check(flags::finite(0, limits::kMaxBudgetSeconds));
        app.add_option("--min-reps", a->measure.min_reps, "Fewest repetitions per timing")
            ->capture_default_str()
            ->check(flags::bounded(1, 1000));
        app.add_flag("!--no-backward", a->measure.backward, "Time the forward only");
        app.add_flag("!--no-plot", a->plot, "Do not run gnuplot");
        app.add_option("--features", a->features, "Performer: random features M (0: default)")
-           ->check(flags::non_negative());
+           ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--projected", a->projected, "Linformer: projected length k (0: min(N, 256))")
            ->check(flags::non_negative());
        app.add_option("--seed", a->seed, "Seed of the N(0,1) inputs and random features");

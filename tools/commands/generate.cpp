@@ -17,6 +17,7 @@
 #include "common/command.hpp"
 #include "common/flags.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/model/data.hpp"
 #include "linattn/model/model_file.hpp"
 #include "linattn/random.hpp"
@@ -139,7 +140,9 @@ const Registrar registrar{
                       "it): refuse a model of another kind")
            ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla"}));
        app.add_option("--prompt", a->prompt, "Text to start from (characters of the model's vocabulary)");
-       app.add_option("--tokens", a->tokens, "Tokens to generate")->check(flags::positive())->capture_default_str();
+       app.add_option("--tokens", a->tokens, "Tokens to generate")
+           ->check(flags::bounded(1, limits::kMaxGenerateTokens))
+           ->capture_default_str();
        app.add_option("--temperature", a->temperature, "Sampling temperature (0: always the most likely token)")
            ->check(flags::non_negative())
            ->capture_default_str();
@@ -149,9 +152,9 @@ const Registrar registrar{
        app.add_option("--speed-contexts", a->speed_contexts,
                       "Instead of sampling: time single-token steps after each of these context lengths")
            ->delimiter(',')
-           ->check(flags::bounded(int64_t(1), int64_t(1) << 24));
+           ->check(flags::bounded(1, limits::kMaxGenerateTokens));
        app.add_option("--speed-tokens", a->speed_tokens, "Timed steps per context")
-           ->check(flags::positive())
+           ->check(flags::bounded(1, limits::kMaxGenerateTokens))
            ->capture_default_str();
        app.add_option("--speed-csv", a->speed_csv, "Write the speed table here as CSV");
        flags::examples(app,

@@ -18,6 +18,7 @@
 #include "linattn/error.hpp"
 #include "linattn/favor.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"
@@ -391,7 +392,7 @@ const Registrar registrar{
            ->capture_default_str()
            ->check(flags::one_of({"elu", "relu", "identity"}));
        app.add_option("--features", a->features, "Performer: random features m (0: default for D)")
-           ->check(flags::non_negative());
+           ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--seed", a->seed, "Performer: seed of the random features");
        app.add_option("--proj-e", a->proj_e,
                       "Linformer: E .npy, float32 [P, N_max] (one for all heads) or [H, P, N_max]; projects the keys, "
@@ -407,7 +408,7 @@ const Registrar registrar{
        app.add_flag("!--no-normalize", a->normalize, "Linear: out = φ(q)ᵀS without the normaliser");
        app.add_option("--chunk-size", a->chunk_size, "Causal linear: tokens per chunk")
            ->capture_default_str()
-           ->check(flags::positive());
+           ->check(flags::bounded(1, limits::kMaxChunkSize));
        app.add_option("--layout", a->layout, "Axis order of every file: bnhd [B, N, H, D] or bhnd [B, H, N, D]")
            ->transform(flags::choice(std::map<std::string, Layout>{{"bnhd", Layout::bnhd}, {"bhnd", Layout::bhnd}}))
            ->option_text("bnhd|bhnd");

@@ -14,6 +14,7 @@
 #include "common/flags.hpp"
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/threads.hpp"
 
 namespace linattn::cli {
@@ -174,10 +175,14 @@ const Registrar registrar{
                       "(gated linear attention, a learned decay per key dimension)")
            ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla"}))
            ->capture_default_str();
-       app.add_option("--steps", o.steps, "Optimizer steps")->check(flags::positive())->capture_default_str();
-       app.add_option("--batch", o.batch, "Sequences per step")->check(flags::positive())->capture_default_str();
+       app.add_option("--steps", o.steps, "Optimizer steps")
+           ->check(flags::bounded(1, limits::kMaxSteps))
+           ->capture_default_str();
+       app.add_option("--batch", o.batch, "Sequences per step")
+           ->check(flags::bounded(1, limits::kMaxBatch))
+           ->capture_default_str();
        app.add_option("--seq-len", o.seq_len, "Tokens per sequence")
-           ->check(flags::bounded(2, 1 << 20))
+           ->check(flags::bounded(2, limits::kMaxSeqLen))
            ->capture_default_str();
        app.add_option("--lr", o.lr, "Peak learning rate")->check(flags::positive())->capture_default_str();
        app.add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine")
@@ -201,10 +206,10 @@ const Registrar registrar{
            ->check(flags::bounded(1, 65536))
            ->capture_default_str();
        app.add_option("--favor-features", c.favor_features, "Performer random features per head")
-           ->check(flags::bounded(1, 65536))
+           ->check(flags::bounded(1, limits::kMaxFavorFeatures))
            ->capture_default_str();
        app.add_option("--chunk-size", c.chunk_size, "Causal linear / decayed attention chunk")
-           ->check(flags::bounded(1, 65536))
+           ->check(flags::bounded(1, limits::kMaxChunkSize))
            ->capture_default_str();
        app.add_option("--eval-every", o.eval_every, "Held-out evaluation every N steps (0: at the end only)")
            ->check(flags::non_negative())

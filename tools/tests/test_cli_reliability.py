@@ -73,7 +73,9 @@ def test_defect15_flag_messages_are_plain():
     assert "is 'flash', expected one of" in line and "causal" in line
     assert "FAILED" not in line and "->" not in line
     line = assert_one_line_error(run_cli("compare", "--budget", "-1"), 2)
-    assert "expected a finite number ≥ 0" in line and len(line) < 200  # no 309-digit range
+    assert "--budget: is -1, expected a finite number in [0, 86400]" in line and len(line) < 200  # no 309 digits
+    line = assert_one_line_error(run_cli("generate", "--model", "m", "--temperature", "-1"), 2)
+    assert "--temperature: is -1, expected a finite number ≥ 0" in line and len(line) < 200
 
 
 def test_unknown_subcommand_suggests_the_nearest():
@@ -172,3 +174,19 @@ def test_train_resume_with_conflicting_flags(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "resumed at step 2" in proc.stdout and "--steps overrides the checkpoint's" in proc.stdout
     assert "step      3/3" in proc.stdout
+
+
+@pytest.mark.parametrize("args,bound", [
+    (["run", "--q", "q", "--k", "k", "--v", "v", "--out", "o", "--features", 100000], "[0, 65536]"),
+    (["run", "--q", "q", "--k", "k", "--v", "v", "--out", "o", "--chunk-size", 1 << 40], "[1, 65536]"),
+    (["bench", "--op", "favor", "--batch", 1, "--heads", 1, "--seq", 8, "--dim", 4, "--features", 1 << 40],
+     "[0, 65536]"),
+    (["generate", "--model", "m", "--tokens", 1 << 30], "[1, 16777216]"),
+    (["train", "--batch", 1 << 20], "[1, 65536]"),
+    (["train", "--favor-features", 5000], "[1, 4096]"),
+    (["train", "--steps", 1 << 41], "[1, 1099511627776]"),
+])
+def test_every_size_flag_is_bounded(args, bound):
+    """Every limit a flag can reach is bounded before anything is allocated, naming the flag, value and bound."""
+    line = assert_one_line_error(run_cli(*args), 2)
+    assert str(args[-2]) in line and str(args[-1]) in line and bound in line, line
