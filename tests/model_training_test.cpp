@@ -154,7 +154,7 @@ TEST(ModelTrainingLoop, ResumeRejectsModelFilesAndOtherData) {
   text.save_checkpoint(ckpt_path);
   write_file_atomically(text_path, std::string(3000, 'a') + "bd");
   try {
-    Trainer::resume(ckpt_path);
+    Trainer::resume(ckpt_path, ResumeOptions{text_path.string(), "", 0});
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("differs from the checkpoint's"), std::string::npos) << e.what();

@@ -231,7 +231,8 @@ TEST(StateFile, AbsurdSizesUnderValidChecksums) {
   EXPECT_NE(load_error(with_i64(good, feature_dim, std::numeric_limits<int64_t>::min())).find("feature_dim is -"),
             std::string::npos);
   EXPECT_NE(load_error(with_i64(good, value_dim, -1)).find("value_dim is -1"), std::string::npos);
-  EXPECT_NE(load_error(with_i64(good, position, -1)).find("position is -1, expected ≥ 0"), std::string::npos);
+  EXPECT_NE(load_error(with_i64(good, position, -1)).find("position is -1, expected in [0, 4611686018427387904]"),
+            std::string::npos);
   // Each size alone fits int64 but the product does not.
   std::string m = load_error(with_i64(with_i64(good, batch, int64_t(1) << 40), heads, int64_t(1) << 40));
   EXPECT_NE(m.find("overflows int64"), std::string::npos) << m;

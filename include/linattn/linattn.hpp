@@ -5,6 +5,7 @@
 #include "linattn/favor.hpp"
 #include "linattn/feature_map.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"

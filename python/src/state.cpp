@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,9 @@ class State {
         std::optional<int64_t> n_features, uint64_t seed)
       : dim_(dim) {
     if (dim <= 0) throw py::value_error("dim: expected ≥ 1, got " + std::to_string(dim));
+    // Refused here, not at the first step: a state that cannot step should not be built.
+    if (!std::isfinite(eps) || eps < 0)
+      throw py::value_error("eps: expected a finite value ≥ 0, got " + py::repr(py::float_(eps)).cast<std::string>());
     options_.feature_map = feature_map_arg(feature_map, dim, n_features, seed);
     options_.eps = eps;
     state_ =

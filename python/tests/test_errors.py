@@ -176,3 +176,12 @@ def test_saved_state_checks():
         linattn._linattn._softmax_attention_backward_saved(q, k, v, out, lse[:1], dout)
     with pytest.raises(ValueError, match=r"^out: expected 4 dims"):
         linattn._linattn._softmax_attention_backward_saved(q, k, v, out[0], lse, dout)
+
+
+def test_defect11_outputs_larger_than_memory_are_refused_before_allocation():
+    """Issue 17, defect 11: stride-0 inputs give a huge logical shape in little memory; the output of that
+    shape is refused with a MemoryError naming it, before numpy allocates."""
+    one = np.ones((1, 1, 1, 64), np.float32)
+    huge = np.lib.stride_tricks.as_strided(one, shape=(1, 1 << 40, 1, 64), strides=(0, 0, 0, 4))
+    with pytest.raises(MemoryError, match=r"output of shape \[1, 1099511627776, 1, 64\] needs"):
+        linattn.linear_attention(huge, huge, huge)

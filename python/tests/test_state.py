@@ -90,3 +90,11 @@ def test_load_mismatch_leaves_the_state_as_it_was(tmp_path):
     with pytest.raises(ValueError):
         state.load(tmp_path / "corrupt")
     assert state.position == 4 and np.array_equal(state.S, S) and np.array_equal(state.z, z)
+
+
+@pytest.mark.parametrize("eps", [-1.0, float("nan"), float("inf")])
+def test_defect13_bad_eps_is_refused_at_construction(eps):
+    """Issue 17, defect 13: a state that cannot step was built, and refused only at its first step."""
+    with pytest.raises(ValueError, match="eps: expected a finite value ≥ 0"):
+        linattn.RecurrentState(1, 1, 4, 4, eps=eps)
+    assert linattn.RecurrentState(1, 1, 4, 4, eps=0.0).eps == 0.0

@@ -5,10 +5,11 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/validate.hpp"
 #include "io/bytes.hpp"
 #include "io/input_file.hpp"
 #include "linattn/file_io.hpp"
-#include "core/validate.hpp"
+#include "linattn/limits.hpp"
 
 namespace linattn {
 namespace io {
@@ -32,7 +33,7 @@ std::string serialize_state(const RecurrentState& state) {
   if (!valid_name(state.feature_map()))
     detail::fail(op, "feature map name '" + state.feature_map() + "' is not 1.." + std::to_string(kMaxFeatureMapName) +
                          " printable ASCII characters without spaces");
-  if (state.position() < 0) detail::fail(op, "position is " + std::to_string(state.position()) + ", expected ≥ 0");
+  check_bounded("linattn::RecurrentState::save", "position", state.position(), 0, limits::kMaxPosition);
   std::string out(kStateMagic, sizeof kStateMagic);
   put_u32(out, kStateVersion);
   for (int64_t v : {state.batch(), state.heads(), state.feature_dim(), state.value_dim(), state.position()})
@@ -108,7 +109,8 @@ RecurrentState decode_state(Source& source, int64_t file_size, const std::string
     if (sizes[i] <= 0) fail(std::string(kSizeNames[i]) + " is " + std::to_string(sizes[i]) + ", expected ≥ 1");
   }
   const int64_t position = get_i64(head.data() + 12 + 8 * 4);
-  if (position < 0) fail("position is " + std::to_string(position) + ", expected ≥ 0");
+  if (position < 0 || position > limits::kMaxPosition)
+    fail("position is " + std::to_string(position) + ", expected in [0, " + std::to_string(limits::kMaxPosition) + "]");
   // Element counts, then the exact file size they imply, all checked for int64 overflow.
   const std::string what = path + ": S's size";
   const int64_t bhm =

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "linattn/error.hpp"
+#include "linattn/limits.hpp"
 #include "model/key_values.hpp"
 #if __has_include("linattn/performer.hpp")
 #include "linattn/performer.hpp"
@@ -60,6 +61,10 @@ void check_config(const ModelConfig& c) {
   if (c.d_model % c.heads != 0)
     throw Error("linattn::model: d_model is " + std::to_string(c.d_model) + ", expected a multiple of heads (" +
                 std::to_string(c.heads) + ")");
+  // Bounded before anything is allocated: a 2.9 KB model file with favor_features = 16384 asked for a
+  // gigabyte of chunk scratch (quadratic in M).
+  check_bounded("linattn::model", "favor_features", c.favor_features, 1, limits::kMaxFavorFeatures);
+  check_bounded("linattn::model", "chunk_size", c.chunk_size, 1, limits::kMaxChunkSize);
   if (c.vocab_size > (int64_t(1) << 24) || c.d_model > 65536 || c.layers > 1024 || c.mlp_hidden > (int64_t(1) << 20))
     throw Error("linattn::model: config sizes are implausibly large (vocab_size " + std::to_string(c.vocab_size) +
                 ", d_model " + std::to_string(c.d_model) + ", layers " + std::to_string(c.layers) +

@@ -50,6 +50,13 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// "linattn::model: x" → "x", for a message that is re-thrown with the file's name in front.
+std::string without_prefix(std::string_view message) {
+  constexpr std::string_view prefix = "linattn::model: ";
+  if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
+  return std::string(message);
+}
+
 void put_text(std::string& out, std::string_view text) {
   io::put_i64(out, int64_t(text.size()));
   out += text;
@@ -95,7 +102,12 @@ ModelFile parse_model_file(std::string_view bytes, std::string_view name) {
   if (kind != kKindModel && kind != kKindCheckpoint)
     r.fail("kind is " + std::to_string(kind) + ", expected 1 (model) or 2 (checkpoint)");
   f.checkpoint = kind == kKindCheckpoint;
-  f.config = config_from_text(r.text("config"));
+  const std::string config_text = r.text("config");
+  try {
+    f.config = config_from_text(config_text);
+  } catch (const Error& e) {
+    r.fail(without_prefix(e.what()));  // the message names the file, not just "model config"
+  }
   f.vocab = r.text("vocabulary");
   if (int64_t(f.vocab.size()) != f.config.vocab_size)
     r.fail("vocabulary has " + std::to_string(f.vocab.size()) + " bytes, expected " +

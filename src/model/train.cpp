@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "linattn/error.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/model/model_file.hpp"
 #include "model/key_values.hpp"
 
@@ -16,18 +17,22 @@ void check_train_options(const TrainOptions& o) {
   auto require = [](bool ok, const std::string& name, const std::string& seen, const char* expected) {
     if (!ok) throw Error("linattn::model: " + name + " is " + seen + ", expected " + expected);
   };
+  // Every size and count is bounded (a checkpoint is untrusted: batch = 2^62 overflowed batch ×
+  // seq_len) and every real is finite (weight_decay = inf turned the weights infinite).
+  const char* where = "linattn::model";
   require(o.task == "copy" || o.task == "text", "task", "\"" + o.task + "\"", "\"copy\" or \"text\"");
-  require(o.steps >= 1, "steps", std::to_string(o.steps), "≥ 1");
-  require(o.batch >= 1, "batch", std::to_string(o.batch), "≥ 1");
-  require(o.seq_len >= 2, "seq_len", std::to_string(o.seq_len), "≥ 2");
-  require(o.warmup >= 0, "warmup", std::to_string(o.warmup), "≥ 0");
-  require(o.lr > 0 && std::isfinite(o.lr), "lr", std::to_string(o.lr), "a positive number");
-  require(o.min_lr >= 0 && o.min_lr <= o.lr, "min_lr", std::to_string(o.min_lr), "in [0, lr]");
-  require(o.weight_decay >= 0, "weight_decay", std::to_string(o.weight_decay), "≥ 0");
-  require(o.clip >= 0, "clip", std::to_string(o.clip), "≥ 0 (0: no clipping)");
-  require(o.eval_every >= 0, "eval_every", std::to_string(o.eval_every), "≥ 0");
-  require(o.eval_batches >= 1, "eval_batches", std::to_string(o.eval_batches), "≥ 1");
-  require(o.checkpoint_every >= 0, "checkpoint_every", std::to_string(o.checkpoint_every), "≥ 0");
+  check_bounded(where, "steps", o.steps, 1, limits::kMaxSteps);
+  check_bounded(where, "batch", o.batch, 1, limits::kMaxBatch);
+  check_bounded(where, "seq_len", o.seq_len, 2, limits::kMaxSeqLen);
+  check_bounded(where, "batch × seq_len", o.batch * o.seq_len, 2, limits::kMaxBatchTokens, "tokens per step");
+  check_bounded(where, "warmup", o.warmup, 0, limits::kMaxSteps);
+  check_bounded(where, "lr", o.lr, 1e-12, 1e3);
+  check_bounded(where, "min_lr", o.min_lr, 0.0, o.lr, "at most lr");
+  check_bounded(where, "weight_decay", o.weight_decay, 0.0, 1e3);
+  check_bounded(where, "clip", o.clip, 0.0, 1e12, "0: no clipping");
+  check_bounded(where, "eval_every", o.eval_every, 0, limits::kMaxSteps);
+  check_bounded(where, "eval_batches", o.eval_batches, 1, limits::kMaxEvalBatches);
+  check_bounded(where, "checkpoint_every", o.checkpoint_every, 0, limits::kMaxSteps);
 }
 
 namespace {
@@ -73,15 +78,34 @@ Trainer::Trainer(ModelConfig config, TrainOptions options) : options_(std::move(
   optimizer_ = AdamW(int64_t(model_->params().size()), AdamWOptions{0.9, 0.95, 1e-8, options_.weight_decay});
 }
 
-Trainer Trainer::resume(const std::filesystem::path& checkpoint) {
+Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume) {
+  const std::string name = checkpoint.string();
   ModelFile f = load_model_file(checkpoint);
   if (!f.checkpoint)
-    throw Error("linattn::model: " + checkpoint.string() +
+    throw Error("linattn::model: " + name +
                 " is a model file without training state, expected a checkpoint (saved with --checkpoint)");
-  Trainer trainer(f.config, train_options_from_text(f.train_options));
+  TrainOptions options;
+  try {
+    options = train_options_from_text(f.train_options);
+  } catch (const Error& e) {
+    throw Error("linattn::model: " + name + ": " + std::string(e.what()).substr(16));  // after "linattn::model: "
+  }
+  // The paths come from the caller: a crafted checkpoint chose which file the run overwrote.
+  if (options.task == "text" && resume.data.empty())
+    throw Error("linattn::model: " + name + " trained task \"text\" on \"" + options.data +
+                "\", expected the data file given again (--data FILE): a checkpoint never chooses a file to read");
+  options.data = options.task == "text" ? resume.data : std::string();
+  options.checkpoint = resume.checkpoint.empty() ? name : resume.checkpoint;
+  if (resume.steps > 0) {
+    if (resume.steps < f.step)
+      throw Error("linattn::model: steps is " + std::to_string(resume.steps) + ", expected ≥ " +
+                  std::to_string(f.step) + " (the step " + name + " reached)");
+    options.steps = resume.steps;
+  }
+  Trainer trainer(f.config, options);
   if (trainer.task_->tokenizer().vocab() != f.vocab)
-    throw Error("linattn::model: " + checkpoint.string() + ": the vocabulary of task \"" + trainer.options_.task +
-                "\" (data \"" + trainer.options_.data + "\") differs from the checkpoint's, expected the same data");
+    throw Error("linattn::model: " + name + ": the vocabulary of task \"" + trainer.options_.task + "\" (data \"" +
+                trainer.options_.data + "\") differs from the checkpoint's, expected the same data");
   trainer.model_->params() = std::move(f.params);
   trainer.optimizer_.m() = std::move(f.adam_m);
   trainer.optimizer_.v() = std::move(f.adam_v);
@@ -122,7 +146,8 @@ EvalResult Trainer::evaluate(int64_t max_batches) {
   return total > 0 ? EvalResult{loss / total, correct / total} : EvalResult{};
 }
 
-void Trainer::run(const std::function<void(const Progress&)>& report, int64_t log_every) {
+bool Trainer::run(const std::function<void(const Progress&)>& report, int64_t log_every,
+                  const std::function<bool()>& stop) {
   using clock = std::chrono::steady_clock;
   const TrainOptions& o = options_;
   const int64_t first = step();
@@ -151,7 +176,12 @@ void Trainer::run(const std::function<void(const Progress&)>& report, int64_t lo
       loss_count = 0;
       if (report) report(p);
     }
+    if (step() < o.steps && stop && stop()) {
+      if (!o.checkpoint.empty()) save_checkpoint(o.checkpoint);
+      return false;
+    }
   }
+  return true;
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path) const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/command.hpp"
+#include "common/flags.hpp"
 #include "common/memory.hpp"
 #include "common/output.hpp"
 #include "common/workload.hpp"
@@ -49,7 +50,7 @@ std::string csv(const std::string& method, const std::vector<Curve>& curves) {
 // Error against m or P on log-log axes, one line per (variant, input).
 std::string plot_script(const std::string& method, const std::vector<Curve>& curves, const QualityOptions& q) {
   std::string s = "# Written by linattn accuracy; rerun with: gnuplot accuracy.gp (from this folder)\n";
-  s += "set terminal pngcairo size 900,600 font ',10'\nset output 'accuracy.png.tmp'\n";
+  s += "set terminal pngcairo size 900,600 font ',10'\n" + plot_output("accuracy");
   s += "set datafile separator ','\nset logscale xy\nset grid\nset key outside right\nset format y '%g'\n";
   s += "set xlabel '" + std::string(method == "performer" ? "random features m" : "projected positions P") + "'\n";
   s += "set ylabel 'relative error against exact softmax'\n";
@@ -81,9 +82,11 @@ int accuracy(const AccuracyArgs& a) {
   for (int64_t size : a.sizes) (a.method == "performer" ? p.features : p.projected) = std::max(p.features, size);
   check_memory(2 * estimated_bytes(p, false), "accuracy --method " + a.method);
 
+  // No comma in a name: gnuplot splits accuracy.csv at every ',' even inside CSV quotes ("Gaussian
+  // N(0, 1/P)" lost its curves).
   std::vector<std::string> names = a.method == "performer"
                                        ? std::vector<std::string>{"FAVOR+ orthogonal", "FAVOR+ i.i.d."}
-                                       : std::vector<std::string>{"mean pooling", "Gaussian N(0, 1/P)"};
+                                       : std::vector<std::string>{"mean pooling", "Gaussian N(0; 1/P)"};
   std::vector<Curve> all;
   for (QualityInput input : a.inputs) {
     QualityOptions qi = q;
@@ -117,33 +120,36 @@ const Registrar registrar{
        app.add_option("--method", a->method,
                       "performer (alias favor: FAVOR+, m random features) or linformer (P projected positions)")
            ->capture_default_str()
-           ->transform(CLI::Transformer(std::map<std::string, std::string>{{"favor", "performer"}}))
-           ->check(CLI::IsMember({"performer", "linformer"}));
+           ->transform(flags::choice(std::map<std::string, std::string>{
+               {"performer", "performer"}, {"favor", "performer"}, {"linformer", "linformer"}}));
        app.add_option("--sizes", a->sizes, "The m or P values, comma-separated")
            ->delimiter(',')
-           ->check(CLI::PositiveNumber);
-       app.add_option("--batch", q.batch, "B")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--heads", q.heads, "H")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--seq", q.seq_len, "N")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--dim", q.dim, "D")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--value-dim", q.value_dim, "E")->capture_default_str()->check(CLI::PositiveNumber);
+           ->check(flags::positive());
+       app.add_option("--batch", q.batch, "B")->capture_default_str()->check(flags::positive());
+       app.add_option("--heads", q.heads, "H")->capture_default_str()->check(flags::positive());
+       app.add_option("--seq", q.seq_len, "N")->capture_default_str()->check(flags::positive());
+       app.add_option("--dim", q.dim, "D")->capture_default_str()->check(flags::positive());
+       app.add_option("--value-dim", q.value_dim, "E")->capture_default_str()->check(flags::positive());
        app.add_option("--input", a->inputs,
                       "Inputs: random (flat attention), peaked (each query near one key), or both")
            ->delimiter(',')
-           ->transform(CLI::CheckedTransformer(
-               std::map<std::string, QualityInput>{{"random", QualityInput::random}, {"peaked", QualityInput::peaked}},
-               CLI::ignore_case))
+           ->transform(flags::choice(
+               std::map<std::string, QualityInput>{{"random", QualityInput::random}, {"peaked", QualityInput::peaked}}))
            ->option_text("random,peaked (default both)");
        app.add_option("--out", a->out, "Output folder for accuracy.csv, accuracy.gp, accuracy.png")
            ->capture_default_str();
        app.add_flag("!--no-plot", a->plot, "Do not run gnuplot");
        app.add_option("--qk-std", q.qk_std, "Standard deviation of the q and k entries")
            ->capture_default_str()
-           ->check(CLI::PositiveNumber);
+           ->check(flags::positive());
        app.add_option("--trials", q.trials, "Draws averaged per point")
            ->capture_default_str()
-           ->check(CLI::PositiveNumber);
+           ->check(flags::positive());
        app.add_option("--seed", q.seed, "Seed of the inputs and the draws");
+       flags::examples(
+           app, {"linattn accuracy --method performer --sizes 16,64,256 --out out/accuracy",
+                 "linattn accuracy --method linformer --seq 512 --sizes 32,128 --input peaked --out out/linformer",
+                 "gnuplot accuracy.gp   # from the --out folder: redraws accuracy.png"});
        return [a] { return accuracy(*a); };
      }}};
 

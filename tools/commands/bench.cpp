@@ -5,9 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/command.hpp"
+#include "common/flags.hpp"
 #include "common/measure.hpp"
 #include "common/memory.hpp"
 #include "common/table.hpp"
+#include "linattn/limits.hpp"
 
 namespace linattn::cli {
 namespace {
@@ -76,26 +78,28 @@ const Registrar registrar{
                       "family (chunked, causal): retention, lightning (g_gamma), simple_gla (g [B, N, H]) or gla "
                       "(g [B, N, H, D])")
            ->required()
-           ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
+           ->transform(flags::choice(op_names()))
            ->option_text("OP REQUIRED");
-       app.add_option("--batch", p.batch, "B")->required()->check(CLI::PositiveNumber);
-       app.add_option("--heads", p.heads, "H")->required()->check(CLI::PositiveNumber);
-       app.add_option("--seq", p.seq, "N, the sequence length")->required()->check(CLI::PositiveNumber);
-       app.add_option("--dim", p.dim, "D, the query/key head dim")->required()->check(CLI::PositiveNumber);
-       app.add_option("--value-dim", args->value_dim, "E, the value head dim (default: D)")->check(CLI::PositiveNumber);
+       app.add_option("--batch", p.batch, "B")->required()->check(flags::positive());
+       app.add_option("--heads", p.heads, "H")->required()->check(flags::positive());
+       app.add_option("--seq", p.seq, "N, the sequence length")
+           ->required()
+           ->check(flags::bounded(1, limits::kMaxSequence));
+       app.add_option("--dim", p.dim, "D, the query/key head dim")->required()->check(flags::positive());
+       app.add_option("--value-dim", args->value_dim, "E, the value head dim (default: D)")->check(flags::positive());
        app.add_option("--threads", args->measure.threads, "Threads (linattn::set_num_threads); 0: the default")
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::threads());
        app.add_flag("--backward", args->measure.backward, "Time forward+backward");
        app.add_flag("--causal", p.causal, "Causal mask (softmax)");
        app.add_option("--features", p.features, "Performer: random features M (0: default)")
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--projected", p.projected, "Linformer: projected length k (0: min(N, 256))")
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::non_negative());
        app.add_option("--seed", p.seed, "Seed of the N(0,1) inputs and random features");
        app.add_option("--budget", args->measure.budget_seconds,
                       "Seconds of repetitions after the warm-up (at least --min-reps)")
-           ->check(CLI::NonNegativeNumber);
-       app.add_option("--min-reps", args->measure.min_reps, "Fewest repetitions")->check(CLI::Range(1, 1000));
+           ->check(flags::finite(0, limits::kMaxBudgetSeconds));
+       app.add_option("--min-reps", args->measure.min_reps, "Fewest repetitions")->check(flags::bounded(1, 1000));
        app.add_flag("--json", args->json, "Print one JSON object");
        app.footer(
            "seconds: median over repetitions after one warm-up. gflops: the documented flop "
@@ -103,6 +107,8 @@ const Registrar registrar{
            "mark (VmHWM) in a forked child that allocates the inputs and runs the operator. "
            "The decayed ops draw their gate g as logsigmoid(N(0,1))/16 (log decays in about [-0.7, 0]). "
            "A configuration whose estimated memory exceeds MemAvailable exits with code 3.");
+       flags::examples(app, {"linattn bench --op causal --batch 1 --heads 8 --seq 4096 --dim 64",
+                             "linattn bench --op softmax --batch 2 --heads 8 --seq 2048 --dim 64 --backward --json"});
        return [args] { return bench(*args); };
      }}};
 

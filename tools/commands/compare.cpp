@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/command.hpp"
+#include "common/flags.hpp"
 #include "common/isolate.hpp"
 #include "common/measure.hpp"
 #include "common/memory.hpp"
@@ -22,6 +23,7 @@
 #include "common/progress.hpp"
 #include "common/table.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/threads.hpp"
 
 namespace linattn::cli {
@@ -52,7 +54,8 @@ std::vector<int64_t> sweep(const CompareArgs& a) {
   if (seqs.empty()) {
     if (a.min_seq > a.max_seq)
       throw UsageError("--min-seq " + std::to_string(a.min_seq) + " is above --max-seq " + std::to_string(a.max_seq));
-    for (int64_t n = a.min_seq; n < a.max_seq; n *= 2) seqs.push_back(n);
+    // n < max_seq / 2 + 1 ⇔ 2n ≤ max_seq: doubling never overflows (--max-seq 2^63 − 1 looped forever).
+    for (int64_t n = a.min_seq; n < a.max_seq; n = n <= a.max_seq / 2 ? 2 * n : a.max_seq) seqs.push_back(n);
     seqs.push_back(a.max_seq);
   }
   std::sort(seqs.begin(), seqs.end());
@@ -126,6 +129,12 @@ std::optional<double> fit_exponent(const std::vector<std::pair<double, double>>&
   return (n * sxy - sx * sy) / den;
 }
 
+// Printed under a table with an error above 1, and in --help.
+constexpr const char* kErrorAboveOne =
+    "An error above 1: the output differs from softmax's by more than softmax's largest entry. Linear attention "
+    "(elu+1, causal) is another model, not an approximation of softmax, so on N(0, 1) inputs its output need not "
+    "be close; Performer and Linformer approximate softmax and come closer as --features / --projected grow.";
+
 // What a method's output is compared with.
 const char* error_reference(Op op) { return op == Op::softmax ? "" : is_causal(op) ? "causal softmax" : "softmax"; }
 
@@ -197,14 +206,13 @@ std::string csv(const nlohmann::json& results) {
 }
 
 // The gnuplot script: time and peak memory against N, log-log, one line per method.
-std::string plot_script(const CompareArgs& a, const std::vector<Op>& ops, const std::string& csv_name,
-                        const std::string& png_name, int threads) {
+std::string plot_script(const CompareArgs& a, const std::vector<Op>& ops, const std::string& csv_name, int threads) {
   std::string methods;
   for (Op op : ops) methods += std::string(methods.empty() ? "" : " ") + op_name(op);
   std::string s;
   s += "# Written by linattn compare; rerun with: gnuplot compare.gp (from this folder)\n";
   s += "set terminal pngcairo size 1400,560 font ',10'\n";
-  s += "set output '" + png_name + "'\n";
+  s += plot_output("compare");
   s += "set datafile separator ','\n";
   s += "methods = '" + methods + "'\n";
   s += format("set multiplot layout 1,2 title 'linattn compare: B=%lld H=%lld D=%lld E=%lld, threads=%d'\n",
@@ -291,6 +299,8 @@ int compare(const CompareArgs& a) {
     std::printf("N = %lld  (B=%lld, H=%lld, D=%lld, E=%lld, threads=%d)\n%s\n", (long long)seq, (long long)a.batch,
                 (long long)a.heads, (long long)a.dim, (long long)(a.value_dim > 0 ? a.value_dim : a.dim), threads,
                 table.render().c_str());
+    if (std::any_of(block.begin(), block.end(), [](const Row& r) { return r.error && *r.error > 1; }))
+      std::printf("%s\n", kErrorAboveOne);
     std::fflush(stdout);
   }
 
@@ -338,7 +348,7 @@ int compare(const CompareArgs& a) {
   write_file_atomically(folder / "compare.json", document.dump(2) + "\n");
   write_file_atomically(folder / "compare.csv", csv(results));
   std::printf("wrote %s, %s\n", (folder / "compare.json").c_str(), (folder / "compare.csv").c_str());
-  if (a.plot) write_plot(folder, "compare", plot_script(a, ops, "compare.csv", "compare.png.tmp", threads));
+  if (a.plot) write_plot(folder, "compare", plot_script(a, ops, "compare.csv", threads));
   return kExitOk;
 }
 
@@ -346,46 +356,51 @@ const Registrar registrar{
     {"compare", "Sweep N: softmax vs linear attention time, memory, accuracy, scaling; JSON, CSV, PNG", 10,
      [](CLI::App& app) {
        auto a = std::make_shared<CompareArgs>();
-       app.add_option("--batch", a->batch, "B")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--heads", a->heads, "H")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--dim", a->dim, "D, the query/key head dim")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--value-dim", a->value_dim, "E, the value head dim (default: D)")->check(CLI::PositiveNumber);
+       app.add_option("--batch", a->batch, "B")->capture_default_str()->check(flags::positive());
+       app.add_option("--heads", a->heads, "H")->capture_default_str()->check(flags::positive());
+       app.add_option("--dim", a->dim, "D, the query/key head dim")->capture_default_str()->check(flags::positive());
+       app.add_option("--value-dim", a->value_dim, "E, the value head dim (default: D)")->check(flags::positive());
        app.add_option("--min-seq", a->min_seq, "Smallest N; the sweep doubles N up to --max-seq")
            ->capture_default_str()
-           ->check(CLI::PositiveNumber);
-       app.add_option("--max-seq", a->max_seq, "Largest N")->capture_default_str()->check(CLI::PositiveNumber);
+           ->check(flags::bounded(1, limits::kMaxSequence));
+       app.add_option("--max-seq", a->max_seq, "Largest N")
+           ->capture_default_str()
+           ->check(flags::bounded(1, limits::kMaxSequence));
        app.add_option("--seq", a->seqs, "Explicit list of N (comma-separated); overrides --min-seq/--max-seq")
            ->delimiter(',')
-           ->check(CLI::PositiveNumber);
+           ->check(flags::bounded(1, limits::kMaxSequence));
        app.add_option("--methods", a->methods,
                       "Comma-separated subset of softmax,linear,causal,recurrent,performer (alias favor),linformer "
                       "and the decayed retention,lightning,simple_gla,gla (default: softmax,linear,causal,performer,"
                       "linformer)")
            ->delimiter(',')
-           ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
+           ->transform(flags::choice(op_names()))
            ->option_text("OP,...");
        app.add_option("--out", a->out, "Output folder for compare.json, compare.csv, compare.gp, compare.png")
            ->capture_default_str();
        app.add_option("--threads", a->measure.threads, "Threads (linattn::set_num_threads); 0: the default")
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::threads());
        app.add_option("--budget", a->measure.budget_seconds, "Seconds of repetitions per timing, after a warm-up")
            ->capture_default_str()
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::finite(0, limits::kMaxBudgetSeconds));
        app.add_option("--min-reps", a->measure.min_reps, "Fewest repetitions per timing")
            ->capture_default_str()
-           ->check(CLI::Range(1, 1000));
+           ->check(flags::bounded(1, 1000));
        app.add_flag("!--no-backward", a->measure.backward, "Time the forward only");
        app.add_flag("!--no-plot", a->plot, "Do not run gnuplot");
        app.add_option("--features", a->features, "Performer: random features M (0: default)")
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--projected", a->projected, "Linformer: projected length k (0: min(N, 256))")
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::non_negative());
        app.add_option("--seed", a->seed, "Seed of the N(0,1) inputs and random features");
        app.footer(
            "Each (N, method) runs in a forked child: times are medians after a warm-up; peak memory is the growth "
            "of that child's VmHWM (inputs, outputs, gradients and scratch). The error is max|out - out_softmax| / "
-           "max|out_softmax| on the same inputs (causal methods against causal softmax). Exit 3: the estimated "
-           "memory of some configuration exceeds MemAvailable.");
+           "max|out_softmax| on the same inputs (causal methods against causal softmax). " +
+           std::string(kErrorAboveOne) + " Exit 3: the estimated memory of some configuration exceeds MemAvailable.");
+       flags::examples(app, {"linattn compare --max-seq 4096 --out out/compare",
+                             "linattn compare --seq 1024,4096 --methods softmax,causal --no-backward --threads 4",
+                             "gnuplot compare.gp   # from the --out folder: redraws compare.png"});
        return [a] { return compare(*a); };
      }}};
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/command.hpp"
+#include "common/flags.hpp"
 #include "common/memory.hpp"
 #include "common/table.hpp"
 
@@ -117,13 +118,13 @@ int explain(const ExplainArgs& a) {
 const Registrar registrar{
     {"explain", "Show the seed's two data flows with real shapes, flops and memory", 20, [](CLI::App& app) {
        auto a = std::make_shared<ExplainArgs>();
-       app.add_option("--batch", a->batch, "B")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--heads", a->heads, "H")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--seq", a->seq, "N")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--dim", a->dim, "D")->capture_default_str()->check(CLI::PositiveNumber);
-       app.add_option("--value-dim", a->value_dim, "E (default: D)")->check(CLI::PositiveNumber);
-       app.add_option("--features", a->features, "M, the feature dim (default: D, as elu+1)")
-           ->check(CLI::PositiveNumber);
+       app.add_option("--batch", a->batch, "B")->capture_default_str()->check(flags::positive());
+       app.add_option("--heads", a->heads, "H")->capture_default_str()->check(flags::positive());
+       app.add_option("--seq", a->seq, "N")->capture_default_str()->check(flags::positive());
+       app.add_option("--dim", a->dim, "D")->capture_default_str()->check(flags::positive());
+       app.add_option("--value-dim", a->value_dim, "E (default: D)")->check(flags::positive());
+       app.add_option("--features", a->features, "M, the feature dim (default: D, as elu+1)")->check(flags::positive());
+       flags::examples(app, {"linattn explain", "linattn explain --seq 65536 --dim 128"});
        return [a] { return explain(*a); };
      }}};
 

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "common/command.hpp"
+#include "common/flags.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/model/data.hpp"
 #include "linattn/model/model_file.hpp"
 #include "linattn/random.hpp"
@@ -136,23 +138,28 @@ const Registrar registrar{
        app.add_option("--attention", a->attention,
                       "The attention the model must have (softmax, linear, favor, retnet, gla; the model file records "
                       "it): refuse a model of another kind")
-           ->check(CLI::IsMember({"softmax", "linear", "favor", "retnet", "gla"}));
+           ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla"}));
        app.add_option("--prompt", a->prompt, "Text to start from (characters of the model's vocabulary)");
-       app.add_option("--tokens", a->tokens, "Tokens to generate")->check(CLI::PositiveNumber)->capture_default_str();
+       app.add_option("--tokens", a->tokens, "Tokens to generate")
+           ->check(flags::bounded(1, limits::kMaxGenerateTokens))
+           ->capture_default_str();
        app.add_option("--temperature", a->temperature, "Sampling temperature (0: always the most likely token)")
-           ->check(CLI::NonNegativeNumber)
+           ->check(flags::non_negative())
            ->capture_default_str();
        app.add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
        app.add_option("--threads", a->threads, "Threads (linattn::set_num_threads); 0: the default")
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::threads());
        app.add_option("--speed-contexts", a->speed_contexts,
                       "Instead of sampling: time single-token steps after each of these context lengths")
            ->delimiter(',')
-           ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
+           ->check(flags::bounded(1, limits::kMaxGenerateTokens));
        app.add_option("--speed-tokens", a->speed_tokens, "Timed steps per context")
-           ->check(CLI::PositiveNumber)
+           ->check(flags::bounded(1, limits::kMaxGenerateTokens))
            ->capture_default_str();
        app.add_option("--speed-csv", a->speed_csv, "Write the speed table here as CSV");
+       flags::examples(app,
+                       {"linattn generate --model copy.model --prompt \"abc|\" --tokens 20",
+                        "linattn generate --model text.model --prompt \"Love, n.\" --tokens 200 --temperature 0.8"});
        return [a] { return generate(*a); };
      }}};
 

@@ -11,11 +11,14 @@
 #include <vector>
 
 #include "common/command.hpp"
+#include "common/flags.hpp"
 #include "common/memory.hpp"
 #include "common/tensor_files.hpp"
 #include "common/workload.hpp"
 #include "linattn/error.hpp"
 #include "linattn/favor.hpp"
+#include "linattn/file_io.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/npy.hpp"
@@ -65,6 +68,9 @@ struct Tensors {
 
 // The shape in a file's header, read without loading the data (for the memory estimate).
 std::vector<int64_t> header_shape(const std::string& path) {
+  // Not a regular file (a FIFO would block here): load() refuses it with the path in its message.
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return {};
   std::ifstream in(path, std::ios::binary);
   std::string head(1 << 16, '\0');
   in.read(head.data(), std::streamsize(head.size()));
@@ -341,16 +347,23 @@ int run(RunArgs& a) {
   else
     run_fast(a, t);
 
-  // Written only once everything has been computed: a failure above leaves no output behind.
-  save_tensor(t.out);
-  if (!a.lse.empty()) npy::save(a.lse, std::vector<int64_t>{B, H, Nq}, t.lse);
+  // Written only once everything has been computed, and as one set (docs/reliability.md): every file
+  // goes to a temporary first, so that a full disk or a kill leaves all the old outputs, and only then
+  // are they renamed in, under a journal that the next run finishes if a kill falls between renames.
+  FileSet outputs;
+  const auto add = [&](const FileTensor& x) {
+    outputs.add(x.path, npy::serialize(file_shape(x.layout, x.extent()), x.data));
+  };
+  add(t.out);
+  if (!a.lse.empty()) outputs.add(a.lse, npy::serialize(std::vector<int64_t>{B, H, Nq}, t.lse));
   if (t.dout) {
-    save_tensor(*t.dq);
-    save_tensor(*t.dk);
-    save_tensor(*t.dv);
-    if (t.E) npy::save(a.dproj_e.empty() ? sibling(a.out, "dE.npy") : a.dproj_e, t.E->shape, t.dE);
-    if (t.F) npy::save(a.dproj_f.empty() ? sibling(a.out, "dF.npy") : a.dproj_f, t.F->shape, t.dF);
+    add(*t.dq);
+    add(*t.dk);
+    add(*t.dv);
+    if (t.E) outputs.add(a.dproj_e.empty() ? sibling(a.out, "dE.npy") : a.dproj_e, npy::serialize(t.E->shape, t.dE));
+    if (t.F) outputs.add(a.dproj_f.empty() ? sibling(a.out, "dF.npy") : a.dproj_f, npy::serialize(t.F->shape, t.dF));
   }
+  outputs.commit();
   return kExitOk;
 }
 
@@ -373,13 +386,13 @@ const Registrar registrar{
                       "attention with FAVOR+ features) or linformer (softmax over keys and values projected by "
                       "--proj-e/--proj-f)")
            ->capture_default_str()
-           ->transform(CLI::CheckedTransformer(op_names(), CLI::ignore_case))
+           ->transform(flags::choice(op_names()))
            ->option_text("OP");
        app.add_option("--feature-map", a->feature_map, "Linear attention's φ: elu (elu+1), relu or identity")
            ->capture_default_str()
-           ->check(CLI::IsMember({"elu", "relu", "identity"}));
+           ->check(flags::one_of({"elu", "relu", "identity"}));
        app.add_option("--features", a->features, "Performer: random features m (0: default for D)")
-           ->check(CLI::NonNegativeNumber);
+           ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--seed", a->seed, "Performer: seed of the random features");
        app.add_option("--proj-e", a->proj_e,
                       "Linformer: E .npy, float32 [P, N_max] (one for all heads) or [H, P, N_max]; projects the keys, "
@@ -395,17 +408,21 @@ const Registrar registrar{
        app.add_flag("!--no-normalize", a->normalize, "Linear: out = φ(q)ᵀS without the normaliser");
        app.add_option("--chunk-size", a->chunk_size, "Causal linear: tokens per chunk")
            ->capture_default_str()
-           ->check(CLI::PositiveNumber);
+           ->check(flags::bounded(1, limits::kMaxChunkSize));
        app.add_option("--layout", a->layout, "Axis order of every file: bnhd [B, N, H, D] or bhnd [B, H, N, D]")
-           ->transform(CLI::CheckedTransformer(
-               std::map<std::string, Layout>{{"bnhd", Layout::bnhd}, {"bhnd", Layout::bhnd}}, CLI::ignore_case))
+           ->transform(flags::choice(std::map<std::string, Layout>{{"bnhd", Layout::bnhd}, {"bhnd", Layout::bhnd}}))
            ->option_text("bnhd|bhnd");
        app.add_flag("--reference", a->reference, "Run the fp64 oracle (O(N²), slow) instead of the fast operator");
-       app.add_option("--threads", a->threads, "Threads; 0: the default")->check(CLI::NonNegativeNumber);
+       app.add_option("--threads", a->threads, "Threads; 0: the default")->check(flags::threads());
        app.footer(
            "Exit codes: 0 done, 1 a bad or mismatched input file (message names the flag and path), 2 a bad flag, "
            "3 the inputs would need more memory than MemAvailable. Outputs are written only after everything is "
-           "computed, each atomically.");
+           "computed, as one set: all new or all old (a .OUT.set journal beside --out marks a set a kill interrupted; "
+           "the next run finishes it).");
+       flags::examples(app,
+                       {"linattn run --q q.npy --k k.npy --v v.npy --out out.npy --op causal",
+                        "linattn run --q q.npy --k k.npy --v v.npy --dout dout.npy --out out.npy --op softmax --causal",
+                        "linattn run --q q.npy --k k.npy --v v.npy --out ref.npy --op linear --reference"});
        return [a] { return run(*a); };
      }}};
 

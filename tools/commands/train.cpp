@@ -5,13 +5,16 @@
 
 #include <CLI/CLI.hpp>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "common/command.hpp"
+#include "common/flags.hpp"
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/threads.hpp"
 
 namespace linattn::cli {
@@ -21,7 +24,7 @@ struct TrainArgs {
   model::ModelConfig config;
   model::TrainOptions options;
   std::string attention = "linear";
-  std::string resume, out, csv;
+  std::string resume, out = "linattn.model", csv;
   int64_t log_every = 50;
   int threads = 0;
 };
@@ -36,14 +39,54 @@ std::string duration(double seconds) {
   return text;
 }
 
-int train(TrainArgs& a) {
+// Set by SIGINT / SIGTERM: the loop saves a checkpoint after the step in flight and stops.
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void request_stop(int signal) { g_stop = signal; }
+
+// With --resume, a flag given on the command line that fixes the model or the run must agree with the
+// checkpoint (a resumed run repeats the original exactly); --steps is the one stated override.
+void check_resume_flags(const CLI::App& app, const TrainArgs& a, const model::Trainer& t) {
+  const model::ModelConfig& c = t.model().config();
+  const model::TrainOptions& o = t.options();
+  const std::pair<const char*, std::pair<std::string, std::string>> fixed[] = {
+      {"--task", {a.options.task, o.task}},
+      {"--attention", {a.attention, model::attention_name(c.attention)}},
+      {"--batch", {std::to_string(a.options.batch), std::to_string(o.batch)}},
+      {"--seq-len", {std::to_string(a.options.seq_len), std::to_string(o.seq_len)}},
+      {"--d-model", {std::to_string(a.config.d_model), std::to_string(c.d_model)}},
+      {"--layers", {std::to_string(a.config.layers), std::to_string(c.layers)}},
+      {"--heads", {std::to_string(a.config.heads), std::to_string(c.heads)}},
+      {"--mlp-hidden", {std::to_string(a.config.mlp_hidden), std::to_string(c.mlp_hidden)}},
+      {"--favor-features", {std::to_string(a.config.favor_features), std::to_string(c.favor_features)}},
+      {"--chunk-size", {std::to_string(a.config.chunk_size), std::to_string(c.chunk_size)}},
+      {"--seed", {std::to_string(a.options.seed), std::to_string(o.seed)}},
+      {"--init-seed", {std::to_string(a.config.init_seed), std::to_string(c.init_seed)}},
+      {"--warmup", {std::to_string(a.options.warmup), std::to_string(o.warmup)}},
+      {"--lr", {std::to_string(a.options.lr), std::to_string(o.lr)}},
+      {"--min-lr", {std::to_string(a.options.min_lr), std::to_string(o.min_lr)}},
+      {"--weight-decay", {std::to_string(a.options.weight_decay), std::to_string(o.weight_decay)}},
+      {"--clip", {std::to_string(a.options.clip), std::to_string(o.clip)}}};
+  for (const auto& [flag, values] : fixed)
+    if (app.count(flag) > 0 && values.first != values.second)
+      throw UsageError(std::string(flag) + " is " + values.first + ", but the checkpoint " + a.resume + " has " +
+                       values.second + ": a resumed run keeps the checkpoint's model and options (drop " + flag +
+                       "; only --steps may change)");
+}
+
+int train(const CLI::App& app, TrainArgs& a) {
   set_num_threads(a.threads);
-  if (!a.resume.empty()) {
-    // A resumed run takes its config and options from the checkpoint, so that it repeats exactly.
+  const bool resuming = !a.resume.empty();
+  if (resuming) {
+    // A resumed run takes its config and options from the checkpoint, so that it repeats exactly;
+    // the paths (data, checkpoints) come from this command line, never from the file.
+    if (app.count("--checkpoint-every") > 0 || app.count("--eval-every") > 0 || app.count("--eval-batches") > 0)
+      throw UsageError("--checkpoint-every/--eval-every/--eval-batches: a resumed run keeps the checkpoint's");
   } else {
     a.config.attention = model::attention_by_name(a.attention);
     if (a.options.task == "text" && a.options.data.empty()) throw UsageError("--task text needs --data FILE");
     if (a.options.min_lr > a.options.lr) a.options.min_lr = a.options.lr;
+    // A killed run loses at most --checkpoint-every steps: checkpoints go beside the model by default.
+    if (a.options.checkpoint.empty()) a.options.checkpoint = a.out + ".ckpt";
     // Flags that do not fit together are usage errors (exit 2), found before any data is read.
     try {
       model::ModelConfig shape = a.config;
@@ -54,17 +97,29 @@ int train(TrainArgs& a) {
       throw UsageError(e.what());
     }
   }
-  model::Trainer trainer = a.resume.empty() ? model::Trainer(a.config, a.options) : model::Trainer::resume(a.resume);
+  model::Trainer trainer =
+      resuming ? model::Trainer::resume(a.resume, model::ResumeOptions{a.options.data, a.options.checkpoint,
+                                                                       app.count("--steps") ? a.options.steps : 0})
+               : model::Trainer(a.config, a.options);
+  if (resuming) check_resume_flags(app, a, trainer);
   const model::ModelConfig& c = trainer.model().config();
   const model::TrainOptions& o = trainer.options();
   std::printf("train: task %s%s%s, attention %s, d_model %" PRId64 ", layers %" PRId64 ", heads %" PRId64
               ", %zu parameters; batch %" PRId64 " x %" PRId64 " tokens, %" PRId64 " steps%s\n",
               o.task.c_str(), o.data.empty() ? "" : " ", o.data.c_str(), model::attention_name(c.attention), c.d_model,
               c.layers, c.heads, trainer.model().params().size(), o.batch, o.seq_len, o.steps,
-              a.resume.empty() ? "" : (" (resumed at step " + std::to_string(trainer.step()) + ")").c_str());
+              resuming ? (" (resumed at step " + std::to_string(trainer.step()) + ")").c_str() : "");
+  if (resuming && app.count("--steps"))
+    std::printf("steps: %" PRId64 " (--steps overrides the checkpoint's; the learning-rate schedule follows it)\n",
+                o.steps);
+  std::printf("model: %s%s; checkpoints: %s every %" PRId64 " steps and on SIGINT/SIGTERM\n", a.out.c_str(),
+              app.count("--out") ? "" : " (the default; --out FILE to choose)", o.checkpoint.c_str(),
+              o.checkpoint_every > 0 ? o.checkpoint_every : o.steps);
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
   std::fflush(stdout);
   std::string curve = "step,loss,lr,grad_norm,tokens_per_s,eval_loss,eval_bits_per_token,eval_accuracy\n";
-  trainer.run(
+  const bool finished = trainer.run(
       [&](const model::Progress& p) {
         std::printf("step %6" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  tok/s %8.0f  ETA %s", p.step, p.steps, p.loss,
                     p.lr, p.tokens_per_s, duration(p.eta_s).c_str());
@@ -84,12 +139,18 @@ int train(TrainArgs& a) {
         std::printf("\n");
         std::fflush(stdout);
       },
-      a.log_every);
-  if (!a.out.empty()) {
-    trainer.save_model(a.out);
-    std::printf("model: %s\n", a.out.c_str());
+      a.log_every, [] { return g_stop != 0; });
+  if (!finished) {
+    std::printf("stopped by a signal at step %" PRId64
+                ": checkpoint %s (continue with: linattn train --resume %s%s%s)\n",
+                trainer.step(), o.checkpoint.c_str(), o.checkpoint.c_str(), o.task == "text" ? " --data " : "",
+                o.task == "text" ? o.data.c_str() : "");
+    std::fflush(stdout);
+    return 128 + int(g_stop);  // the shell's code for a command ended by that signal
   }
-  if (!o.checkpoint.empty()) std::printf("checkpoint: %s\n", o.checkpoint.c_str());
+  trainer.save_model(a.out);
+  std::printf("model: %s\n", a.out.c_str());
+  std::printf("checkpoint: %s\n", o.checkpoint.c_str());
   if (!a.csv.empty()) {
     write_file_atomically(a.csv, curve);
     std::printf("loss curve: %s\n", a.csv.c_str());
@@ -104,68 +165,81 @@ const Registrar registrar{
        auto a = std::make_shared<TrainArgs>();
        model::TrainOptions& o = a->options;
        model::ModelConfig& c = a->config;
+       o.checkpoint_every = 500;  // the command's default: a killed run loses at most 500 steps
        app.add_option("--task", o.task, "copy (repeat the first half) or text (character level, needs --data)")
-           ->check(CLI::IsMember({"copy", "text"}))
+           ->check(flags::one_of({"copy", "text"}))
            ->capture_default_str();
        app.add_option("--data", o.data, "Text file for --task text (e.g. data/devils_dictionary.txt)");
        app.add_option("--attention", a->attention,
                       "softmax, linear (elu+1), favor (Performer), retnet (retention, a fixed decay per head) or gla "
                       "(gated linear attention, a learned decay per key dimension)")
-           ->check(CLI::IsMember({"softmax", "linear", "favor", "retnet", "gla"}))
+           ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla"}))
            ->capture_default_str();
-       app.add_option("--steps", o.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
-       app.add_option("--batch", o.batch, "Sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
+       app.add_option("--steps", o.steps, "Optimizer steps")
+           ->check(flags::bounded(1, limits::kMaxSteps))
+           ->capture_default_str();
+       app.add_option("--batch", o.batch, "Sequences per step")
+           ->check(flags::bounded(1, limits::kMaxBatch))
+           ->capture_default_str();
        app.add_option("--seq-len", o.seq_len, "Tokens per sequence")
-           ->check(CLI::Range(2, 1 << 20))
+           ->check(flags::bounded(2, limits::kMaxSeqLen))
            ->capture_default_str();
-       app.add_option("--lr", o.lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+       app.add_option("--lr", o.lr, "Peak learning rate")->check(flags::positive())->capture_default_str();
        app.add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine")
-           ->check(CLI::NonNegativeNumber)
+           ->check(flags::non_negative())
            ->capture_default_str();
-       app.add_option("--warmup", o.warmup, "Linear warmup steps")
-           ->check(CLI::NonNegativeNumber)
-           ->capture_default_str();
+       app.add_option("--warmup", o.warmup, "Linear warmup steps")->check(flags::non_negative())->capture_default_str();
        app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay")
-           ->check(CLI::NonNegativeNumber)
+           ->check(flags::non_negative())
            ->capture_default_str();
        app.add_option("--clip", o.clip, "Global gradient-norm clip (0: none)")
-           ->check(CLI::NonNegativeNumber)
+           ->check(flags::non_negative())
            ->capture_default_str();
        app.add_option("--seed", o.seed, "Data seed (batches are a function of seed and step)")->capture_default_str();
        app.add_option("--init-seed", c.init_seed, "Weight initialisation seed")->capture_default_str();
-       app.add_option("--d-model", c.d_model, "Model width C")->check(CLI::Range(1, 4096))->capture_default_str();
-       app.add_option("--layers", c.layers, "Blocks")->check(CLI::Range(1, 64))->capture_default_str();
+       app.add_option("--d-model", c.d_model, "Model width C")->check(flags::bounded(1, 4096))->capture_default_str();
+       app.add_option("--layers", c.layers, "Blocks")->check(flags::bounded(1, 64))->capture_default_str();
        app.add_option("--heads", c.heads, "Attention heads (must divide --d-model)")
-           ->check(CLI::Range(1, 256))
+           ->check(flags::bounded(1, 256))
            ->capture_default_str();
        app.add_option("--mlp-hidden", c.mlp_hidden, "MLP inner width")
-           ->check(CLI::Range(1, 65536))
+           ->check(flags::bounded(1, 65536))
            ->capture_default_str();
        app.add_option("--favor-features", c.favor_features, "Performer random features per head")
-           ->check(CLI::Range(1, 65536))
+           ->check(flags::bounded(1, limits::kMaxFavorFeatures))
            ->capture_default_str();
        app.add_option("--chunk-size", c.chunk_size, "Causal linear / decayed attention chunk")
-           ->check(CLI::Range(1, 65536))
+           ->check(flags::bounded(1, limits::kMaxChunkSize))
            ->capture_default_str();
        app.add_option("--eval-every", o.eval_every, "Held-out evaluation every N steps (0: at the end only)")
-           ->check(CLI::NonNegativeNumber)
+           ->check(flags::non_negative())
            ->capture_default_str();
        app.add_option("--eval-batches", o.eval_batches, "Held-out batches per evaluation")
-           ->check(CLI::PositiveNumber)
+           ->check(flags::positive())
            ->capture_default_str();
-       app.add_option("--checkpoint", o.checkpoint, "Checkpoint file (weights, AdamW state, step, options)");
-       app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps (0: at the end only)")
-           ->check(CLI::NonNegativeNumber)
+       app.add_option("--checkpoint", o.checkpoint,
+                      "Checkpoint file (weights, AdamW state, step, options); default: --out's path + .ckpt, with "
+                      "--resume: the resumed file");
+       app.add_option("--checkpoint-every", o.checkpoint_every,
+                      "Checkpoint every N steps (0: at the end only); also on SIGINT/SIGTERM")
+           ->check(flags::non_negative())
            ->capture_default_str();
-       app.add_option("--resume", a->resume, "Continue the run saved in this checkpoint (its options win)");
-       app.add_option("--out", a->out, "Write the trained model here (for linattn generate)");
+       app.add_option("--resume", a->resume,
+                      "Continue the run saved in this checkpoint: its model and options (flags that differ are an "
+                      "error; --steps extends the run; --data must name the text file again)");
+       app.add_option("--out", a->out, "Write the trained model here (for linattn generate)")->capture_default_str();
        app.add_option("--csv", a->csv, "Write the loss curve (one row per report) here");
        app.add_option("--log-every", a->log_every, "Print progress every N steps")
-           ->check(CLI::PositiveNumber)
+           ->check(flags::positive())
            ->capture_default_str();
        app.add_option("--threads", a->threads, "Threads (linattn::set_num_threads); 0: the default")
-           ->check(CLI::NonNegativeNumber);
-       return [a] { return train(*a); };
+           ->check(flags::threads());
+       flags::examples(app, {"linattn train --task copy --attention linear --steps 3000 --out copy.model",
+                             "linattn train --task text --data data/devils_dictionary.txt --attention softmax --out "
+                             "text.model",
+                             "linattn train --resume copy.model.ckpt --out copy.model   # after Ctrl-C or a kill",
+                             "linattn train --resume copy.model.ckpt --steps 6000 --out copy.model"});
+       return [a, &app] { return train(app, *a); };
      }}};
 
 }  // namespace

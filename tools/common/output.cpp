@@ -42,8 +42,9 @@ std::string run_gnuplot(const std::filesystem::path& folder, const std::string& 
   const std::string folder_name = folder.string();
   posix_spawn_file_actions_addchdir_np(&actions, folder_name.c_str());
   const std::string script_path = script;
-  char arg0[] = "gnuplot";
-  char* argv[] = {arg0, const_cast<char*>(script_path.c_str()), nullptr};
+  char arg0[] = "gnuplot", arg1[] = "-e";
+  const std::string set_png = "png='" + temp_png + "'";
+  char* argv[] = {arg0, arg1, const_cast<char*>(set_png.c_str()), const_cast<char*>(script_path.c_str()), nullptr};
   pid_t pid = 0;
   const int spawned = posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -63,6 +64,10 @@ std::string run_gnuplot(const std::filesystem::path& folder, const std::string& 
     return "cannot rename the plot to " + (folder / png).string() + ": " + error.message();
   }
   return "";
+}
+
+std::string plot_output(const std::string& stem) {
+  return "if (!exists('png')) png = '" + stem + ".png'\nset output png\n";
 }
 
 void write_plot(const std::filesystem::path& folder, const std::string& stem, const std::string& script) {

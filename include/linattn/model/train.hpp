@@ -43,20 +43,31 @@ struct Progress {
   std::optional<EvalResult> eval;
 };
 
+// What a resumed run takes from the command line rather than from the checkpoint. A checkpoint is
+// untrusted: its stored data= and checkpoint= paths are never opened or written.
+struct ResumeOptions {
+  std::string data;        // the text file of task "text" (its vocabulary must match the checkpoint's)
+  std::string checkpoint;  // where the resumed run's checkpoints go ("": over the checkpoint it resumes)
+  int64_t steps = 0;       // > 0: a stated override of the stored steps (≥ the step reached)
+};
+
 class Trainer {
  public:
   // config.vocab_size is taken from the task's tokenizer.
   Trainer(ModelConfig config, TrainOptions options);
   // Continues the run saved in a checkpoint: its config, options, weights, step and moments.
-  static Trainer resume(const std::filesystem::path& checkpoint);
+  static Trainer resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume = {});
 
   // One optimizer step on the next batch; returns its loss (before the update).
   double train_step();
   // Held-out loss and accuracy (reuses the model's activation buffers).
   EvalResult evaluate(int64_t max_batches);
   // Trains to options().steps, calling report after every log_every steps, after each evaluation
-  // and at the end, and saving checkpoints as the options say.
-  void run(const std::function<void(const Progress&)>& report, int64_t log_every = 10);
+  // and at the end, and saving checkpoints as the options say. `stop` is asked after every step; when
+  // it says true, run saves a checkpoint (if the options name one) and returns false. Returns true
+  // once the last step is done.
+  bool run(const std::function<void(const Progress&)>& report, int64_t log_every = 10,
+           const std::function<bool()>& stop = {});
 
   void save_checkpoint(const std::filesystem::path& path) const;
   // Weights only: what `linattn generate` reads.

@@ -37,7 +37,7 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
 // row 0 ([N + 1] ascending from 0 to T; B must be 1), in state order. Shared by the delta rule.
 std::vector<DecaySequence> packed_sequences(const char* op, int64_t B, int64_t T, std::span<const int64_t> cu_seqlens);
 // A decoding state made for the recurrence `name` (by RecurrentState(B, H, K, V, name_call)) whose
-// extents match q [B, T, H, K] and v [B, T, H, V].
+// extents match q [B, T, H, K] and v [B, T, H, V], at a position that q's tokens can advance.
 void check_decode_state(const char* op, const RecurrentState& state, const std::string& name, const char* name_call,
                         ConstTensorView q, ConstTensorView v);
 // A state argument (`name`) of exactly N·H·K·V elements, or empty when `optional`.

@@ -21,7 +21,7 @@ struct ChunkScratch {
   int64_t ldv = 0;
   std::vector<float> num, P;  // [C, Ep], [C, Mp]
   std::vector<float> A, W;    // [C, Cp], backward only
-  std::vector<float> T;       // transposes: [max(M, E), max(Cp, Mp)]
+  std::vector<float> T;       // transposes: [max(M, E), Cp] (was max(Cp, Mp) wide: 1 GB at M = 16384)
   // The forward's output product out = [φ(Q) | A] [S; V] in one pass: X: [C, Kp] holds φ(Q) in its
   // first Mp columns and A after them; SV: [Mp + C, Ep] holds the state S in its first M rows (the
   // state lives there in both directions), zero rows up to Mp, then the chunk's values.
@@ -47,7 +47,7 @@ struct ChunkScratch {
         P(size_t(C * p.Mp)),
         A(forward ? 0 : size_t(C * Cp)),
         W(forward ? 0 : size_t(C * Cp)),
-        T(size_t(std::max(p.M, p.E) * std::max(Cp, p.Mp))),
+        T(size_t(std::max(p.M, p.E) * Cp)),
         Kp(p.Mp + Cp),
         Mp(p.Mp),
         sv_size((p.Mp + C) * p.Ep),

@@ -5,6 +5,7 @@
 
 #include "core/validate.hpp"
 #include "kernels/rows.hpp"
+#include "linattn/limits.hpp"
 #include "ops/linear/linear_common.hpp"
 
 namespace linattn {
@@ -18,6 +19,9 @@ void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
   detail::check_extent(op, "q", q, 1, 1, "one token per step");
   detail::check_extent(op, "k", k, 1, 1, "one token per step");
   detail::check_state(op, "state", state, p);
+  // Before S changes: a loaded position of INT64_MAX overflowed here and then could not be saved.
+  check_bounded("linattn::recurrent_step", "state.position()", state.position(), 0, limits::kMaxPosition - 1,
+                "the step adds one token");
   const int64_t BH = p.B * p.H, M = p.M, E = p.E;
   // φ of every head's q and k row at once: one feature-map call each.
   std::vector<float> x(size_t(BH * p.D)), phi_q(size_t(BH * M)), phi_k(size_t(BH * M)), vals(size_t(BH * E)),
