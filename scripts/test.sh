@@ -31,5 +31,11 @@ if [[ "${LINATTN_SKIP_SANITIZERS:-0}" != 1 ]]; then
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
 fi
 
-# Python module cross-checks against PyTorch, and the command's end-to-end tests.
+# libFuzzer on every reader of untrusted files, a bounded time each, under ASan + UBSan (docs/fuzzing.md).
+if [[ "${LINATTN_SKIP_FUZZ:-0}" != 1 ]]; then
+  ./scripts/fuzz.sh
+fi
+
+# Python module cross-checks against PyTorch, and the command's end-to-end tests (with the fault
+# test, tools/tests/test_faults.py: kills, a full disk and a read-only folder during writes).
 PYTHONPATH="$PWD/build/python" LINATTN_BIN="$PWD/build/tools/linattn" $python -m pytest -q python/tests tools/tests

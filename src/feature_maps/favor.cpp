@@ -26,14 +26,10 @@ T half_squared_norm(const T* x, int64_t dim) {
   return squares / (T(2) * std::sqrt(T(dim)));
 }
 
-// The query row's shift c = a* − clamp(a*, −band, band), a* = max aᵢ: 0 unless a* leaves the band.
-template <class T>
-T query_shift(T top_exponent) {
-  return top_exponent - std::clamp(top_exponent, T(-kFavorQueryBand), T(kFavorQueryBand));
-}
-
-// φ: [m] of one row from t: [m]; fp32 with one vector exp. Returns the index whose exponent sets the
-// query shift when the shift is active (c then moves with it), otherwise −1.
+// φ: [m] of one row from t: [m]; fp32 with one vector exp. A query row is shifted so that its largest
+// exponent is kFavorQueryBand: φᵢ = exp(tᵢ − t* + band)/√m (the |x̂|²/2 term is a per-row constant and
+// drops out with the shift). Returns the index of t* for a query row (c = a* − band moves with it),
+// −1 for a key row.
 int64_t features_row(float* phi, const float* t, float half_norm, int64_t m, FeatureRole role) {
   const float norm = 1.0f / std::sqrt(float(m));
   if (role == FeatureRole::key) {
@@ -41,15 +37,14 @@ int64_t features_row(float* phi, const float* t, float half_norm, int64_t m, Fea
     return -1;
   }
   const float top = kernels::row_max(t, m);
-  const float shift = query_shift(top - half_norm);
-  kernels::exp_shifted(phi, t, m, half_norm + shift, std::numeric_limits<float>::infinity(), norm);
+  kernels::exp_shifted(phi, t, m, top - float(kFavorQueryBand), std::numeric_limits<float>::infinity(), norm);
   // top is NaN (and found nowhere) when the row holds NaN: then no index, and NaN flows through φ.
-  const int64_t index = shift != 0.0f ? int64_t(std::find(t, t + m, top) - t) : m;
+  const int64_t index = int64_t(std::find(t, t + m, top) - t);
   return index < m ? index : -1;
 }
 // g: [m], holding φ, becomes the exponents' gradient gᵢ = dφᵢ φᵢ (0 where a key exponent is capped:
-// the cap is flat there). When the query shift is active, c = a_top − band moves with a_top and
-// φ_top = e^band/√m is flat, so g_top = −Σ_{i≠top} gᵢ, summed without g_top (which can be e³⁰ times
+// the cap is flat there). For a query row, c = a_top − band moves with a_top and φ_top = e^band/√m
+// is flat, so g_top = −Σ_{i≠top} gᵢ, summed without g_top (which can be e³⁰ times
 // larger: folding it in as g_top − Σ g would cancel catastrophically). Returns what multiplies
 // ∂(−|x̂|²/2)/∂x: Σ g after that fold.
 template <class T>

@@ -1,10 +1,10 @@
 // The FAVOR+ oracle, straight from the definition in include/linattn/favor.hpp, one row at a time:
 //   x̂ = x·D^(−1/4),  aᵢ = ωᵢ·x̂ − |x̂|²/2,  ∂aᵢ/∂x = ωᵢ·D^(−1/4) − x/√D
 //   key   φᵢ = exp(min(aᵢ, cap)) / √m                       ∂φᵢ/∂x = [aᵢ < cap] φᵢ ∂aᵢ/∂x
-//   query φᵢ = exp(aᵢ − c) / √m, c = a* − clamp(a*, ±band)   ∂φᵢ/∂x = φᵢ (∂aᵢ/∂x − ∂c/∂x)
-// where a* = a_top is the largest exponent and ∂c/∂x = ∂a_top/∂x when a* leaves the band, 0 inside it.
-// Outside the band the query gradient is Σᵢ dφᵢ φᵢ (ωᵢ − ω_top)·D^(−1/4): the x/√D terms cancel
-// exactly and the top feature's own term is 0, so no huge term is subtracted from another.
+//   query φᵢ = exp(aᵢ − c) / √m, c = a* − band              ∂φᵢ/∂x = φᵢ (∂aᵢ/∂x − ∂c/∂x)
+// where a* = a_top is the largest exponent and ∂c/∂x = ∂a_top/∂x. The query gradient is therefore
+// Σᵢ dφᵢ φᵢ (ωᵢ − ω_top)·D^(−1/4): the x/√D terms cancel exactly and the top feature's own term is 0,
+// so no huge term is subtracted from another.
 #include "feature_maps/favor_reference.hpp"
 
 #include <algorithm>
@@ -32,10 +32,8 @@ int64_t exponents(std::vector<double>& a, const double* x, int64_t dim, std::spa
   return top;
 }
 
-// c(q): 0 inside the band, the excess of a* beyond it otherwise.
-double query_offset(double top_exponent) {
-  return top_exponent - std::clamp(top_exponent, -kFavorQueryBand, kFavorQueryBand);
-}
+// c(q): the shift that puts the row's largest exponent at the band's top.
+double query_offset(double top_exponent) { return top_exponent - kFavorQueryBand; }
 
 }  // namespace
 
@@ -64,7 +62,7 @@ void favor_backward_reference(double* dx, const double* dphi, const double* x, i
     std::fill(g, g + dim, 0.0);
     const int64_t top = exponents(a, xr, dim, omega);
     const double c = role == FeatureRole::query ? query_offset(a[size_t(top)]) : 0.0;
-    const bool shifted = role == FeatureRole::query && c != 0.0;
+    const bool shifted = role == FeatureRole::query;
     for (int64_t i = 0; i < m; ++i) {
       if (role == FeatureRole::key && a[size_t(i)] >= kFavorKeyCap) continue;  // the cap is flat
       const double e = role == FeatureRole::key ? a[size_t(i)] : a[size_t(i)] - c;
