@@ -26,7 +26,7 @@ from conftest import assert_one_line_error, binary
 # Defect 9 of issue 17: `run` writes each output atomically but not the set, so a kill between two
 # renames leaves out.npy new and dq.npy old. Set True once `run` writes its outputs as a set; then
 # test_kill_during_run_never_mixes_old_and_new_outputs checks it.
-RUN_OUTPUT_SET_IS_ATOMIC = False
+RUN_OUTPUT_SET_IS_ATOMIC = True
 
 SEED = int(os.environ.get("LINATTN_FAULT_SEED", random.SystemRandom().randrange(1 << 30)))
 KILLS = 8  # per kind of write
