@@ -14,6 +14,7 @@ Functions take float32 numpy arrays q [B, Nq, H, D], k [B, Nk, H, D], v [B, Nk, 
 """
 
 from ._linattn import (
+    __version__,
     RecurrentState,
     has_favor,
     linear_attention,
@@ -26,6 +27,7 @@ from ._linattn import (
 )
 
 __all__ = [
+    "__version__",
     "RecurrentState",
     "has_favor",
     "linear_attention",

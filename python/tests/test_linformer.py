@@ -40,8 +40,8 @@ def make(case, seed=0):
     rng = np.random.default_rng(seed)
     u = lambda *s: rng.uniform(-1, 1, s).astype(np.float32)  # noqa: E731
     eshape = (H, P, N_max) if per_head else (P, N_max)
-    E = u(*eshape) / np.sqrt(Nk)
-    F = u(*eshape) / np.sqrt(Nk) if separate_F else None
+    E = u(*eshape) / np.float32(np.sqrt(Nk))  # a float32 divisor: numpy 2 would promote to float64
+    F = u(*eshape) / np.float32(np.sqrt(Nk)) if separate_F else None
     return u(B, Nq, H, D), u(B, Nk, H, D), u(B, Nk, H, Ev), E, F, lengths
 
 
