@@ -12,6 +12,7 @@ torch's [B, H, N, D] order instead (see docs/python.md, docs/pytorch.md).
 - reference: the same functions in fp64 on float64 arrays (the slow oracle the tests trust)
 - linattn.torch: autograd functions and nn.Module layers (imported on demand: it imports torch)
 - linattn.fla: flash-linear-attention's decayed linear attention (fla.ops names and layout; imports torch)
+- linattn.layers: fla.layers.LinearAttention with a constant-memory decoding Cache (imports torch)
 """
 
 import os
