@@ -2,7 +2,7 @@
 # Installs linattn's build and test dependencies from Debian 12's packages (idempotent).
 set -euo pipefail
 packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libomp-dev
-          libcli11-dev zlib1g-dev nlohmann-json3-dev libopenblas-dev pybind11-dev python3-dev python3-numpy
+          libcli11-dev zlib1g-dev nlohmann-json3-dev libopenblas-dev pybind11-dev python3-dev python3-venv python3-numpy
           python3-torch python3-pytest gnuplot-nox clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

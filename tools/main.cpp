@@ -12,6 +12,7 @@
 #include "common/command.hpp"
 #include "common/flags.hpp"
 #include "linattn/error.hpp"
+#include "linattn/version.hpp"
 
 namespace {
 
@@ -63,6 +64,8 @@ int main(int argc, char** argv) {
   CLI::App app{"linattn: exact softmax and linear attention over long sequences"};
   app.name("linattn");
   app.require_subcommand(1);
+  // `linattn --version` prints the version alone; it needs no subcommand (CLI11 stops at the flag).
+  app.set_version_flag("--version", std::string("linattn ") + linattn::kVersion);
   app.set_help_all_flag("--help-all", "Print the help of every subcommand");
   auto commands = registry();
   std::stable_sort(commands.begin(), commands.end(), [](const Command& a, const Command& b) {

@@ -1,7 +1,8 @@
 """linattn: exact softmax attention and linear attention over long sequences.
 
 Functions take float32 numpy arrays q [B, Nq, H, D], k [B, Nk, H, D], v [B, Nk, H, E] in any strides
-(read without a copy) and return a fresh float32 array [B, Nq, H, E]; see docs/python.md.
+(read without a copy) and return a fresh float32 array [B, Nq, H, E]; layout="bhnd" takes and returns
+torch's [B, H, N, D] order instead (see docs/python.md, docs/pytorch.md).
 
 - softmax_attention(q, k, v, *, causal=False, key_lengths=None, scale=None)
 - linear_attention(q, k, v, *, feature_map="elu", causal=False, key_lengths=None, eps=1e-6,
@@ -11,21 +12,31 @@ Functions take float32 numpy arrays q [B, Nq, H, D], k [B, Nk, H, D], v [B, Nk, 
 - reference: the same functions in fp64 on float64 arrays (the slow oracle the tests trust)
 - linattn.torch: autograd functions and nn.Module layers (imported on demand: it imports torch)
 - linattn.fla: flash-linear-attention's decayed linear attention (fla.ops names and layout; imports torch)
+- linattn.layers: fla.layers.LinearAttention with a constant-memory decoding Cache (imports torch)
 """
 
+import os
+
+# Threads that wait for work sleep instead of spinning, unless the environment says otherwise: on a
+# machine whose cores are busy (or shared with torch's own threads) spinning OpenMP threads steal the
+# cores the working ones need (docs/pytorch.md "Threads"). The OpenMP runtime reads this when it is
+# loaded, which is the next line unless torch (or another OpenMP user) was imported first.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from . import _linattn  # noqa: E402
+from ._layout import LAYOUTS, check_layout, from_bnhd, to_bnhd
 from ._linattn import (
+    __version__,
     RecurrentState,
     has_favor,
-    linear_attention,
-    linear_attention_backward,
     num_threads,
     reference,
-    set_num_threads,
-    softmax_attention,
-    softmax_attention_backward,
 )
+from ._threads import set_num_threads
 
 __all__ = [
+    "__version__",
+    "LAYOUTS",
     "RecurrentState",
     "has_favor",
     "linear_attention",
@@ -37,11 +48,42 @@ __all__ = [
     "softmax_attention_backward",
 ]
 
-# Linformer is bound when the build had include/linattn/linformer.hpp.
-from . import _linattn
 
+_ATTENTION_TENSORS = {"q", "k", "v", "dout"}  # the 4-d ones; Linformer's E and F are not
+
+
+def _with_layout(name, positional):
+    """The C++ function `name` with a layout= keyword: q, k, v (and dout) are taken in that layout and
+    the 4-d results (out, or dq, dk, dv) returned in it, as views (no copy either way)."""
+    run = getattr(_linattn, name)
+
+    def call(*args, layout="bnhd", **kwargs):
+        check_layout(layout, name)
+        if len(args) > len(positional):
+            raise TypeError(f"{name}: expected at most {len(positional)} positional arguments, got {len(args)}")
+        kwargs.update(zip(positional, args))
+        for key in _ATTENTION_TENSORS & kwargs.keys():
+            kwargs[key] = to_bnhd(kwargs[key], layout)
+        result = run(**kwargs)
+        if isinstance(result, tuple):  # (dq, dk, dv[, dE, dF]): the projections' gradients are not 4-d
+            return tuple(from_bnhd(r, layout) if i < 3 else r for i, r in enumerate(result))
+        return from_bnhd(result, layout)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = (f"{run.__doc__}\n\nlayout: \"bnhd\" (the default: q [B, Nq, H, D], k [B, Nk, H, D], v and the "
+                    f"output [B, ·, H, E]) or \"bhnd\" (torch's [B, H, N, D]; read through a transposed view, "
+                    f"no copy, and the result returned as a [B, H, N, E] view).")
+    return call
+
+
+softmax_attention = _with_layout("softmax_attention", ("q", "k", "v"))
+softmax_attention_backward = _with_layout("softmax_attention_backward", ("q", "k", "v", "dout"))
+linear_attention = _with_layout("linear_attention", ("q", "k", "v"))
+linear_attention_backward = _with_layout("linear_attention_backward", ("q", "k", "v", "dout"))
+
+# Linformer is bound when the build had include/linattn/linformer.hpp.
 for _name in ("linformer_attention", "linformer_attention_backward"):
     if hasattr(_linattn, _name):
-        globals()[_name] = getattr(_linattn, _name)
+        globals()[_name] = _with_layout(_name, ("q", "k", "v", "E", "F", "dout")[:6 if "backward" in _name else 5])
         __all__.append(_name)
 del _name

@@ -1,5 +1,17 @@
 """PyTorch autograd for linattn: functions whose backward is linattn's C++ backward, and layers.
 
+- scaled_dot_product_attention: torch.nn.functional.scaled_dot_product_attention's drop-in (its
+  [B, H, N, D] layout, top-left is_causal, masks, dropout, GQA), linattn's kernel where it applies;
+  linear_dot_product_attention: linear attention with the same layout and causal alignment.
+- softmax_attention, linear_attention, linformer_attention: linattn's operators, which take a
+  layout= argument ("bhnd": torch's [B, H, N, D]; "bnhd": [B, N, H, D]) and never guess it.
+- Attention, SoftmaxAttention, LinearAttention: nn.Module layers.
+
+softmax and linear attention are torch.library operators (linattn::*, with fake tensors and autograd)
+where torch has torch.library.custom_op (2.4 and later), so torch.compile(fullgraph=True) and
+torch.export see them as single nodes. Called from torch, linattn runs torch.get_num_threads()
+threads unless linattn.set_num_threads(n > 0) was called (docs/pytorch.md).
+
 Tensors must be on the CPU. float32 tensors run linattn's fast operators, read in place through
 `.detach().numpy()` (no copy, any strides). float64 tensors run the fp64 oracle (linattn.reference:
 O(N²), slow) so that torch.autograd.gradcheck works at fp64 tolerances; they are never rounded to
@@ -12,8 +24,15 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from . import _linattn
+from ._layout import check_layout, from_bnhd, to_bnhd
+from ._torch_threads import torch_threads
 
-__all__ = ["softmax_attention", "linear_attention", "Attention", "SoftmaxAttention", "LinearAttention"]
+_OPS = None
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
+    from . import _torch_ops as _OPS
+
+__all__ = ["scaled_dot_product_attention", "linear_dot_product_attention", "softmax_attention", "linear_attention",
+           "Attention", "SoftmaxAttention", "LinearAttention"]
 if hasattr(_linattn, "linformer_attention"):
     __all__.append("linformer_attention")
 
@@ -52,6 +71,20 @@ def _key_lengths(key_lengths):
     return np.asarray(key_lengths)
 
 
+def _key_lengths_tensor(key_lengths):
+    """key_lengths for the torch.library operators: None or an int64 CPU tensor."""
+    if key_lengths is None:
+        return None
+    if isinstance(key_lengths, torch.Tensor):
+        if key_lengths.is_floating_point() or key_lengths.is_complex() or key_lengths.dtype == torch.bool:
+            raise TypeError(f"key_lengths: expected integers, got {key_lengths.dtype}")
+        return key_lengths.detach().to(device="cpu", dtype=torch.int64)
+    array = np.asarray(key_lengths)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"key_lengths: expected integers, got {array.dtype}")
+    return torch.from_numpy(array.astype(np.int64))
+
+
 class _Operator(torch.autograd.Function):
     """out = linattn.<name>(*tensors, **options), with linattn.<name>_backward(*tensors, dout, **options)
     as its backward: one gradient per tensor (None for an absent F).
@@ -61,6 +94,11 @@ class _Operator(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, options, *tensors):
+        with torch_threads():
+            return _Operator._forward(ctx, name, options, *tensors)
+
+    @staticmethod
+    def _forward(ctx, name, options, *tensors):
         ctx.backend, ctx.name, ctx.options = _backend(tensors), name, options
         saving = getattr(ctx.backend, f"_{name}_saving", None)
         arrays = [_array(t) for t in tensors]
@@ -76,6 +114,11 @@ class _Operator(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
+        with torch_threads():
+            return _Operator._backward(ctx, dout)
+
+    @staticmethod
+    def _backward(ctx, dout):
         saved = ctx.saved_tensors
         dout = _array(dout.to(saved[0].dtype))
         if ctx.lse is None:
@@ -87,37 +130,66 @@ class _Operator(torch.autograd.Function):
         return (None, None, *(None if g is None else torch.from_numpy(g) for g in grads))
 
 
-def softmax_attention(q, k, v, *, causal=False, key_lengths=None, scale=None):
-    """softmax(q kᵀ · scale) v for q [B, Nq, H, D], k [B, Nk, H, D], v [B, Nk, H, E] -> [B, Nq, H, E].
-
-    scale defaults to 1/√D; causal aligns bottom-right (query i sees keys j ≤ i + Nk − Nq);
-    key_lengths [B]: batch b sees keys j < key_lengths[b]. A row that sees no key outputs 0.
-    """
+def _softmax_bnhd(q, k, v, causal, key_lengths, scale):
+    """softmax attention on [B, N, H, D] tensors (views of any strides), bottom-right causal."""
+    if _OPS is not None:
+        _backend((q, k, v))
+        out, _ = _OPS.softmax_forward(q, k, v, bool(causal), None if scale is None else float(scale),
+                                      _key_lengths_tensor(key_lengths))
+        return out
     options = dict(causal=bool(causal), key_lengths=_key_lengths(key_lengths), scale=scale)
     return _Operator.apply("softmax_attention", options, q, k, v)
 
 
-def linear_attention(q, k, v, *, feature_map="elu", causal=False, key_lengths=None, eps=1e-6, n_features=None,
-                     seed=0):
-    """φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), the sums over j < key_lengths[b]
-    (and j ≤ i + Nk − Nq when causal).
-
-    feature_map: "elu" (elu + 1, the default), "relu", "identity", or "favor" (Performer random
-    features with n_features and seed) where built in.
-    """
+def _linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed):
+    """linear attention on [B, N, H, D] tensors (views of any strides), bottom-right causal."""
+    if _OPS is not None:
+        _backend((q, k, v))
+        return _OPS.linear_forward(q, k, v, str(feature_map), bool(causal), float(eps), n_features, int(seed),
+                                   _key_lengths_tensor(key_lengths))
     options = dict(feature_map=feature_map, causal=bool(causal), key_lengths=_key_lengths(key_lengths),
                    eps=float(eps), n_features=n_features, seed=seed)
     return _Operator.apply("linear_attention", options, q, k, v)
 
 
-def linformer_attention(q, k, v, E, F=None, *, key_lengths=None, scale=None):
-    """Linformer: softmax(q (E k)ᵀ · scale) (F v), keys and values projected along the sequence.
+def softmax_attention(q, k, v, *, layout=None, causal=False, key_lengths=None, scale=None):
+    """softmax(q kᵀ · scale) v; layout "bhnd": q [B, H, Nq, D], k [B, H, Nk, D], v [B, H, Nk, E] ->
+    [B, H, Nq, E] (torch's order), or "bnhd": q [B, Nq, H, D], ... -> [B, Nq, H, E]. No default: a
+    4-d shape does not say which (TypeError when not given).
+
+    scale defaults to 1/√D; causal aligns bottom-right (query i sees keys j ≤ i + Nk − Nq; torch's
+    is_causal is top-left: scaled_dot_product_attention has that); key_lengths [B]: batch b sees keys
+    j < key_lengths[b]. A row that sees no key outputs 0.
+    """
+    check_layout(layout, "softmax_attention")
+    q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
+    return from_bnhd(_softmax_bnhd(q, k, v, causal, key_lengths, scale), layout)
+
+
+def linear_attention(q, k, v, *, layout=None, feature_map="elu", causal=False, key_lengths=None, eps=1e-6,
+                     n_features=None, seed=0):
+    """φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), the sums over j < key_lengths[b]
+    (and j ≤ i + Nk − Nq when causal: bottom-right). layout: "bhnd" or "bnhd", as softmax_attention.
+
+    feature_map: "elu" (elu + 1, the default), "relu", "identity", or "favor" (Performer random
+    features with n_features and seed) where built in.
+    """
+    check_layout(layout, "linear_attention")
+    q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
+    return from_bnhd(_linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed), layout)
+
+
+def linformer_attention(q, k, v, E, F=None, *, layout=None, key_lengths=None, scale=None):
+    """Linformer: softmax(q (E k)ᵀ · scale) (F v), keys and values projected along the sequence;
+    layout: "bhnd" or "bnhd", as softmax_attention (E and F are not 4-d).
 
     E, F: [P, N_max] (shared by the heads) or [H, P, N_max]; F None: values are projected by E too.
     A sequence of Nk ≤ N_max keys uses the leading Nk columns. Differentiable in q, k, v, E and F.
     """
+    check_layout(layout, "linformer_attention")
+    q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
     options = dict(key_lengths=_key_lengths(key_lengths), scale=scale)
-    return _Operator.apply("linformer_attention", options, q, k, v, E, F)
+    return from_bnhd(_Operator.apply("linformer_attention", options, q, k, v, E, F), layout)
 
 
 class Attention(nn.Module):
@@ -161,7 +233,7 @@ class Attention(nn.Module):
         k = self.k_proj(context).view(B, Nk, H, self.head_dim)
         v = self.v_proj(context).view(B, Nk, H, self.value_dim)
         attend = linear_attention if self.attention == "linear" else softmax_attention
-        out = attend(q, k, v, causal=self.causal, key_lengths=key_lengths, **self.options)
+        out = attend(q, k, v, layout="bnhd", causal=self.causal, key_lengths=key_lengths, **self.options)
         return self.out_proj(out.reshape(B, Nq, H * self.value_dim))
 
     def extra_repr(self):
@@ -182,3 +254,7 @@ class LinearAttention(Attention):
     def __init__(self, d_model, n_heads, causal=False, **kwargs):
         super().__init__(d_model, n_heads, "linear", causal, **kwargs)
 
+
+
+# torch's layout and is_causal alignment (top-left); at the end: _sdpa builds on _softmax_bnhd/_linear_bnhd.
+from ._sdpa import linear_dot_product_attention, scaled_dot_product_attention  # noqa: E402

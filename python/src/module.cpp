@@ -3,6 +3,7 @@
 
 #include "bindings.hpp"
 #include "linattn/threads.hpp"
+#include "linattn/version.hpp"
 
 PYBIND11_MODULE(_linattn, m) {
   namespace py = pybind11;
@@ -18,4 +19,6 @@ PYBIND11_MODULE(_linattn, m) {
         "Threads used by the operators (0: the OpenMP default); results are identical for any count.");
   m.def("num_threads", &linattn::num_threads);
   m.attr("has_favor") = has_favor();
+  // The C++ library's version (CMakeLists.txt's project VERSION); the wheel's metadata reads the same line.
+  m.attr("__version__") = linattn::kVersion;
 }

@@ -127,17 +127,17 @@ def test_reference_checks():
 def test_torch_wrapper_checks():
     q, k, v = (torch.from_numpy(x) for x in qkv())
     with pytest.raises(TypeError, match="^v: expected float32 .*got torch.float16$"):
-        lt.softmax_attention(q, k, v.half())
+        lt.softmax_attention(q, k, v.half(), layout="bnhd")
     with pytest.raises(TypeError, match=r"^k: expected torch.float32 \(q's dtype\), got torch.float64$"):
-        lt.linear_attention(q, k.double(), v)
+        lt.linear_attention(q, k.double(), v, layout="bnhd")
     with pytest.raises(TypeError, match="^q: expected a torch.Tensor, got ndarray$"):
-        lt.linear_attention(q.numpy(), k, v)
+        lt.linear_attention(q.numpy(), k, v, layout="bnhd")
     with pytest.raises(TypeError, match="^key_lengths: expected integers, got torch.float32$"):
-        lt.softmax_attention(q, k, v, key_lengths=torch.tensor([1.0, 2.0]))
+        lt.softmax_attention(q, k, v, key_lengths=torch.tensor([1.0, 2.0]), layout="bnhd")
     with pytest.raises(ValueError, match=r"\bk\b.*head dim|\bk\b.*dim"):
-        lt.softmax_attention(q, k[..., :3], v)
+        lt.softmax_attention(q, k[..., :3], v, layout="bnhd")
     with pytest.raises(TypeError, match="^q: expected a CPU tensor, got device meta$"):
-        lt.softmax_attention(q.to("meta"), k, v)
+        lt.softmax_attention(q.to("meta"), k, v, layout="bnhd")
     with pytest.raises(ValueError, match='^attention: expected "linear" or "softmax"'):
         lt.Attention(8, 2, attention="performer")
     with pytest.raises(ValueError, match="^d_model: 9 is not a multiple of n_heads"):

@@ -52,5 +52,5 @@ def test_favor_gradcheck_fp64():
     g = torch.Generator().manual_seed(0)
     q, k, v = [(torch.rand(s, generator=g, dtype=torch.float64) - 0.5).requires_grad_()
                for s in ((1, 4, 2, 3), (1, 4, 2, 3), (1, 4, 2, 2))]
-    fn = lambda q, k, v: lt.linear_attention(q, k, v, feature_map="favor", n_features=6, seed=5, causal=True)  # noqa
+    fn = lambda q, k, v: lt.linear_attention(q, k, v, feature_map="favor", n_features=6, seed=5, causal=True, layout="bnhd")  # noqa
     assert torch.autograd.gradcheck(fn, (q, k, v))

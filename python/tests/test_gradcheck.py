@@ -28,7 +28,7 @@ def make(case, dtype, seed=0):
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_softmax_gradcheck_fp64(case, causal):
     (q, k, v), lengths = make(case, torch.float64)
-    fn = lambda q, k, v: lt.softmax_attention(q, k, v, causal=causal, key_lengths=lengths, scale=0.7)  # noqa: E731
+    fn = lambda q, k, v: lt.softmax_attention(q, k, v, causal=causal, key_lengths=lengths, scale=0.7, layout="bnhd")  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, v))
 
 
@@ -40,7 +40,7 @@ def test_linear_gradcheck_fp64(case, causal, feature_map):
     if feature_map == "identity":  # keep the normaliser away from zero
         q, k = [x.detach().abs().add(0.1).requires_grad_() for x in (q, k)]
     fn = lambda q, k, v: lt.linear_attention(  # noqa: E731
-        q, k, v, feature_map=feature_map, causal=causal, key_lengths=lengths)
+        q, k, v, feature_map=feature_map, causal=causal, key_lengths=lengths, layout="bnhd")
     assert torch.autograd.gradcheck(fn, (q, k, v))
 
 
@@ -54,7 +54,7 @@ def test_float32_gradcheck(case, attention):
     (the entries are ~0.1 to 1)."""
     (q, k, v), lengths = make(case, torch.float32, seed=2)
     fn = lt.softmax_attention if attention == "softmax" else lt.linear_attention
-    assert torch.autograd.gradcheck(lambda q, k, v: fn(q, k, v, causal=True, key_lengths=lengths), (q, k, v),
+    assert torch.autograd.gradcheck(lambda q, k, v: fn(q, k, v, layout="bnhd", causal=True, key_lengths=lengths), (q, k, v),
                                     eps=1e-2, atol=2e-3, rtol=2e-3)
 
 
@@ -65,7 +65,7 @@ def test_torch_gradients_are_the_numpy_backward(attention):
     (q, k, v), lengths = make((2, 33, 65, 3, 17, 9, [65, 7]), torch.float32, seed=3)
     dout = torch.rand(2, 33, 3, 9, generator=torch.Generator().manual_seed(4))
     fn = lt.softmax_attention if attention == "softmax" else lt.linear_attention
-    fn(q, k, v, causal=True, key_lengths=lengths).backward(dout)
+    fn(q, k, v, layout="bnhd", causal=True, key_lengths=lengths).backward(dout)
     backward = linattn.softmax_attention_backward if attention == "softmax" else linattn.linear_attention_backward
     want = backward(*(x.detach().numpy() for x in (q, k, v, dout)), causal=True, key_lengths=lengths)
     for x, w in zip((q, k, v), want):
@@ -74,7 +74,7 @@ def test_torch_gradients_are_the_numpy_backward(attention):
 
 def test_changing_the_saved_output_in_place_is_caught():
     (q, k, v), _ = make(CASES[0], torch.float32)
-    out = lt.softmax_attention(q, k, v)
+    out = lt.softmax_attention(q, k, v, layout="bnhd")
     out.mul_(2)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()

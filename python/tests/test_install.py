@@ -11,16 +11,20 @@ import pytest
 import linattn
 
 PACKAGE = pathlib.Path(linattn.__file__).resolve().parent
-BUILD = PACKAGE.parent.parent  # <build>/python/linattn
+# The CMake build: $LINATTN_BUILD_DIR (scripts/test.sh, which tests the pip-installed package), or the
+# build tree linattn was imported from (<build>/python/linattn).
+BUILD = pathlib.Path(os.environ.get("LINATTN_BUILD_DIR") or PACKAGE.parent.parent)
 
 
 @pytest.mark.skipif(not (BUILD / "CMakeCache.txt").exists() or shutil.which("cmake") is None,
-                    reason="linattn was not imported from a CMake build tree")
+                    reason="no CMake build tree to install from")
 def test_install_component_into_a_prefix(tmp_path):
     subprocess.run(["cmake", "--install", str(BUILD), "--component", "python", "--prefix", str(tmp_path)],
                    check=True, capture_output=True)
-    site = tmp_path / f"lib/python{sys.version_info.major}.{sys.version_info.minor}/dist-packages"
-    assert sorted(p.name for p in (site / "linattn").iterdir() if not p.name.startswith("__pycache__")) == sorted(
+    # lib/python3.X/dist-packages/linattn, or linattn at the prefix once `pip install .` configured the build
+    installed = next(tmp_path.rglob("linattn/__init__.py")).parent
+    site = installed.parent
+    assert sorted(p.name for p in installed.iterdir() if not p.name.startswith("__pycache__")) == sorted(
         p.name for p in PACKAGE.iterdir() if p.suffix in (".py", ".so"))
     code = ("import numpy as np, linattn, linattn.torch; x = np.ones((1, 3, 1, 2), np.float32); "
             "print(linattn.__file__); print(linattn.softmax_attention(x, x, x).sum())")

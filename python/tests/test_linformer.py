@@ -40,8 +40,8 @@ def make(case, seed=0):
     rng = np.random.default_rng(seed)
     u = lambda *s: rng.uniform(-1, 1, s).astype(np.float32)  # noqa: E731
     eshape = (H, P, N_max) if per_head else (P, N_max)
-    E = u(*eshape) / np.sqrt(Nk)
-    F = u(*eshape) / np.sqrt(Nk) if separate_F else None
+    E = u(*eshape) / np.float32(np.sqrt(Nk))  # a float32 divisor: numpy 2 would promote to float64
+    F = u(*eshape) / np.float32(np.sqrt(Nk)) if separate_F else None
     return u(B, Nq, H, D), u(B, Nk, H, D), u(B, Nk, H, Ev), E, F, lengths
 
 
@@ -75,7 +75,7 @@ def test_identity_projection_is_softmax_attention():
 def test_torch_autograd_and_gradcheck():
     q, k, v, E, F, lengths = make(CASES[1])
     ours = [torch.from_numpy(x).requires_grad_() for x in (q, k, v, E, F)]
-    (lt.linformer_attention(*ours, key_lengths=lengths).square()).sum().backward()
+    (lt.linformer_attention(*ours, key_lengths=lengths, layout="bnhd").square()).sum().backward()
     grads = linattn.linformer_attention_backward(q, k, v, E, F, 2 * linattn.linformer_attention(q, k, v, E, F,
                                                                                                  key_lengths=lengths),
                                                  key_lengths=lengths)
@@ -84,7 +84,7 @@ def test_torch_autograd_and_gradcheck():
     g = torch.Generator().manual_seed(0)
     small = [(torch.rand(s, generator=g, dtype=torch.float64) - 0.5).requires_grad_()
              for s in ((2, 3, 2, 3), (2, 4, 2, 3), (2, 4, 2, 2), (2, 3, 5))]
-    fn = lambda q, k, v, E: lt.linformer_attention(q, k, v, E, key_lengths=[4, 2])  # noqa: E731
+    fn = lambda q, k, v, E: lt.linformer_attention(q, k, v, E, key_lengths=[4, 2], layout="bnhd")  # noqa: E731
     assert torch.autograd.gradcheck(fn, small)
 
 

@@ -88,10 +88,10 @@ def test_gradients_against_torch_autograd(case, causal, attention):
     ours = [torch.from_numpy(x).requires_grad_() for x in (q, k, v)]
     theirs = [x.requires_grad_() for x in doubles(q, k, v)]
     if attention == "softmax":
-        out = lt.softmax_attention(*ours, causal=causal, key_lengths=lengths)
+        out = lt.softmax_attention(*ours, causal=causal, key_lengths=lengths, layout="bnhd")
         want = torch_softmax(*theirs, causal=causal, key_lengths=lengths)
     else:
-        out = lt.linear_attention(*ours, causal=causal, key_lengths=lengths)
+        out = lt.linear_attention(*ours, causal=causal, key_lengths=lengths, layout="bnhd")
         want = torch_linear(*theirs, causal=causal, key_lengths=lengths)
     (out * torch.from_numpy(w).float()).sum().backward()
     (want * torch.from_numpy(w)).sum().backward()

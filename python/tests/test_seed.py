@@ -54,7 +54,7 @@ def test_gradients_match_seed_autograd(seed, attention, shape):
     theirs = [torch.from_numpy(x).double().requires_grad_() for x in (q, k, v)]
     ours_fn = lt.softmax_attention if attention == "softmax" else lt.linear_attention
     seed_fn = seed_softmax if attention == "softmax" else seed_linear
-    (ours_fn(*ours) * torch.from_numpy(w)).sum().backward()
+    (ours_fn(*ours, layout="bnhd") * torch.from_numpy(w)).sum().backward()
     (seed_fn(seed, *theirs) * torch.from_numpy(w).double()).sum().backward()
     for name, a, b in zip("qkv", ours, theirs):
         scale = b.grad.abs().max().item()

@@ -1,0 +1,134 @@
+"""linattn's softmax and linear attention as torch.library operators (torch >= 2.4).
+
+Registered as linattn::softmax_forward / softmax_backward and linattn::linear_forward /
+linear_backward, each with a fake (meta) implementation that gives the output shapes without
+computing, and with autograd wired forward → backward. So torch.compile(fullgraph=True) traces them
+as single nodes (no graph break) and torch.export keeps them in the exported program.
+
+Tensors are [B, N, H, D] (linattn's own layout, any strides); linattn.torch transposes views in
+front of them. float32 runs the fast operators, float64 the fp64 oracle (for gradcheck).
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _linattn
+from ._torch_threads import torch_threads
+
+
+def _array(x):
+    """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
+    return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
+
+
+def _lengths(key_lengths):
+    return None if key_lengths is None else key_lengths.detach().numpy()
+
+
+def _backend(q):
+    return _linattn if q.dtype == torch.float32 else _linattn.reference
+
+
+def _out_shape(q, v):
+    return (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+
+
+@torch.library.custom_op("linattn::softmax_forward", mutates_args=())
+def softmax_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float],
+                    key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """(out [B, Nq, H, E], lse [B, H, Nq]); lse is empty for float64 (the oracle's backward recomputes)."""
+    options = dict(causal=causal, key_lengths=_lengths(key_lengths), scale=scale)
+    with torch_threads():
+        if q.dtype == torch.float32:
+            out, lse = _linattn._softmax_attention_saving(_array(q), _array(k), _array(v), **options)
+            return torch.from_numpy(out), torch.from_numpy(lse)
+        out = _linattn.reference.softmax_attention(_array(q), _array(k), _array(v), **options)
+    return torch.from_numpy(out), q.new_empty(0)
+
+
+@softmax_forward.register_fake
+def _(q, k, v, causal, scale, key_lengths):
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1])) if q.dtype == torch.float32 else q.new_empty(0)
+    return q.new_empty(_out_shape(q, v)), lse
+
+
+@torch.library.custom_op("linattn::softmax_backward", mutates_args=())
+def softmax_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor, causal: bool,
+                     scale: Optional[float], key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    options = dict(causal=causal, key_lengths=_lengths(key_lengths), scale=scale)
+    arrays = [_array(q), _array(k), _array(v)]
+    with torch_threads():
+        if q.dtype == torch.float32:
+            grads = _linattn._softmax_attention_backward_saved(*arrays, _array(out), _array(lse),
+                                                                _array(dout.to(q.dtype)), **options)
+        else:
+            grads = _linattn.reference.softmax_attention_backward(*arrays, _array(dout.to(q.dtype)), **options)
+    return tuple(torch.from_numpy(g) for g in grads)
+
+
+@softmax_backward.register_fake
+def _(q, k, v, out, lse, dout, causal, scale, key_lengths):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _softmax_setup(ctx, inputs, output):
+    q, k, v, causal, scale, key_lengths = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.options = (causal, scale, key_lengths)
+
+
+def _softmax_grad(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = softmax_backward(q, k, v, out, lse, dout.contiguous(), *ctx.options)
+    return dq, dk, dv, None, None, None
+
+
+softmax_forward.register_autograd(_softmax_grad, setup_context=_softmax_setup)
+
+
+@torch.library.custom_op("linattn::linear_forward", mutates_args=())
+def linear_forward(q: Tensor, k: Tensor, v: Tensor, feature_map: str, causal: bool, eps: float,
+                   n_features: Optional[int], seed: int, key_lengths: Optional[Tensor]) -> Tensor:
+    options = dict(feature_map=feature_map, causal=causal, key_lengths=_lengths(key_lengths), eps=eps,
+                   n_features=n_features, seed=seed)
+    with torch_threads():
+        return torch.from_numpy(_backend(q).linear_attention(_array(q), _array(k), _array(v), **options))
+
+
+@linear_forward.register_fake
+def _(q, k, v, feature_map, causal, eps, n_features, seed, key_lengths):
+    return q.new_empty(_out_shape(q, v))
+
+
+@torch.library.custom_op("linattn::linear_backward", mutates_args=())
+def linear_backward(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, feature_map: str, causal: bool, eps: float,
+                    n_features: Optional[int], seed: int,
+                    key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    options = dict(feature_map=feature_map, causal=causal, key_lengths=_lengths(key_lengths), eps=eps,
+                   n_features=n_features, seed=seed)
+    with torch_threads():
+        grads = _backend(q).linear_attention_backward(_array(q), _array(k), _array(v), _array(dout.to(q.dtype)),
+                                                      **options)
+    return tuple(torch.from_numpy(g) for g in grads)
+
+
+@linear_backward.register_fake
+def _(q, k, v, dout, feature_map, causal, eps, n_features, seed, key_lengths):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _linear_setup(ctx, inputs, output):
+    q, k, v, *options = inputs
+    ctx.save_for_backward(q, k, v)
+    ctx.options = options
+
+
+def _linear_grad(ctx, dout):
+    q, k, v = ctx.saved_tensors
+    dq, dk, dv = linear_backward(q, k, v, dout.contiguous(), *ctx.options)
+    return dq, dk, dv, *([None] * len(ctx.options))
+
+
+linear_forward.register_autograd(_linear_grad, setup_context=_linear_setup)

@@ -1,0 +1,140 @@
+"""flash-linear-attention's layers (``fla.layers``) on the CPU, computed by linattn.fla.
+
+The constructor arguments, the forward signature and what forward returns are fla's, so that a model
+ports by changing one import:
+
+    layer = LinearAttention(mode="chunk", hidden_size=1024, num_heads=8, feature_map="elu", layer_idx=0)
+    o, _, cache = layer(x, past_key_values=cache, use_cache=True)     # x [B, T, hidden_size]
+
+A Cache holds, per layer, the recurrent state [B, H, K, V] and the number of tokens seen: decoding
+token by token keeps constant memory (the state does not grow with the sequence). Only the families
+linattn has are here (LinearAttention); feature maps "elu", "relu", "identity" and
+"elementwise_product" (fla's default: two learnt linear maps multiplied); fla's "hedgehog", "t2r" and
+"dpfp" are refused by name.
+"""
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from . import fla
+
+__all__ = ["Cache", "LinearAttention"]
+
+
+class Cache:
+    """Per-layer states, as fla's Cache: cache[layer_idx] is {"recurrent_state": S, "offset": tokens}."""
+
+    def __init__(self):
+        self.states = []
+
+    def __len__(self):
+        return len(self.states)
+
+    def __getitem__(self, layer_idx):
+        return self.states[layer_idx]
+
+    def update(self, recurrent_state=None, layer_idx=0, offset=1, **kwargs):
+        while len(self.states) <= layer_idx:
+            self.states.append({"recurrent_state": None, "offset": 0})
+        entry = self.states[layer_idx]
+        entry["recurrent_state"] = recurrent_state
+        entry["offset"] += offset
+        return entry
+
+    def get_seq_length(self, layer_idx=0):
+        return self.states[layer_idx]["offset"] if len(self.states) > layer_idx else 0
+
+
+class _Hadamard(nn.Module):
+    """fla's elementwise_product map: layer1(x) * layer2(x), both learnt [head_dim → head_dim]."""
+
+    def __init__(self, head_dim):
+        super().__init__()
+        self.layer1, self.layer2 = nn.Linear(head_dim, head_dim), nn.Linear(head_dim, head_dim)
+
+    def forward(self, x):
+        return self.layer1(x) * self.layer2(x)
+
+
+def _elu_plus_one(x):
+    return F.elu(x) + 1
+
+
+def _feature_map(name, head_dim):
+    if name == "elementwise_product":
+        return _Hadamard(head_dim)
+    maps = {"elu": _elu_plus_one, "relu": nn.ReLU(), "identity": nn.Identity()}
+    if name not in maps:
+        raise NotImplementedError(f"feature_map: {name!r} is not in linattn.layers (expected one of "
+                                  f"'elementwise_product', 'elu', 'relu', 'identity')")
+    return maps[name]
+
+
+class LinearAttention(nn.Module):
+    """fla.layers.LinearAttention: q, k, v projections, a feature map, causal linear attention
+    (chunked for training, token by token for T ≤ 64 or mode="fused_recurrent"), an output norm per
+    head, the output projection."""
+
+    def __init__(self, mode="chunk", hidden_size=1024, expand_k=1.0, expand_v=1.0, num_heads=8, num_kv_heads=None,
+                 feature_map="elementwise_product", tie_feature_map_qk=False, output_norm="rmsnorm", norm_q=False,
+                 norm_k=False, do_feature_map_norm=False, elementwise_affine=True, norm_eps=1e-5, layer_idx=None,
+                 **kwargs):
+        super().__init__()
+        if mode not in ("chunk", "fused_chunk", "fused_recurrent"):
+            raise ValueError(f"mode: expected 'chunk', 'fused_chunk' or 'fused_recurrent', got {mode!r}")
+        self.mode, self.hidden_size, self.num_heads, self.layer_idx = mode, hidden_size, num_heads, layer_idx
+        self.num_kv_heads = num_kv_heads if num_kv_heads is not None else num_heads
+        self.num_kv_groups = num_heads // self.num_kv_heads
+        self.key_dim, self.value_dim = int(hidden_size * expand_k), int(hidden_size * expand_v)
+        for name, dim in (("key", self.key_dim), ("value", self.value_dim)):
+            if dim % num_heads:
+                raise ValueError(f"{name} dim: {dim} is not a multiple of num_heads ({num_heads})")
+        self.head_k_dim, self.head_v_dim = self.key_dim // num_heads, self.value_dim // num_heads
+        self.do_feature_map_norm, self.norm_q, self.norm_k = do_feature_map_norm, norm_q, norm_k
+        self.feature_map_q = _feature_map(feature_map, self.head_k_dim)
+        tied = tie_feature_map_qk and feature_map == "elementwise_product"
+        self.feature_map_k = self.feature_map_q if tied else _feature_map(feature_map, self.head_k_dim)
+        self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, self.key_dim // self.num_kv_groups, bias=False)
+        self.v_proj = nn.Linear(hidden_size, self.value_dim // self.num_kv_groups, bias=False)
+        if output_norm == "rmsnorm":
+            self.norm = nn.RMSNorm(self.head_v_dim, eps=norm_eps, elementwise_affine=elementwise_affine)
+        elif output_norm == "identity":
+            self.norm = nn.Identity()
+        else:
+            raise NotImplementedError(f"output_norm: expected 'rmsnorm' or 'identity', got {output_norm!r}")
+        self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
+
+    def _heads(self, x, head_dim):
+        """[B, T, n·head_dim] -> [B, T, H, head_dim], each kv head repeated for its group of query heads."""
+        x = x.unflatten(-1, (-1, head_dim))
+        return x.repeat_interleave(self.num_kv_groups, dim=-2) if x.shape[-2] != self.num_heads else x
+
+    def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
+                output_attentions=False, **kwargs):
+        if past_key_values is not None and self.layer_idx is None:
+            raise ValueError("layer_idx: expected an int when past_key_values is given, got None")
+        mode = "fused_recurrent" if hidden_states.shape[1] <= 64 else self.mode
+        last = past_key_values[self.layer_idx] if past_key_values is not None and len(
+            past_key_values) > self.layer_idx else None
+        q = self.q_proj(hidden_states)
+        k = self.k_proj(hidden_states)
+        v = self.v_proj(hidden_states)
+        if attention_mask is not None:  # [B, T_total] padding mask, 1 where a token is real
+            v = v.mul(attention_mask[:, -v.shape[-2]:, None].to(v.dtype))
+        q = self.feature_map_q(q.unflatten(-1, (-1, self.head_k_dim)))
+        k = self.feature_map_k(self._heads(k, self.head_k_dim))
+        v = self._heads(v, self.head_v_dim)
+        if self.norm_q:
+            q = q / (q.sum(-1, True) + 1e-4)
+        if self.norm_k:
+            k = k / (k.sum(-1, True) + 1e-4)
+        initial = last["recurrent_state"] if last is not None else None
+        run = fla.fused_recurrent_linear_attn if mode == "fused_recurrent" else fla.chunk_linear_attn
+        o, final = run(q, k, v, initial_state=initial, output_final_state=use_cache,
+                       normalize=self.do_feature_map_norm)
+        if past_key_values is not None:
+            past_key_values.update(recurrent_state=final, layer_idx=self.layer_idx, offset=q.shape[1])
+        o = self.o_proj(self.norm(o).flatten(-2))
+        return o, None, past_key_values
