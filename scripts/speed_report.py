@@ -2,12 +2,15 @@
 """Issue 3's speed report: runs linattn's benchmark programs, the PyTorch comparisons and the
 prefix-sum baseline on the same shapes in one run, and prints every target's ratio with PASS/FAIL.
 Section 7 is issue 12's (decayed linear attention: bench_decay against the pure-PyTorch chunked
-formulation of scripts/torch_chunked_decay.py).
+formulation of scripts/torch_chunked_decay.py), section 8 issue 13's (the delta rule: bench_delta
+against scripts/torch_chunked_delta.py, and ggml's ggml_gated_delta_net when --ggml-gdn names a
+program that times it).
 
 Run with Debian's interpreter (it has torch):
     /usr/bin/python3 scripts/speed_report.py --build build-bench            # the full report
     /usr/bin/python3 scripts/speed_report.py --build build-bench --quick    # a smoke test (small shapes)
     /usr/bin/python3 scripts/speed_report.py --build build-bench --only-decay  # the FMA peak and section 7
+    /usr/bin/python3 scripts/speed_report.py --build build-bench --only-delta  # the FMA peak and section 8
 The build directory must be configured with -DLINATTN_BUILD_BENCHMARKS=ON and its bench targets built.
 
 Timing: every figure is the minimum over repetitions of a mean over a timed batch (noise on a shared
@@ -25,6 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_chunked_decay  # noqa: E402  (issue 12's PyTorch baseline, beside this script)
+import torch_chunked_delta  # noqa: E402  (issue 13's)
 
 THREADS = 2
 
@@ -177,6 +181,12 @@ class Report:
             print(f'{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:<4}  {r[4]}')
 
 
+def fma1_cpu_of(peak):
+    """One core's FMA rate while it runs: the 1-thread peak scaled by wall/CPU time."""
+    p1 = peak['BM_FmaPeak/threads:1/real_time']
+    return p1['FLOPS'] * p1['seconds'] / p1['cpu_seconds']
+
+
 def fma_ceiling(peak):
     """The "% of FMA peak" denominator: the 2-thread wall-clock peak, or twice one core's rate while it
     runs (FLOPS scaled by wall/CPU time), whichever is higher: load on the machine cannot lower it."""
@@ -246,6 +256,132 @@ def decay_section(report, bench, fma2, quick, min_time, reps):
     return dict(bench=res, torch=torch_times)
 
 
+def delta_torch_times(inputs, chunks, min_time, reps, clock, backward_chunks=None):
+    """The pure-PyTorch chunked gated delta rule (q and k l2-normalised in it, as in linattn's rows):
+    {chunk: seconds} of the forward (no autograd) and of forward+backward (at backward_chunks, default
+    the same chunks)."""
+    q, k, v, g, beta, dout = inputs
+    fn = torch_chunked_delta.chunk_gated_delta_rule
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, g, beta)]
+
+    def fwd_bwd(C):
+        for x in leaves:
+            x.grad = None
+        fn(*leaves, chunk=C, use_qk_l2norm=True)[0].backward(dout)
+
+    fwd, both = {}, {}
+    for C in chunks:
+        with torch.no_grad():
+            fwd[C] = time_torch(lambda C=C: fn(q, k, v, g, beta, chunk=C, use_qk_l2norm=True), min_time, reps, clock)
+    for C in backward_chunks or chunks:
+        both[C] = time_torch(lambda C=C: fwd_bwd(C), min_time, reps, clock)
+    return fwd, both
+
+
+def run_ggml_gdn(program, B, H, T, K, V, threads):
+    """ggml_gated_delta_net's timing: the last line of the program's output, JSON."""
+    out = subprocess.run([program, str(B), str(H), str(T), str(K), str(V), str(threads)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def delta_section(report, bench, fma2, fma1_cpu, quick, min_time, reps, ggml_gdn=None, wall=True, cpu_view=True):
+    """Issue 13: the delta rule at B=4, H=8, T=16384, K=V=64 (quick: T=1024), q and k l2-normalised in
+    the operator on both sides. The chunked gated delta rule forward and forward+backward against the
+    best pure-PyTorch chunked formulation (the fastest chunk size of scripts/torch_chunked_delta.py,
+    checked against the recurrence first) on inputs drawn alike (q, k, v uniform in [-1, 1], g =
+    logsigmoid(N(0, 1)) / 16, beta = sigmoid(N(0, 1))), % of FMA peak counting the chunked algorithm's
+    flops (table/delta_rows.cpp), the decode step from 1K to 64K against the plain linear step, and
+    ggml_gated_delta_net when `ggml_gdn` is a program printing its JSON timing ({"seconds": forward
+    seconds, "cpu_seconds": ...}) for the same shapes and threads. `wall`: the 2-thread wall-clock
+    targets; `cpu_view`: the same comparisons with 1 thread by CPU time (what a loaded machine hardly
+    disturbs)."""
+    B, H, T, K, V = 4, 8, 1024 if quick else 16384, 64, 64
+    positions = (1024, 4096) if quick else (1024, 4096, 16384, 65536)
+    ops = {'DeltaRule': 'delta_rule', 'GatedDeltaRule': 'gated_delta_rule', 'Kda': 'kda'}
+    threads = ([THREADS] if wall else []) + ([1] if cpu_view else [])
+    res = bench('bench_delta', '|'.join(f'BM_{o}Forward(Backward)?/N:{T}/threads:({"|".join(map(str, threads))})'
+                                        for o in ops) +
+                f"|Step/position:({'|'.join(str(p) for p in positions)})/threads:({'|'.join(map(str, threads))})")
+
+    def result(name, n):
+        return res[f'{name}/threads:{n}/real_time']
+
+    torch_chunks = (64,) if quick else (32, 64, 128)
+    torch_chunked_delta.check(torch_chunks)
+    inputs = (uniform(B, H, T, K), uniform(B, H, T, K), uniform(B, H, T, V), torch_chunked_delta.log_decays(B, H, T),
+              torch_chunked_delta.betas(B, H, T), uniform(B, H, T, V))
+    out = {}
+    for n in threads:
+        clock, seconds_key = (time.perf_counter, 'seconds') if n == THREADS else (time.process_time, 'cpu_seconds')
+        view = f'{n} threads, wall clock' if n == THREADS else '1 thread, CPU time'
+        torch.set_num_threads(n)
+        if n == THREADS:
+            fwd, both = delta_torch_times(inputs, torch_chunks, min_time, reps, clock)
+        else:
+            fwd, _ = delta_torch_times(inputs, torch_chunks, min_time, reps, clock, backward_chunks=())
+            fwd_best = min(fwd, key=fwd.get)
+            _, both = delta_torch_times(inputs, (), min_time, reps, clock, backward_chunks=(fwd_best,))
+        torch.set_num_threads(THREADS)
+        out[n] = dict(forward=fwd, forward_backward=both)
+        ceiling = fma2 if n == THREADS else fma1_cpu
+        for mode, label, table in (('Forward', 'fwd', fwd), ('ForwardBackward', 'fwd+bwd', both)):
+            best = min(table, key=table.get)
+            r = result(f'BM_GatedDeltaRule{mode}/N:{T}', n)
+            ours = r[seconds_key]
+            report.info(f'8 gated_delta_rule {label} ({view}): linattn / torch chunked',
+                        f'{ours * 1e3:.1f} / {table[best] * 1e3:.1f} ms',
+                        f'torch best chunk {best}; all: ' + ', '.join(f'C={c} {t * 1e3:.0f}' for c, t in table.items()))
+            if n == THREADS:
+                report.target(f'8 gated_delta_rule {label} vs pure-PyTorch chunked', table[best] / ours, '>=', 10, 'x')
+            else:
+                report.info(f'8 gated_delta_rule {label} vs pure-PyTorch chunked ({view})', f'{table[best] / ours:.3g}x')
+        r = result(f'BM_GatedDeltaRuleForward/N:{T}', n)
+        flops = r['FLOPS'] * r['seconds'] / r[seconds_key]  # flops per second of this view's time
+        if n == THREADS:
+            report.target('8 gated_delta_rule fwd % of FMA peak (chunked flops)', 100 * flops / ceiling, '>=', 30, '%')
+        else:
+            report.info(f'8 gated_delta_rule fwd % of the 1-thread FMA peak ({view})', f'{100 * flops / ceiling:.0f}%',
+                        f'{flops / 1e9:.1f} GFLOP/s of {ceiling / 1e9:.1f}')
+        for short in ('DeltaRule', 'Kda'):
+            f, fb = result(f'BM_{short}Forward/N:{T}', n), result(f'BM_{short}ForwardBackward/N:{T}', n)
+            report.info(f'8 {ops[short]} fwd / fwd+bwd ({view})',
+                        f"{f[seconds_key] * 1e3:.1f} / {fb[seconds_key] * 1e3:.1f} ms",
+                        f"{100 * f['FLOPS'] * f['seconds'] / f[seconds_key] / ceiling:.0f}% / "
+                        f"{100 * fb['FLOPS'] * fb['seconds'] / fb[seconds_key] / ceiling:.0f}% of FMA peak")
+        # ggml's CPU kernel (token by token), built outside the repository.
+        if ggml_gdn:
+            ggml = run_ggml_gdn(ggml_gdn, B, H, T, K, V, n)
+            ours = result(f'BM_GatedDeltaRuleForward/N:{T}', n)[seconds_key]
+            out[n]['ggml'] = ggml
+            report.info(f'8 gated_delta_rule fwd ({view}): linattn / ggml_gated_delta_net',
+                        f"{ours * 1e3:.1f} / {ggml[seconds_key] * 1e3:.1f} ms", f'{ggml_gdn} {B} {H} {T} {K} {V} {n}')
+            if n == THREADS:
+                report.target('8 gated_delta_rule fwd vs ggml_gated_delta_net', ggml['seconds'] / ours, '>=', 3, 'x')
+            else:
+                report.info(f'8 gated_delta_rule fwd vs ggml_gated_delta_net ({view})',
+                            f"{ggml[seconds_key] / ours:.3g}x")
+        else:
+            report.info('8 ggml_gated_delta_net', 'not measured',
+                        'give --ggml-gdn PROGRAM (built outside the repository)')
+        # The decode step: per token, flat from 1K to 64K, and against the plain linear step.
+        linear = {p: result(f'BM_LinearStep/position:{p}', n)[seconds_key] / 256 for p in positions}
+        far, near = positions[-1], positions[0]
+        for short in ops:
+            step = {p: result(f'BM_{short}Step/position:{p}', n)[seconds_key] / 256 for p in positions}
+            per_token = 'µs per token: ' + ', '.join(f'{step[p] * 1e6:.2f} at {p // 1024}K' for p in positions)
+            flat, versus = step[far] / step[near], step[far] / linear[far]
+            if n == THREADS:
+                report.target(f'8 {ops[short]} step {far // 1024}K / {near // 1024}K per token', flat, '<=', 1.2, 'x',
+                              per_token)
+                report.target(f'8 {ops[short]} step vs linear recurrent step ({far // 1024}K)', versus, '<=', 1.5, 'x',
+                              f'linear step {linear[far] * 1e6:.2f} µs per token')
+            else:
+                report.info(f'8 {ops[short]} step {far // 1024}K / {near // 1024}K; vs linear step ({view})',
+                            f'{flat:.3g}x; {versus:.3g}x', per_token + f'; linear {linear[far] * 1e6:.2f} at {far // 1024}K')
+    return dict(bench=res, torch=out)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--build', default='build-bench', help='build directory with the bench programs')
@@ -263,6 +399,14 @@ def main():
                         help="skip issue 12's section 7 (the decayed family)")
     parser.add_argument('--only-decay', action='store_true',
                         help="only the FMA peak and issue 12's section 7 (the decayed family)")
+    parser.add_argument('--no-delta', dest='delta', action='store_false',
+                        help="skip issue 13's section 8 (the delta rule)")
+    parser.add_argument('--only-delta', action='store_true',
+                        help="only the FMA peak and issue 13's section 8 (the delta rule)")
+    parser.add_argument('--cpu-view-only', dest='wall', action='store_false',
+                        help="section 8 with --only-delta: only the 1-thread CPU-time view (a loaded machine)")
+    parser.add_argument('--ggml-gdn', help="section 8: a program timing ggml_gated_delta_net (args B H T K V "
+                        'threads; prints JSON with "seconds"), built outside the repository')
     args = parser.parse_args()
     quick = args.quick
     reps = args.repetitions or (1 if quick else 3)
@@ -287,6 +431,20 @@ def main():
 
     # 0. The machine's ceilings, first and again last (the better of the two is the ceiling).
     peak = bench('bench_peak', '.')
+    if args.only_delta:
+        delta = delta_section(report, bench, fma_ceiling(peak)[1], fma1_cpu_of(peak), quick, min_time, reps,
+                              args.ggml_gdn, wall=args.wall, cpu_view=args.cpu_view)
+        print(f"\nissue 13 targets ({'QUICK: reduced shapes, not the targets' if quick else 'full shapes'}; "
+              f'{reps} repetitions, min_time {min_time}s; {time.time() - t_start:.0f} s):')
+        report.print()
+        print(f'load average at the end: {os.getloadavg()[0]:.2f}')
+        if args.markdown:
+            with open(args.markdown, 'w') as f:
+                f.write(report.markdown())
+        if args.json:
+            with open(args.json, 'w') as f:
+                json.dump(dict(rows=report.rows, peak=peak, delta=delta), f, indent=1, default=str)
+        return 0
     if args.only_decay:
         decay = decay_section(report, bench, fma_ceiling(peak)[1], quick, min_time, reps)
         print(f"\nissue 12 targets ({'QUICK: reduced shapes, not the targets' if quick else 'full shapes'}; "
@@ -500,6 +658,10 @@ def main():
     # 7. Issue 12: the decayed family.
     decay = decay_section(report, bench, fma2, quick, min_time, reps) if args.decay else {}
 
+    # 8. Issue 13: the delta rule.
+    delta = delta_section(report, bench, fma2, fma1_cpu_of(peak), quick, min_time, reps, args.ggml_gdn,
+                          cpu_view=args.cpu_view) if args.delta else {}
+
     # Performer and Linformer, B = 4, H = 8, D = 64 (figures, not targets).
     for name, r in sorted(perf.items()):
         label = name.replace('/real_time', '').replace('BM_', '')
@@ -514,7 +676,7 @@ def main():
             f.write(report.markdown())
     if args.json:
         report.data.update(rows=report.rows, peak=peak, linear=lin, causal=causal, softmax=soft, recurrent=rec,
-                           crossover=cross, performer=perf, decay=decay, torch=dict(seed_linear=t_seed_lin, plain=plain, seed_softmax=t_seed_soft,
+                           crossover=cross, performer=perf, decay=decay, delta=delta, torch=dict(seed_linear=t_seed_lin, plain=plain, seed_softmax=t_seed_soft,
                                                        seed_decode=t_torch_decode))
         with open(args.json, 'w') as f:
             json.dump(report.data, f, indent=1, default=str)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "delta_rows.hpp"
 #include "linattn/error.hpp"
 #include "linattn/favor.hpp"
 
@@ -555,6 +556,13 @@ std::vector<TestCase> decayed_cases() {
   }
   return cases;
 }
+// The delta rows: the decayed rows' cases but D = 1, where the l2norm of q and k leaves ±1 whatever
+// they are: the true dq and dk are ~1e-6 of the other gradients, and fp32 returns their cancellation.
+std::vector<TestCase> delta_cases() {
+  std::vector<TestCase> cases = decayed_cases();
+  std::erase_if(cases, [](const TestCase& c) { return c.sizes.dim == 1; });
+  return cases;
+}
 // Chunks of 2 and 3 over 5 to 7 tokens: every path (several chunks, a partial last one, packed
 // sequences that end inside a chunk) at a size where every element can be perturbed.
 std::vector<TestCase> decayed_gradient_cases() {
@@ -759,6 +767,9 @@ const Operator kOperators[] = {
                 simple_gla_options, token_gate, token_gate_forward_bytes, token_gate_backward_bytes),
     decayed_row("gla", "GLA: a data-dependent log decay per head, token and key dim, g [B, N, H, D] (chunked)",
                 gla_options, key_gate, key_gate_forward_bytes, key_gate_backward_bytes),
+    detail::delta_row(DeltaGate::none, delta_cases, decayed_gradient_cases, kBound),
+    detail::delta_row(DeltaGate::token, delta_cases, decayed_gradient_cases, kBound),
+    detail::delta_row(DeltaGate::key, delta_cases, decayed_gradient_cases, kBound),
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -49,6 +50,11 @@ struct Options {
   LinformerOptions linformer;
   DecayedAttentionOptions decayed;  // its g_gamma points into g_gamma, shared by every copy
   std::shared_ptr<const std::vector<float>> g_gamma;
+  // The delta rows (delta_rows.hpp): their options, β [B, N, H, 1] drawn for the configuration, and
+  // where their backward writes dβ (shared by every copy).
+  DeltaRuleOptions delta;
+  std::shared_ptr<const std::vector<float>> beta;
+  std::shared_ptr<std::vector<float>> dbeta;
 };
 
 // The fp32 operands of one call, caller-owned; what an operator does not use stays empty.

@@ -29,7 +29,7 @@ TEST(OperatorTable, EveryOperatorOnceWithEveryEntry) {
     EXPECT_GT(op.bound, 0.0);
   }
   for (const char* name : {"softmax", "linear", "causal", "recurrent", "favor", "random_fourier", "linformer",
-                           "retention", "lightning", "simple_gla", "gla"})
+                           "retention", "lightning", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "kda"})
     EXPECT_TRUE(names.count(name)) << name;
 }
 
@@ -145,6 +145,71 @@ TEST(OperatorTable, DecayedCountsTheChunkedAlgorithm) {
   chunked.chunk = 64;
   const double tkv = 2.0 * 3.0 * 16384 * 64 * 64;
   EXPECT_NEAR(gla.forward_flops(chunked) / tkv, 4.0 + 65.0 * 128 / 4096 + 1.0 / 64, 1e-9);
+}
+
+// The delta rows count the chunked form (table/delta_rows.cpp): per chunk of c tokens the load (the
+// keys' and queries' scores, the triangular solve, [U | W] = T [βV | −βK]) once in the forward and
+// twice in the backward, 6·c·K·V forward and 14·c·K·V (+ 4·c·K·V for the state before every chunk
+// but the last) backward, the triangles of the backward, and K·V per chunk of decay when gated.
+TEST(OperatorTable, DeltaCountsTheChunkedForm) {
+  table::Sizes s = square(100, 8);  // B = 2, H = 3, K = 8
+  s.value_dim = 4;
+  s.chunk = 64;  // chunks of 64 and 36
+  const double K = 8, V = 4;
+  const auto load = [&](double c) {
+    return c * (c - 1) * K + c * (c + 1) * K + (c * c * c - c) / 3 + c * (c + 1) * (K + V);
+  };
+  for (const char* name : {"delta_rule", "gated_delta_rule", "kda"}) {
+    SCOPED_TRACE(name);
+    const table::Operator& op = table::find(name);
+    const double gated = std::string(name) == "delta_rule" ? 0.0 : 1.0;
+    double forward = 0, backward = 0;
+    for (double c : {64.0, 36.0}) {
+      forward += load(c) + 6 * c * K * V + c * (c + 1) * V + gated * K * V;
+      backward += 2 * load(c) + 14 * c * K * V + 2 * c * (c + 1) * V + c * (c + 1) * (K + V) + c * (c - 1) * (K + V) +
+                  1.5 * c * (c - 1) + 4 * c * (c - 1) * K + gated * 3 * K * V;
+    }
+    backward += 4 * 64 * K * V + gated * K * V;  // the first chunk's state update in the backward's first sweep
+    EXPECT_EQ(op.causality, table::Causality::always);
+    EXPECT_DOUBLE_EQ(op.forward_flops(s), 6.0 * forward);
+    EXPECT_DOUBLE_EQ(op.backward_flops(s), 6.0 * backward);
+  }
+  EXPECT_EQ(table::find("delta_rule").gate_dim(s), 0);
+  EXPECT_EQ(table::find("gated_delta_rule").gate_dim(s), 1);
+  EXPECT_EQ(table::find("kda").gate_dim(s), 8);
+  // β (one column) and the gate read in the forward; read and their gradients written in the backward.
+  EXPECT_DOUBLE_EQ(table::find("kda").forward_bytes(s), table::find("causal").forward_bytes(s) + 4.0 * 6 * 100 * 9);
+  EXPECT_DOUBLE_EQ(table::find("delta_rule").backward_bytes(s),
+                   table::find("causal").backward_bytes(s) + 2 * 4.0 * 6 * 100);
+  // At the shape (C = 64, K = V = 64) the forward is about 1.9 times the decayed one.
+  table::Sizes big = square(16384, 64);
+  big.chunk = 64;
+  const double ratio =
+      table::find("gated_delta_rule").forward_flops(big) / table::find("simple_gla").forward_flops(big);
+  EXPECT_NEAR(ratio, 2987328.0 / 1585152.0, 1e-3);  // per chunk and head: 2 987 328 against 1 585 152
+}
+
+// The delta rows' β: drawn once per configuration in (0, 1), the same for equal sizes; the options
+// hold it (and dβ) for every copy, and refuse operands of other sizes.
+TEST(OperatorTable, DeltaOptionsHoldTheirBeta) {
+  table::Sizes s = square(10, 4);
+  table::Options copy;
+  {
+    const table::Options o = table::find("gated_delta_rule").options(s);
+    copy = o;
+  }
+  ASSERT_TRUE(copy.beta && copy.dbeta);
+  ASSERT_EQ(copy.beta->size(), size_t(2 * 10 * 3));
+  EXPECT_EQ(*copy.beta, *table::find("kda").options(s).beta);
+  for (float b : *copy.beta) EXPECT_TRUE(b > 0.0f && b < 1.0f) << b;
+  EXPECT_EQ(copy.delta.gate, DeltaGate::token);
+  EXPECT_TRUE(copy.delta.qk_l2norm);
+  EXPECT_EQ(table::find("kda").options(s).delta.gate, DeltaGate::key);
+  std::vector<float> q(2 * 11 * 3 * 4), v(q.size()), out(q.size());
+  table::Operands a;
+  a.q = bnhd(q.data(), 2, 11, 3, 4), a.k = a.q, a.v = bnhd(v.data(), 2, 11, 3, 4),
+  a.out = bnhd(out.data(), 2, 11, 3, 4);
+  EXPECT_THROW(table::find("delta_rule").forward(a, table::find("delta_rule").options(s)), Error);
 }
 
 // Lightning's g_gamma: ALiBi's slopes, one negative log decay per head, held by the options (and

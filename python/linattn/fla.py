@@ -1,18 +1,26 @@
-"""flash-linear-attention's decayed linear attention (``fla.ops``) on the CPU, computed by linattn.
+"""flash-linear-attention's decayed linear attention and delta rule (``fla.ops``) on the CPU, computed
+by linattn.
 
 The names, arguments, defaults and layout are flash-linear-attention's, so that a model ports by
-changing one import: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H] (simple GLA) or [B, T, H, K]
-(GLA), log-space; states [N, H, K, V] (N = B, or the number of sequences packed with cu_seqlens).
-Each function returns (o [B, T, H, V], final_state), final_state None unless output_final_state.
+changing one import: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H] (simple GLA, gated delta rule)
+or [B, T, H, K] (GLA, KDA), log-space; beta [B, T, H]; states [N, H, K, V] (N = B, or the number of
+sequences packed with cu_seqlens). Each function returns (o [B, T, H, V], final_state), final_state
+None unless output_final_state.
 
 - chunk_linear_attn, chunk_retention, chunk_simple_gla, chunk_gla: the chunked engine (training).
 - fused_recurrent_linear_attn, fused_recurrent_retention, fused_recurrent_simple_gla,
   fused_recurrent_gla: token by token (decoding); reverse=True scans each sequence backwards.
+- chunk_delta_rule, chunk_gated_delta_rule (chunk_gdn), chunk_kda and fused_recurrent_delta_rule,
+  fused_recurrent_gated_delta_rule (fused_recurrent_gdn), fused_recurrent_kda: the delta rule
+  (DeltaNet, Gated DeltaNet, Kimi Delta Attention), chunked and token by token.
 
 Tensors must be on the CPU. float32 runs linattn's fast operators (read in place, no copy); float64
 runs the fp64 oracle (token by token, slow) so that gradcheck works at fp64 tolerances. Autograd
-reaches q, k, v, g and initial_state (not g_gamma). Not supported, and refused by name:
-state_v_first=True, fused_recurrent_gla's gv, other dtypes, tensors on another device.
+reaches q, k, v, g, beta and initial_state (not g_gamma). Not supported, and refused by name:
+state_v_first=True, fused_recurrent_gla's and fused_recurrent_gated_delta_rule's gv, the gate
+computed in the kernel (use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_gate), a beta per value
+dimension, context parallelism (cp_context), return_intermediate_states, other dtypes, tensors on
+another device.
 """
 
 import warnings
@@ -32,6 +40,14 @@ __all__ = [
     "fused_recurrent_retention",
     "fused_recurrent_simple_gla",
     "fused_recurrent_gla",
+    "chunk_delta_rule",
+    "chunk_gated_delta_rule",
+    "chunk_gdn",
+    "chunk_kda",
+    "fused_recurrent_delta_rule",
+    "fused_recurrent_gated_delta_rule",
+    "fused_recurrent_gdn",
+    "fused_recurrent_kda",
 ]
 
 # Added to the normaliser q·z of chunk_linear_attn(normalize=True), as flash-linear-attention does.
@@ -371,3 +387,274 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
     return _decayed("fused_recurrent_gla", "recurrent", decay, q, k, v, g=gk, scale=scale,
                     initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
                     cu_seqlens=cu_seqlens)
+
+
+# ----------------------------------------------------------------------------------------------
+# The delta rule: P_t = D_t S_{t−1}, S_t = P_t + β_t k_t (v_t − P_tᵀ k_t)ᵀ, o_t = scale · S_tᵀ q_t, with
+# D_t = I (delta_rule), exp(g_t) I (gated_delta_rule) or diag(exp g_t) (kda).
+
+
+class _DeltaSpec:
+    """The non-tensor arguments of one delta-rule call."""
+
+    def __init__(self, backend, mode, gate, scale, output_final_state, l2norm, cu_seqlens, chunk_size):
+        self.backend, self.mode, self.gate = backend, mode, gate
+        self.scale, self.output_final_state, self.l2norm = scale, output_final_state, l2norm
+        self.cu_seqlens, self.chunk_size = cu_seqlens, chunk_size
+
+    def options(self):
+        return dict(gate=self.gate, scale=self.scale, use_qk_l2norm=self.l2norm, cu_seqlens=self.cu_seqlens)
+
+
+class _Delta(torch.autograd.Function):
+    """(o, final_state) of the delta rule, with linattn's chunked backward (or the oracle's) as the
+    backward. final_state is an empty placeholder when not wanted."""
+
+    @staticmethod
+    def forward(ctx, spec, q, k, v, beta, g, initial_state):
+        ctx.set_materialize_grads(False)
+        ctx.spec = spec
+        arrays = [_array(x) for x in (q, k, v, beta, g)]
+        init = _array(initial_state)
+        if spec.backend is _linattn and spec.mode == "recurrent":
+            if init is None:
+                n = q.shape[0] if spec.cu_seqlens is None else max(len(spec.cu_seqlens) - 1, 0)
+                state = np.zeros((n, q.shape[2], q.shape[3], v.shape[3]), dtype=np.float32)
+            else:
+                state = np.array(init, dtype=np.float32, order="C", copy=True)
+            o = _linattn.delta_rule_recurrent(*arrays, state, **spec.options())
+            final = state if spec.output_final_state else None
+        else:
+            o, final = spec.backend.delta_rule(*arrays, initial_state=init,
+                                               output_final_state=spec.output_final_state,
+                                               chunk_size=spec.chunk_size, **spec.options())
+        ctx.save_for_backward(q, k, v, beta, g, initial_state)
+        if final is None:
+            final = q.new_zeros(0)
+            ctx.mark_non_differentiable(final)
+        else:
+            final = torch.from_numpy(final)
+        return torch.from_numpy(o), final
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do, dfinal):
+        spec = ctx.spec
+        q, k, v, beta, g, initial_state = ctx.saved_tensors
+        if do is None:
+            do = q.new_zeros(*q.shape[:3], v.shape[3])
+        if dfinal is not None and (not spec.output_final_state or dfinal.numel() == 0):
+            dfinal = None
+        dq, dk, dv, dbeta, dg, dinit = spec.backend.delta_rule_backward(
+            *[_array(x) for x in (q, k, v, beta, g)], _array(do.to(q.dtype)),
+            None if dfinal is None else _array(dfinal.to(q.dtype)), initial_state=_array(initial_state),
+            chunk_size=spec.chunk_size, **spec.options())
+        grads = [None if x is None else torch.from_numpy(x) for x in (dq, dk, dv, dbeta, dg, dinit)]
+        return (None, *grads)
+
+
+def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
+           use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=None, use_beta_sigmoid_in_kernel=False,
+           allow_neg_eigval=False):
+    """The one entry point of the delta-rule functions: checks, then the recurrence. gate: "delta_rule"
+    (g None), "gated_delta_rule" (g [B, T, HV]) or "kda" (g [B, T, HV, K]). With v's heads HV a
+    multiple of q's H (grouped value attention), value head i reads query and key head i // (HV / H)."""
+    _check_tensor("q", q)
+    for name, x in (("k", k), ("v", v), ("beta", beta), ("g", g)):
+        if x is not None:
+            _check_tensor(name, x, q.dtype)
+    _check_dims("q", q, 4, "[B, T, H, K]")
+    _check_dims("k", k, 4, "[B, T, H, K]")
+    _check_dims("v", v, 4, "[B, T, HV, V]")
+    B, T, H, K = q.shape
+    HV = v.shape[2]
+    if k.shape[2] != H:
+        raise ValueError(f"k: expected q's {H} heads, got {k.shape[2]} (shape {list(k.shape)})")
+    if HV % H != 0:
+        raise ValueError(f"v: expected a multiple of q's {H} heads (grouped value attention), got {HV} "
+                         f"(shape {list(v.shape)})")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
+    if beta is None:
+        beta = q.new_ones(B, T, HV)  # flash-linear-attention's default: a full correction per token
+    if beta.dim() == 4 and beta.shape[-1] == v.shape[-1] and beta.shape[-1] != 1:
+        raise NotImplementedError("beta: a beta per value dimension [B, T, HV, V] is not supported by linattn "
+                                  "(give one per head and token, [B, T, HV])")
+    if beta.shape != (B, T, HV):
+        raise ValueError(f"beta: expected shape [B, T, HV] = {[B, T, HV]}, got {list(beta.shape)}")
+    if gate == "gated_delta_rule":
+        if g is None:
+            raise ValueError(f"g: {op} needs the log decay g [B, T, HV]")
+        if g.shape != (B, T, HV):
+            raise ValueError(f"g: expected shape [B, T, HV] = {[B, T, HV]} (one log decay per head and token), "
+                             f"got {list(g.shape)}")
+    elif gate == "kda":
+        if g is None:
+            raise ValueError(f"g: {op} needs the log decay g [B, T, HV, K]")
+        if g.shape != (B, T, HV, K):
+            raise ValueError(f"g: expected shape [B, T, HV, K] = {[B, T, HV, K]}, got {list(g.shape)}")
+    cu = _cu_seqlens(cu_seqlens)
+    if initial_state is not None:
+        _check_tensor("initial_state", initial_state)
+        initial_state = initial_state.to(q.dtype)  # flash-linear-attention keeps float32 states
+    if cu is not None:
+        if B != 1:
+            raise ValueError(f"The batch size is expected to be 1 rather than {B} when using `cu_seqlens`. "
+                             "Please flatten variable-length inputs before processing.")
+        if initial_state is not None and initial_state.shape[0] != len(cu) - 1:
+            raise ValueError("The number of initial states is expected to be equal to the number of input "
+                             f"sequences, i.e., {len(cu) - 1} rather than {initial_state.shape[0]}.")
+    if scale is None:
+        scale = K ** -0.5
+    scale = float(scale)
+    if use_beta_sigmoid_in_kernel:
+        beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
+    if HV != H:
+        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)
+    fp64 = q.dtype == torch.float64
+    backend = _linattn.reference if fp64 else _linattn
+    # The oracle takes scale as a float; applied to o here it stays in fp64 (o is linear in scale, also
+    # after the l2norm of q).
+    spec = _DeltaSpec(backend, mode, gate, 1.0 if fp64 else scale, bool(output_final_state),
+                      bool(use_qk_l2norm_in_kernel), cu, int(chunk_size or 64))
+    o, final = _Delta.apply(spec, q, k, v, beta, g, initial_state)
+    if fp64:
+        o = o * scale
+    return o, (final if output_final_state else None)
+
+
+def _delta_chunk_size(kwargs, allowed):
+    chunk_size = kwargs.pop("chunk_size", 64)
+    if chunk_size not in allowed:
+        names = ", ".join(str(c) for c in allowed[:-1]) + f" or {allowed[-1]}"
+        raise ValueError(f"`chunk_size` must be {names}, got {chunk_size}.")
+    return chunk_size
+
+
+def _no_gate_in_kernel(use_gate_in_kernel=False, A_log=None, dt_bias=None, lower_bound=None, safe_gate=False):
+    """Refuses the gate computed inside the kernel (−exp(A_log)·softplus(g + dt_bias), or its
+    lower-bounded form): linattn takes g already in log space."""
+    given = [name for name, x in (("use_gate_in_kernel", use_gate_in_kernel), ("A_log", A_log), ("dt_bias", dt_bias),
+                                  ("lower_bound", lower_bound), ("safe_gate", safe_gate))
+             if x is not None and x is not False]
+    if given:
+        raise NotImplementedError(
+            f"{', '.join(given)}: the gate computed inside the kernel is not supported by linattn; compute the log "
+            "decay g yourself (e.g. -A_log.exp() * F.softplus(g + dt_bias)) and pass it with use_gate_in_kernel=False")
+
+
+def _no_context_parallel(cp_context):
+    if cp_context is not None:
+        raise NotImplementedError("cp_context: context parallelism is not supported by linattn (one process, CPU)")
+
+
+def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
+                     use_qk_l2norm_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None, **kwargs):
+    """DeltaNet: S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ, o_t = scale·S_tᵀ q_t; beta [B, T, H]. With
+    use_qk_l2norm_in_kernel q and k are divided by sqrt(Σx² + 1e-6) per token and head first."""
+    _no_head_first(kwargs)
+    chunk_size = _delta_chunk_size(kwargs, (16, 32, 64))
+    _no_more("chunk_delta_rule", kwargs)
+    return _delta("chunk_delta_rule", "chunk", "delta_rule", q, k, v, beta, scale=scale, initial_state=initial_state,
+                  output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                  cu_seqlens=cu_seqlens, chunk_size=chunk_size)
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                           state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                           cp_context=None, **kwargs):
+    """Gated DeltaNet: S_t = exp(g_t) S_{t−1}, then the delta update; g [B, T, HV] log decays. v may have
+    HV = G·H heads (grouped value attention). use_beta_sigmoid_in_kernel: beta is a logit,
+    sigmoid(beta) (2·sigmoid(beta) with allow_neg_eigval) is used. chunk_indices and cu_seqlens_cpu are
+    accepted and unused (derived from cu_seqlens)."""
+    _state_v_first(state_v_first, kwargs)
+    _no_head_first(kwargs)
+    chunk_size = _delta_chunk_size(kwargs, (16, 32, 64))
+    _no_gate_in_kernel(kwargs.pop("use_gate_in_kernel", False), kwargs.pop("A_log", None), kwargs.pop("dt_bias", None))
+    _no_context_parallel(cp_context)
+    _no_more("chunk_gated_delta_rule", kwargs)
+    return _delta("chunk_gated_delta_rule", "chunk", "gated_delta_rule", q, k, v, beta, g=g, scale=scale,
+                  initial_state=initial_state, output_final_state=output_final_state,
+                  use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+
+
+chunk_gdn = chunk_gated_delta_rule
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+              allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
+              return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+              cp_context=None, **kwargs):
+    """Kimi Delta Attention: S_t = diag(exp g_t) S_{t−1}, then the delta update; g [B, T, HV, K] log
+    decays. disable_recompute (a memory/speed trade on GPUs) is accepted and changes nothing here."""
+    _state_v_first(state_v_first, kwargs)
+    chunk_size = _delta_chunk_size(kwargs, (32, 64))
+    _no_gate_in_kernel(use_gate_in_kernel, kwargs.pop("A_log", None), kwargs.pop("dt_bias", None), lower_bound,
+                       safe_gate)
+    if return_intermediate_states:
+        raise NotImplementedError("return_intermediate_states=True: the chunk states are not returned by linattn")
+    _no_context_parallel(cp_context)
+    _no_more("chunk_kda", kwargs)
+    return _delta("chunk_kda", "chunk", "kda", q, k, v, beta, g=g, scale=scale, initial_state=initial_state,
+                  output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                  cu_seqlens=cu_seqlens, chunk_size=chunk_size,
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+
+
+def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=None, output_final_state=False,
+                               use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+    """chunk_delta_rule token by token; beta None: ones."""
+    return _delta("fused_recurrent_delta_rule", "recurrent", "delta_rule", q, k, v, beta, scale=scale,
+                  initial_state=initial_state, output_final_state=output_final_state,
+                  use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens)
+
+
+def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, initial_state=None,
+                                     output_final_state=False, use_qk_l2norm_in_kernel=False,
+                                     use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                                     use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False,
+                                     cu_seqlens=None, **kwargs):
+    """chunk_gated_delta_rule token by token: g [B, T, HV] a log decay per head, gk [B, T, HV, K] one per
+    key dimension (both: exp(g_t)·diag(exp gk_t)), neither: DeltaNet. gv, a decay per value
+    dimension, is not supported. beta None: ones."""
+    if gv is not None:
+        raise NotImplementedError("gv: a log decay per value dimension is not supported by linattn (give g or gk)")
+    _state_v_first(state_v_first, kwargs)
+    _no_gate_in_kernel(use_gate_in_kernel, A_log, dt_bias)
+    _no_more("fused_recurrent_gated_delta_rule", kwargs)
+    if gk is not None:
+        _check_tensor("q", q)
+        _check_tensor("gk", gk, q.dtype)
+        _check_dims("gk", gk, 4, "[B, T, HV, K]")
+        if g is not None:
+            _check_tensor("g", g, q.dtype)
+            if g.dim() != 3:
+                raise ValueError(f"g: expected 3 dims [B, T, HV], got {g.dim()} (shape {list(g.shape)})")
+            gk = gk + g.unsqueeze(-1)  # exp(g)·diag(exp gk) = diag(exp(gk + g))
+        gate, g = "kda", gk
+    else:
+        gate = "delta_rule" if g is None else "gated_delta_rule"
+    return _delta("fused_recurrent_gated_delta_rule", "recurrent", gate, q, k, v, beta, g=g, scale=scale,
+                  initial_state=initial_state, output_final_state=output_final_state,
+                  use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+
+
+fused_recurrent_gdn = fused_recurrent_gated_delta_rule
+
+
+def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initial_state=None,
+                        output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
+                        use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, lower_bound=None,
+                        state_v_first=False, cu_seqlens=None, **kwargs):
+    """chunk_kda token by token."""
+    _state_v_first(state_v_first, kwargs)
+    _no_gate_in_kernel(use_gate_in_kernel, A_log, dt_bias, lower_bound)
+    _no_more("fused_recurrent_kda", kwargs)
+    return _delta("fused_recurrent_kda", "recurrent", "kda", q, k, v, beta, g=g, scale=scale,
+                  initial_state=initial_state, output_final_state=output_final_state,
+                  use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)

@@ -9,11 +9,11 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "family_args.hpp"
 #include "linattn/reference.hpp"
 #include "reference_args.hpp"
 
@@ -25,29 +25,6 @@ Decay decay_arg(const std::string& name) {
     if (decay_name(d) == name) return d;
   throw py::value_error("decay: expected \"linear\", \"retention\", \"lightning\", \"simple_gla\" or \"gla\", got \"" +
                         name + "\"");
-}
-
-// None: empty. Otherwise a 1-d array of what numpy turns into `T` (integers for cu_seqlens, floats
-// for g_gamma), copied: both are a few values.
-template <class T>
-std::vector<T> vector_arg(const py::object& obj, const char* name, const char* shape) {
-  if (obj.is_none()) return {};
-  py::array values = py::module_::import("numpy").attr("asarray")(obj);
-  const char kind = values.dtype().kind();
-  const bool integral = std::is_integral_v<T>;
-  if (integral ? kind != 'i' && kind != 'u' : kind != 'f' && kind != 'i' && kind != 'u')
-    throw py::type_error(std::string(name) + ": expected " + (integral ? "integers" : "floats") + ", got " +
-                         type_name(values));
-  if (values.ndim() != 1)
-    throw py::value_error(std::string(name) + ": expected 1 dim " + shape + ", got " + std::to_string(values.ndim()));
-  auto cast = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(values);
-  return std::vector<T>(cast.data(), cast.data() + cast.size());
-}
-
-std::string shape_text(std::span<const int64_t> extent) {
-  std::string s = "[";
-  for (size_t i = 0; i < extent.size(); ++i) s += (i ? ", " : "") + std::to_string(extent[i]);
-  return s + "]";
 }
 
 // The options of one call, and the vectors their spans point into.
@@ -65,77 +42,21 @@ DecayArgs decay_args(const std::string& decay, const py::object& g_gamma, std::o
           vector_arg<int64_t>(cu_seqlens, "cu_seqlens", "[N + 1]"), scale, chunk_size};
 }
 
-// The [N, H, K, V] extent of the states: N = B, or the number of packed sequences. With fewer than
-// two offsets N is left to the operator's check of cu_seqlens, which names the problem.
+// The [N, H, K, V] extent of the states.
 std::array<int64_t, 4> state_extent(const DecayArgs& a, ConstTensorView q, ConstTensorView v) {
-  const int64_t N = a.cu_seqlens.empty() ? q.batch() : std::max<int64_t>(int64_t(a.cu_seqlens.size()) - 1, 0);
-  return {N, q.heads(), q.dim(), v.dim()};
-}
-
-// A state argument: a C-order [N, H, K, V] array of T. Another layout is copied (read-only states)
-// or refused (`in_place`: the caller's array is the one updated).
-template <class T>
-py::array_t<T> state_arg(const py::object& obj, const char* name, std::array<int64_t, 4> want, bool in_place) {
-  const std::string arg(name);
-  const std::string dtype = py::str(py::dtype::of<T>()).cast<std::string>();
-  if (!py::isinstance<py::array>(obj))
-    throw py::type_error(arg + ": expected a numpy.ndarray of " + dtype + ", got " + type_name(obj));
-  if (!py::isinstance<py::array_t<T>>(obj))
-    throw py::type_error(arg + ": expected " + dtype + ", got " + type_name(obj));
-  auto array = py::reinterpret_borrow<py::array>(obj);
-  std::vector<int64_t> seen(array.shape(), array.shape() + array.ndim());
-  if (seen != std::vector<int64_t>(want.begin(), want.end()))
-    throw py::value_error(arg + ": expected shape [N, H, K, V] = " + shape_text(want) + ", got " + shape_text(seen));
-  const bool c_order = (array.flags() & py::array::c_style) != 0;
-  if (in_place) {
-    if (!c_order)
-      throw py::value_error(arg + ": expected a C-contiguous array (it is updated in place), got strides " +
-                            shape_text(std::vector<int64_t>(array.strides(), array.strides() + array.ndim())) +
-                            " bytes; pass numpy.ascontiguousarray(" + arg + ") and read the result from it");
-    if (!array.writeable()) throw py::value_error(arg + ": expected a writeable array (it is updated in place)");
-    return py::reinterpret_borrow<py::array_t<T>>(obj);
-  }
-  return py::array_t<T, py::array::c_style>::ensure(obj);  // copies only when not C-contiguous
-}
-
-// The values of a state array; a default-constructed one (not given) holds none.
-template <class T>
-std::span<const T> span_of(const py::array_t<T>& a) {
-  return {a.data(), size_t(a.size())};
-}
-std::span<float> mutable_span(py::array_t<float>& a) { return {a.mutable_data(), size_t(a.size())}; }
-
-py::array_t<float> zero_state(std::array<int64_t, 4> extent) {
-  py::array_t<float> a(std::vector<py::ssize_t>(extent.begin(), extent.end()));
-  std::fill_n(a.mutable_data(), a.size(), 0.0f);
-  return a;
+  return {state_count(q.batch(), a.cu_seqlens), q.heads(), q.dim(), v.dim()};
 }
 
 // g as a [B, T, H, C] view: 4 dims as given, or [B, T, H] (simple GLA's layout) as [B, T, H, 1].
-// None: an empty view. `three_dims` records which, so that dg comes back in g's own shape.
 template <class T>
-struct GateView {
-  InputView<T> in;
-  bool given = false, three_dims = false;
-};
+using GateView = TrailingView<T>;
 template <class T>
 GateView<T> gate_arg(const py::object& g) {
-  GateView<T> gate;
-  if (g.is_none()) return gate;
-  gate.given = true;
-  py::object g4 = g;
-  if (py::isinstance<py::array>(g) && py::reinterpret_borrow<py::array>(g).ndim() == 3) {
-    g4 = py::module_::import("numpy").attr("expand_dims")(g, -1);
-    gate.three_dims = true;
-  }
-  gate.in = input_view<T>(g4, "g", 4, "[B, T, H] or [B, T, H, 1] (simple_gla), [B, T, H, K] (gla)");
-  return gate;
+  return trailing_arg<T>(g, "g", "[B, T, H] or [B, T, H, 1] (simple_gla), [B, T, H, K] (gla)");
 }
 template <class T>
 py::object gate_result(py::array a, const GateView<T>& gate) {
-  if (!gate.given) return py::none();
-  if (!gate.three_dims) return a;
-  return a.attr("reshape")(py::make_tuple(a.shape(0), a.shape(1), a.shape(2)));
+  return trailing_result(a, gate);
 }
 
 struct Inputs32 {
@@ -210,38 +131,12 @@ py::array recurrent32(const py::object& q, const py::object& k, const py::object
   return out.array;
 }
 
-// The oracle's arguments: copies of the float64 arrays into oracle tensors.
-reference::Tensor tensor64(const py::object& x, const char* name, const char* shape) {
-  const InputView<double> in = input_view<double>(x, name, 4, shape);
-  reference::Tensor t;
-  t.extent = in.view.extent;
-  for (int64_t e : t.extent)
-    if (e <= 0) return t;  // refused by the oracle's boundary check, which names the axis
-  t = reference::Tensor(t.extent);
-  const auto& e = t.extent;
-  for (int64_t b = 0; b < e[0]; ++b)
-    for (int64_t n = 0; n < e[1]; ++n)
-      for (int64_t h = 0; h < e[2]; ++h)
-        for (int64_t d = 0; d < e[3]; ++d) t(b, n, h, d) = in.view(b, n, h, d);
-  return t;
-}
-std::vector<double> state64(const py::object& obj, const char* name, std::array<int64_t, 4> want) {
-  const py::array_t<double> a = state_arg<double>(obj, name, want, false);
-  return std::vector<double>(a.data(), a.data() + a.size());
-}
-py::array array64(const std::vector<double>& values, std::array<int64_t, 4> extent) {
-  py::array_t<double> a(std::vector<py::ssize_t>(extent.begin(), extent.end()));
-  std::copy(values.begin(), values.end(), a.mutable_data());
-  return a;
-}
-
 struct Inputs64 {
   reference::Tensor q, k, v, g;
   GateView<double> gate;  // how g was given (its data is copied into g)
   const reference::Tensor* g_ptr() const { return gate.given ? &g : nullptr; }
   std::array<int64_t, 4> state_extent(const DecayArgs& a) const {
-    const int64_t N = a.cu_seqlens.empty() ? q.extent[0] : std::max<int64_t>(int64_t(a.cu_seqlens.size()) - 1, 0);
-    return {N, q.extent[2], q.extent[3], v.extent[3]};
+    return {state_count(q.extent[0], a.cu_seqlens), q.extent[2], q.extent[3], v.extent[3]};
   }
 };
 Inputs64 inputs64(const py::object& q, const py::object& k, const py::object& v, const py::object& g) {

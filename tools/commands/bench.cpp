@@ -76,7 +76,8 @@ const Registrar registrar{
        app.add_option("--op", p.op,
                       "softmax, linear, causal, recurrent, performer (alias favor: FAVOR+), linformer, or the decayed "
                       "family (chunked, causal): retention, lightning (g_gamma), simple_gla (g [B, N, H]) or gla "
-                      "(g [B, N, H, D])")
+                      "(g [B, N, H, D]), or the delta rule (chunked, causal, q and k l2-normalised): delta_rule, "
+                      "gated_delta_rule (g [B, N, H]) or kda (g [B, N, H, D])")
            ->required()
            ->transform(flags::choice(op_names()))
            ->option_text("OP REQUIRED");

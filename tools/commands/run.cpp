@@ -222,6 +222,9 @@ void run_fast(const RunArgs& a, Tensors& t) {
     case Op::lightning:
     case Op::simple_gla:
     case Op::gla:
+    case Op::delta_rule:
+    case Op::gated_delta_rule:
+    case Op::kda:
       break;  // refused by run() before any file is read
     case Op::linformer: {
       const LinformerOptions o = linformer_options(a, t);
@@ -286,10 +289,10 @@ std::string sibling(const std::string& out, const char* name) {
 
 int run(RunArgs& a) {
   const bool linformer = a.op == Op::linformer;
-  if (is_decayed(a.op))
+  if (is_decayed(a.op) || is_delta(a.op))
     throw UsageError(std::string("--op ") + op_name(a.op) +
                      ": linattn run covers softmax, linear, causal, recurrent, performer and linformer; the decayed "
-                     "family is in bench and compare (and the Python module's linattn.fla)");
+                     "family and the delta rule are in bench and compare (and the Python module's linattn.fla)");
   if (linformer && a.proj_e.empty())
     throw UsageError("--proj-e: --op linformer needs the projection E (.npy, [P, N_max] or [H, P, N_max])");
   if (!linformer && !(a.proj_e.empty() && a.proj_f.empty() && a.dproj_e.empty() && a.dproj_f.empty()))

@@ -8,6 +8,7 @@
 
 #include "common/command.hpp"
 #include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/random.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -16,10 +17,12 @@ namespace linattn::cli {
 
 namespace {
 // Indexed by Op: the names the flags use and the output prints, and the table's names.
-constexpr const char* kOpNames[] = {"softmax",   "linear",    "causal",    "recurrent",  "performer",
-                                    "linformer", "retention", "lightning", "simple_gla", "gla"};
-constexpr const char* kTableNames[] = {"softmax",   "linear",    "causal",    "recurrent",  "favor",
-                                       "linformer", "retention", "lightning", "simple_gla", "gla"};
+constexpr const char* kOpNames[] = {"softmax",    "linear",           "causal",    "recurrent",  "performer",
+                                    "linformer",  "retention",        "lightning", "simple_gla", "gla",
+                                    "delta_rule", "gated_delta_rule", "kda"};
+constexpr const char* kTableNames[] = {"softmax",    "linear",           "causal",    "recurrent",  "favor",
+                                       "linformer",  "retention",        "lightning", "simple_gla", "gla",
+                                       "delta_rule", "gated_delta_rule", "kda"};
 }  // namespace
 
 const char* op_name(Op op) { return kOpNames[int(op)]; }
@@ -38,6 +41,7 @@ const table::Operator& table_operator(Op op) { return table::find(kTableNames[in
 bool has_backward(Op op) { return table_operator(op).has_backward; }
 bool is_causal(Op op) { return table_operator(op).causality == table::Causality::always; }
 bool is_decayed(Op op) { return op == Op::retention || op == Op::lightning || op == Op::simple_gla || op == Op::gla; }
+bool is_delta(Op op) { return op == Op::delta_rule || op == Op::gated_delta_rule || op == Op::kda; }
 
 table::Sizes sizes(const Problem& p) {
   table::Sizes s;
@@ -45,7 +49,9 @@ table::Sizes sizes(const Problem& p) {
   s.causal = p.causal;
   s.features = p.features;
   s.seed = p.seed;
-  s.chunk = is_decayed(p.op) ? DecayedAttentionOptions{}.chunk_size : LinearAttentionOptions{}.chunk_size;
+  s.chunk = is_decayed(p.op) ? DecayedAttentionOptions{}.chunk_size
+            : is_delta(p.op) ? DeltaRuleOptions{}.chunk_size
+                             : LinearAttentionOptions{}.chunk_size;
   s.projected = p.projected;
   return s;
 }

@@ -20,9 +20,23 @@ namespace linattn::cli {
 
 // favor is FAVOR+ (the table's "favor"); the command names it "performer" in its output, as it
 // always has, and takes both "favor" and "performer" as --op / --methods values. The decayed family
-// (retention, lightning, simple_gla, gla: the chunked decayed_attention_*) is bench's and compare's,
-// not run's.
-enum class Op { softmax, linear, causal, recurrent, favor, linformer, retention, lightning, simple_gla, gla };
+// (retention, lightning, simple_gla, gla: the chunked decayed_attention_*) and the delta rule
+// (delta_rule, gated_delta_rule, kda: the chunked delta_rule_*) are bench's and compare's, not run's.
+enum class Op {
+  softmax,
+  linear,
+  causal,
+  recurrent,
+  favor,
+  linformer,
+  retention,
+  lightning,
+  simple_gla,
+  gla,
+  delta_rule,
+  gated_delta_rule,
+  kda
+};
 const char* op_name(Op op);
 // Name → op, for CLI11's CheckedTransformer (the printed names, and the alias "favor").
 const std::map<std::string, Op>& op_names();
@@ -34,6 +48,8 @@ bool has_backward(Op op);
 bool is_causal(Op op);
 // The decayed family (decay.hpp).
 bool is_decayed(Op op);
+// The delta rule (delta.hpp).
+bool is_delta(Op op);
 
 struct Problem {
   Op op = Op::softmax;

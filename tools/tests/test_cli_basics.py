@@ -65,7 +65,8 @@ BENCH_KEYS = {
 
 @pytest.mark.parametrize(
     "op,backward", [("softmax", False), ("softmax", True), ("linear", True), ("causal", True), ("recurrent", False),
-                    ("retention", True), ("lightning", False), ("simple_gla", True), ("gla", False), ("gla", True)]
+                    ("retention", True), ("lightning", False), ("simple_gla", True), ("gla", False), ("gla", True),
+                    ("delta_rule", True), ("gated_delta_rule", False), ("kda", True)]
 )
 def test_bench_json_schema(op, backward):
     args = ["bench", "--op", op, "--batch", 2, "--heads", 3, "--seq", 65, "--dim", 16, "--value-dim", 24,
@@ -113,6 +114,22 @@ def test_bench_decayed_flop_count_is_the_chunked_one():
                                "--value-dim", e, "--json", "--budget", 0, "--min-reps", 1, "--backward").stdout)
         assert j["op"] == op and j["causal"] is True
         assert j["flops"] == 2 * (forward + backward)
+
+
+def test_bench_delta_flop_count_is_the_chunked_one():
+    """The delta rule's count (table/delta_rows.cpp): per chunk of c tokens the load
+    c(c-1)D + c(c+1)D + (c^3 - c)/3 + c(c+1)(D+E), forward load + 6cDE + c(c+1)E (+ DE gated)."""
+    d, e = 8, 4
+
+    def load(c):
+        return c * (c - 1) * d + c * (c + 1) * d + (c ** 3 - c) / 3 + c * (c + 1) * (d + e)
+
+    for op, gated in (("delta_rule", 0), ("gated_delta_rule", 1), ("kda", 1)):
+        forward = sum(load(c) + 6 * c * d * e + c * (c + 1) * e + gated * d * e for c in (64, 36))
+        j = json.loads(run_cli("bench", "--op", op, "--batch", 1, "--heads", 2, "--seq", 100, "--dim", d,
+                               "--value-dim", e, "--json", "--budget", 0, "--min-reps", 1).stdout)
+        assert j["op"] == op and j["causal"] is True
+        assert j["flops"] == pytest.approx(2 * forward, rel=1e-12)
 
 
 def test_run_refuses_the_decayed_family(tmp_path):
