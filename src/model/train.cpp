@@ -16,7 +16,8 @@ void check_train_options(const TrainOptions& o) {
   auto require = [](bool ok, const std::string& name, const std::string& seen, const char* expected) {
     if (!ok) throw Error("linattn::model: " + name + " is " + seen + ", expected " + expected);
   };
-  require(o.task == "copy" || o.task == "text", "task", "\"" + o.task + "\"", "\"copy\" or \"text\"");
+  require(o.task == "copy" || o.task == "text" || o.task == "mqar", "task", "\"" + o.task + "\"",
+          "\"copy\", \"text\" or \"mqar\"");
   require(o.steps >= 1, "steps", std::to_string(o.steps), "≥ 1");
   require(o.batch >= 1, "batch", std::to_string(o.batch), "≥ 1");
   require(o.seq_len >= 2, "seq_len", std::to_string(o.seq_len), "≥ 2");
@@ -28,6 +29,7 @@ void check_train_options(const TrainOptions& o) {
   require(o.eval_every >= 0, "eval_every", std::to_string(o.eval_every), "≥ 0");
   require(o.eval_batches >= 1, "eval_batches", std::to_string(o.eval_batches), "≥ 1");
   require(o.checkpoint_every >= 0, "checkpoint_every", std::to_string(o.checkpoint_every), "≥ 0");
+  if (o.task == "mqar") check_mqar_shape(o.mqar, o.seq_len);
 }
 
 namespace {
@@ -46,11 +48,19 @@ constexpr detail::Field<TrainOptions> kOptionFields[] = {{"task", &TrainOptions:
                                                          {"eval_batches", &TrainOptions::eval_batches},
                                                          {"checkpoint", &TrainOptions::checkpoint},
                                                          {"checkpoint_every", &TrainOptions::checkpoint_every}};
+// MQAR's keys are written and read only for task "mqar", so that the files of the other tasks keep
+// their keys (and checkpoints from before MQAR still load).
+constexpr const char* kMqarPairs = "mqar_pairs";
+constexpr const char* kMqarVocab = "mqar_vocab";
 }  // namespace
 
 std::string train_options_to_text(const TrainOptions& o) {
   detail::KeyValues kv;
   detail::write_fields<TrainOptions>(kv, o, kOptionFields);
+  if (o.task == "mqar") {
+    kv.set(kMqarPairs, o.mqar.pairs);
+    kv.set(kMqarVocab, o.mqar.vocab);
+  }
   return kv.text();
 }
 
@@ -58,6 +68,7 @@ TrainOptions train_options_from_text(std::string_view text) {
   const detail::KeyValues kv(text, "training options");
   TrainOptions o;
   detail::read_fields<TrainOptions>(kv, o, kOptionFields);
+  if (o.task == "mqar") o.mqar = {kv.get_int(kMqarPairs), kv.get_int(kMqarVocab)};
   kv.check_all_read();
   check_train_options(o);
   return o;
@@ -67,7 +78,7 @@ double EvalResult::bits_per_token() const { return loss / std::numbers::ln2; }
 
 Trainer::Trainer(ModelConfig config, TrainOptions options) : options_(std::move(options)) {
   check_train_options(options_);
-  task_ = make_task(options_.task, options_.data);
+  task_ = make_task(options_.task, options_.data, options_.mqar);
   config.vocab_size = task_->tokenizer().size();
   model_ = std::make_unique<Transformer<float>>(config);
   optimizer_ = AdamW(int64_t(model_->params().size()), AdamWOptions{0.9, 0.95, 1e-8, options_.weight_decay});
