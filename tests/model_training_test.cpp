@@ -107,7 +107,8 @@ TEST_P(ModelTraining, LossesDoNotDependOnThreadCount) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, ModelTraining,
                          ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor,
-                                           AttentionKind::retnet, AttentionKind::gla),
+                                           AttentionKind::retnet, AttentionKind::gla, AttentionKind::deltanet,
+                                           AttentionKind::gated_deltanet, AttentionKind::kda),
                          [](const ::testing::TestParamInfo<AttentionKind>& p) {
                            return std::string(attention_name(p.param));
                          });

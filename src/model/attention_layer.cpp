@@ -1,5 +1,6 @@
 // The blocks' causal multi-head attention: q, k, v are strided views into the fused qkv rows, so
-// heads need no copies. float runs linattn's operators; double runs the fp64 reference.
+// heads need no copies. float runs linattn's operators; double runs the fp64 reference. The delta
+// kinds are in delta_layers.cpp.
 #include <stdexcept>
 #include <vector>
 
@@ -71,7 +72,8 @@ DecayedAttentionOptions decayed_options(const AttentionSpec& spec) {
 
 template <>
 void attention_forward<float>(float* out, float* lse, const float* qkv, const AttentionSpec& spec, int64_t B,
-                              int64_t T_, int64_t C, const float* gate) {
+                              int64_t T_, int64_t C, const float* gate, const float* beta) {
+  if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
@@ -88,7 +90,8 @@ void attention_forward<float>(float* out, float* lse, const float* qkv, const At
 template <>
 void attention_backward<float>(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                                const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C, const float* gate,
-                               float* dgate) {
+                               float* dgate, const float* beta, float* dbeta) {
+  if (is_delta(spec.kind)) return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
@@ -110,7 +113,8 @@ void attention_backward<float>(float* dqkv, const float* dout, const float* qkv,
 
 template <>
 void attention_forward<double>(double* out, double* lse, const double* qkv, const AttentionSpec& spec, int64_t B,
-                               int64_t T_, int64_t C, const double* gate) {
+                               int64_t T_, int64_t C, const double* gate, const double* beta) {
+  if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
                           v = to_tensor(qkv, 2, 3 * C, B, T_, H, C);
@@ -133,7 +137,8 @@ void attention_forward<double>(double* out, double* lse, const double* qkv, cons
 template <>
 void attention_backward<double>(double* dqkv, const double* dout, const double* qkv, const double*, const double*,
                                 const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C, const double* gate,
-                                double* dgate) {
+                                double* dgate, const double* beta, double* dbeta) {
+  if (is_delta(spec.kind)) return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
                           v = to_tensor(qkv, 2, 3 * C, B, T_, H, C), dy = to_tensor(dout, 0, C, B, T_, H, C);

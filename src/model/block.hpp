@@ -8,8 +8,8 @@
 
 namespace linattn::model::detail {
 
-// Where one block's activations go; N rows. gate, attn and head_rstd are null for the kinds without
-// them.
+// Where one block's activations go; N rows. gate, attn, head_rstd and beta are null for the kinds
+// without them.
 template <class T>
 struct BlockActivations {
   T *ln1, *ln1_mean, *ln1_rstd;  // [N, C], [N], [N]
@@ -19,28 +19,42 @@ struct BlockActivations {
   T *fch, *fch_gelu;             // [N, F]
   T* residual3;                  // [N, C]
   T* scratch;                    // [N, C]
-  T* gate = nullptr;             // [N, C]: gla's log decay g = logsigmoid(ln1 · gatew + gateb) / 16
-  T* attn = nullptr;             // [N, C]: retnet, gla: the attention before the head norm
-  T* head_rstd = nullptr;        // [N, H]: retnet, gla: the head norm's saved 1/σ
+  T* gate = nullptr;       // [N, G]: the log decay, G = gate_width: gla's g = logsigmoid(ln1 · gatew + gateb) / 16;
+                           // gated_deltanet (G = H), kda (G = C): g = −exp(alog) · softplus(ln1 · gatew + gateb)
+  T* attn = nullptr;       // [N, C]: the decayed and delta kinds: the attention before the head norm
+  T* head_rstd = nullptr;  // [N, H]: the decayed and delta kinds: the head norm's saved 1/σ
+  T* beta = nullptr;       // [N, H]: the delta kinds' β = sigmoid(ln1 · betaw + betab)
+  AttentionKind kind = AttentionKind::linear;  // which gate the block computes
 };
 
 // residual3 = residual2 + mlp(ln2(residual2)), residual2 = residual + attproj(attend(qkv(ln1(residual))))
-// (retnet, gla: attproj(head_norm(attend(...)))). attend(out, qkv, gate) writes the heads' attention
-// outputs of the N rows; gate is a.gate (null but for gla).
+// (the decayed and delta kinds: attproj(head_norm(attend(...)))). attend(out, qkv, gate, beta) writes
+// the heads' attention outputs of the N rows; gate is a.gate and beta a.beta (null for the kinds
+// without them).
 template <class T, class Attend>
 void block_forward(const BlockActivations<T>& a, const T* residual, const ParamPointers<const T>& p, int64_t l,
                    int64_t N, int64_t C, int64_t F, int64_t H, Attend&& attend) {
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, N, C);
   matmul_forward(a.qkv, a.ln1, p.qkvw + l * C * 3 * C, p.qkvb + l * 3 * C, N, C, 3 * C);
   if (a.gate) {
-    matmul_forward(a.gate, a.ln1, p.gatew + l * C * C, p.gateb + l * C, N, C, C);
-    log_sigmoid_gate_forward(a.gate, static_cast<const T*>(a.gate), N * C);
+    const int64_t G = gate_width(a.kind, C, H);
+    matmul_forward(a.gate, a.ln1, p.gatew + l * C * G, p.gateb + l * G, N, C, G);
+    if (a.kind == AttentionKind::gla)
+      log_sigmoid_gate_forward(a.gate, static_cast<const T*>(a.gate), N * C);
+    else
+      delta_gate_forward(a.gate, static_cast<const T*>(a.gate), p.alog + l * H, N, H, G / H);
   }
+  if (a.beta) {
+    matmul_forward(a.beta, a.ln1, p.betaw + l * C * H, p.betab + l * H, N, C, H);
+    delta_beta_forward(a.beta, static_cast<const T*>(a.beta), N * H);
+  }
+  const T* gate = a.gate;
+  const T* beta = a.beta;
   if (a.attn) {
-    attend(a.attn, static_cast<const T*>(a.qkv), static_cast<const T*>(a.gate));
+    attend(a.attn, static_cast<const T*>(a.qkv), gate, beta);
     head_norm_forward(a.atty, a.head_rstd, static_cast<const T*>(a.attn), N * H, C / H);
   } else {
-    attend(a.atty, static_cast<const T*>(a.qkv), static_cast<const T*>(nullptr));
+    attend(a.atty, static_cast<const T*>(a.qkv), gate, beta);
   }
   matmul_forward(a.scratch, a.atty, p.attprojw + l * C * C, p.attprojb + l * C, N, C, C);
   residual_forward(a.residual2, residual, a.scratch, N * C);

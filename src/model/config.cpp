@@ -25,16 +25,24 @@ const char* attention_name(AttentionKind kind) {
       return "retnet";
     case AttentionKind::gla:
       return "gla";
+    case AttentionKind::deltanet:
+      return "deltanet";
+    case AttentionKind::gated_deltanet:
+      return "gated_deltanet";
+    case AttentionKind::kda:
+      return "kda";
   }
   return "?";
 }
 
 AttentionKind attention_by_name(std::string_view name) {
   for (AttentionKind kind :
-       {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor, AttentionKind::retnet, AttentionKind::gla})
+       {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor, AttentionKind::retnet, AttentionKind::gla,
+        AttentionKind::deltanet, AttentionKind::gated_deltanet, AttentionKind::kda})
     if (name == attention_name(kind)) return kind;
   throw Error("linattn::model: attention is \"" + std::string(name) +
-              "\", expected one of \"softmax\", \"linear\", \"favor\", \"retnet\", \"gla\"");
+              "\", expected one of \"softmax\", \"linear\", \"favor\", \"retnet\", \"gla\", \"deltanet\", "
+              "\"gated_deltanet\", \"kda\"");
 }
 
 bool is_decayed(AttentionKind kind) { return kind == AttentionKind::retnet || kind == AttentionKind::gla; }
@@ -44,6 +52,26 @@ Decay decay_of(AttentionKind kind) {
   if (kind == AttentionKind::gla) return Decay::key;
   throw Error(std::string("linattn::model: attention is \"") + attention_name(kind) +
               "\", expected a decayed kind (\"retnet\" or \"gla\")");
+}
+
+bool is_delta(AttentionKind kind) {
+  return kind == AttentionKind::deltanet || kind == AttentionKind::gated_deltanet || kind == AttentionKind::kda;
+}
+
+DeltaGate delta_gate_of(AttentionKind kind) {
+  if (kind == AttentionKind::deltanet) return DeltaGate::none;
+  if (kind == AttentionKind::gated_deltanet) return DeltaGate::token;
+  if (kind == AttentionKind::kda) return DeltaGate::key;
+  throw Error(std::string("linattn::model: attention is \"") + attention_name(kind) +
+              "\", expected a delta kind (\"deltanet\", \"gated_deltanet\" or \"kda\")");
+}
+
+bool has_head_norm(AttentionKind kind) { return is_decayed(kind) || is_delta(kind); }
+
+int64_t gate_width(AttentionKind kind, int64_t d_model, int64_t heads) {
+  if (kind == AttentionKind::gla || kind == AttentionKind::kda) return d_model;
+  if (kind == AttentionKind::gated_deltanet) return heads;
+  return 0;
 }
 
 void check_config(const ModelConfig& c) {
@@ -97,6 +125,9 @@ FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer) {
     case AttentionKind::softmax:
     case AttentionKind::retnet:
     case AttentionKind::gla:
+    case AttentionKind::deltanet:
+    case AttentionKind::gated_deltanet:
+    case AttentionKind::kda:
       return nullptr;
     case AttentionKind::linear:
       return elu_feature_map();

@@ -153,13 +153,14 @@ std::vector<Batch> TextTask::eval_batches(int64_t B, int64_t T, int64_t max_batc
   return batches;
 }
 
-std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path) {
+std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path, const MqarShape& mqar) {
   if (name == "copy") return std::make_unique<CopyTask>();
+  if (name == "mqar") return std::make_unique<MqarTask>(mqar);
   if (name == "text") {
     if (data_path.empty()) throw Error("linattn::model: task \"text\" needs a data file, expected --data FILE");
     return std::make_unique<TextTask>(data_path);
   }
-  throw Error("linattn::model: task is \"" + std::string(name) + "\", expected \"copy\" or \"text\"");
+  throw Error("linattn::model: task is \"" + std::string(name) + "\", expected \"copy\", \"text\" or \"mqar\"");
 }
 
 }  // namespace linattn::model

@@ -1,5 +1,5 @@
-// Generation: KV cache (softmax) or recurrent state (linear, favor; retnet and gla: a decaying one),
-// one block of tokens at a time.
+// Generation: KV cache (softmax) or recurrent state (linear, favor; retnet and gla: a decaying one;
+// the delta kinds: the delta rule's), one block of tokens at a time.
 #include "linattn/model/generate.hpp"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "model/block.hpp"
@@ -33,6 +34,12 @@ void Generator::reset() {
       states_.emplace_back(1, c.heads, c.head_dim(), c.head_dim(), decay_name(decay_of(c.attention)));
     return;
   }
+  if (is_delta(c.attention)) {
+    // S: [1, H, hd, hd] per layer, named by its recurrence so that delta_rule_step refuses another.
+    for (int64_t l = 0; l < c.layers; ++l)
+      states_.emplace_back(1, c.heads, c.head_dim(), c.head_dim(), delta_name(delta_gate_of(c.attention)));
+    return;
+  }
   for (int64_t l = 0; l < c.layers; ++l) {
     const FeatureMapPtr& map = model_.attention(l).feature_map;
     states_.emplace_back(1, c.heads, map->feature_dim(c.head_dim()), c.head_dim(), map->name());
@@ -41,7 +48,7 @@ void Generator::reset() {
 
 int64_t Generator::state_bytes() const {
   int64_t bytes = 0;
-  // (The decayed kinds' z is allocated but unused; it counts, as it is held.)
+  // (The decayed and delta kinds' z is allocated but unused; it counts, as it is held.)
   for (const RecurrentState& s : states_) bytes += int64_t((s.S().size() + s.z().size()) * sizeof(float));
   // The KV cache in use (its capacity runs up to twice that).
   if (model_.config().attention == AttentionKind::softmax)
@@ -80,10 +87,11 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
   const ModelConfig& c = model_.config();
   const int64_t C = c.d_model, F = c.mlp_hidden, V = c.vocab_size, H = c.heads, hd = c.head_dim();
   const ParamPointers<const float> p = param_pointers<const float>(model_.params().data(), c);
-  // One set of block buffers reused by every layer: [n, ·] each (17–19: the decayed kinds' gate,
-  // pre-norm attention and head-norm statistics), then the logits, last (feed copies them from the end).
-  const bool gla = c.attention == AttentionKind::gla, decayed = is_decayed(c.attention);
-  const int64_t sizes[] = {C, 1, 1, 3 * C, C, C, C, 1, 1, F, F, C, C, C, C, 1, 1, C, C, H, V};
+  // One set of block buffers reused by every layer: [n, ·] each (17–20: the gate, the pre-norm
+  // attention and head-norm statistics, β), then the logits, last (feed copies them from the end).
+  const bool gated = gate_width(c.attention, C, H) > 0, normed = has_head_norm(c.attention);
+  const bool gla = c.attention == AttentionKind::gla, decayed = is_decayed(c.attention), delta = is_delta(c.attention);
+  const int64_t sizes[] = {C, 1, 1, 3 * C, C, C, C, 1, 1, F, F, C, C, C, C, 1, 1, C, C, H, H, V};
   constexpr int kBuffers = int(std::size(sizes));
   int64_t total = 0;
   for (int64_t s : sizes) total += s * n;
@@ -107,16 +115,18 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
                                     ptr[10],
                                     ptr[11],
                                     ptr[12],
-                                    gla ? ptr[17] : nullptr,
-                                    decayed ? ptr[18] : nullptr,
-                                    decayed ? ptr[19] : nullptr};
+                                    gated ? ptr[17] : nullptr,
+                                    normed ? ptr[18] : nullptr,
+                                    normed ? ptr[19] : nullptr,
+                                    delta ? ptr[20] : nullptr,
+                                    c.attention};
   float* residual = ptr[13];
   embedding_forward(residual, tokens, p.wte, 1, n, C, position_);
   std::vector<float> lse(H * n);
   for (int64_t l = 0; l < c.layers; ++l) {
     detail::block_forward(
         a, static_cast<const float*>(residual), p, l, n, C, F, H,
-        [&](float* atty, const float* qkv, const float* gate) {
+        [&](float* atty, const float* qkv, const float* gate, const float* beta) {
           // q, k, v of the n rows, strided inside qkv: [1, n, H, hd]
           const ConstTensorView q{qkv, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
           const ConstTensorView k{qkv + C, {1, n, H, hd}, {n * 3 * C, 3 * C, hd, 1}};
@@ -150,6 +160,16 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
             decayed_step(out, q, k, v, g, states_[l], decayed_options(model_.attention(l)));
             return;
           }
+          if (delta) {
+            // Every token, a prompt's too, steps the delta rule's state (constant memory): β: [1, n, H, 1];
+            // g: [1, n, H, 1] (gated_deltanet), [1, n, H, hd] (kda), none for deltanet.
+            const ConstTensorView b{beta, {1, n, H, 1}, {n * H, H, 1, 1}};
+            ConstTensorView g;
+            if (c.attention == AttentionKind::gated_deltanet) g = {gate, {1, n, H, 1}, {n * H, H, 1, 1}};
+            if (c.attention == AttentionKind::kda) g = {gate, {1, n, H, hd}, {n * C, C, hd, 1}};
+            delta_rule_step(out, q, k, v, b, g, states_[l], delta_options(model_.attention(l)));
+            return;
+          }
           LinearAttentionOptions options;
           options.feature_map = model_.attention(l).feature_map;
           options.causal = true;
@@ -165,7 +185,7 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
     std::copy(a.residual3, a.residual3 + n * C, residual);
   }
   layernorm_forward(ptr[14], ptr[15], ptr[16], residual, p.lnfw, p.lnfb, n, C);
-  matmul_forward(ptr[20], ptr[14], p.headw, p.headb, n, C, V);
+  matmul_forward(ptr[21], ptr[14], p.headw, p.headb, n, C, V);
   position_ += n;
 }
 

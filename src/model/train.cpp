@@ -20,7 +20,8 @@ void check_train_options(const TrainOptions& o) {
   // Every size and count is bounded (a checkpoint is untrusted: batch = 2^62 overflowed batch ×
   // seq_len) and every real is finite (weight_decay = inf turned the weights infinite).
   const char* where = "linattn::model";
-  require(o.task == "copy" || o.task == "text", "task", "\"" + o.task + "\"", "\"copy\" or \"text\"");
+  require(o.task == "copy" || o.task == "text" || o.task == "mqar", "task", "\"" + o.task + "\"",
+          "\"copy\", \"text\" or \"mqar\"");
   check_bounded(where, "steps", o.steps, 1, limits::kMaxSteps);
   check_bounded(where, "batch", o.batch, 1, limits::kMaxBatch);
   check_bounded(where, "seq_len", o.seq_len, 2, limits::kMaxSeqLen);
@@ -33,6 +34,7 @@ void check_train_options(const TrainOptions& o) {
   check_bounded(where, "eval_every", o.eval_every, 0, limits::kMaxSteps);
   check_bounded(where, "eval_batches", o.eval_batches, 1, limits::kMaxEvalBatches);
   check_bounded(where, "checkpoint_every", o.checkpoint_every, 0, limits::kMaxSteps);
+  if (o.task == "mqar") check_mqar_shape(o.mqar, o.seq_len);
 }
 
 namespace {
@@ -51,11 +53,19 @@ constexpr detail::Field<TrainOptions> kOptionFields[] = {{"task", &TrainOptions:
                                                          {"eval_batches", &TrainOptions::eval_batches},
                                                          {"checkpoint", &TrainOptions::checkpoint},
                                                          {"checkpoint_every", &TrainOptions::checkpoint_every}};
+// MQAR's keys are written and read only for task "mqar", so that the files of the other tasks keep
+// their keys (and checkpoints from before MQAR still load).
+constexpr const char* kMqarPairs = "mqar_pairs";
+constexpr const char* kMqarVocab = "mqar_vocab";
 }  // namespace
 
 std::string train_options_to_text(const TrainOptions& o) {
   detail::KeyValues kv;
   detail::write_fields<TrainOptions>(kv, o, kOptionFields);
+  if (o.task == "mqar") {
+    kv.set(kMqarPairs, o.mqar.pairs);
+    kv.set(kMqarVocab, o.mqar.vocab);
+  }
   return kv.text();
 }
 
@@ -63,6 +73,7 @@ TrainOptions train_options_from_text(std::string_view text) {
   const detail::KeyValues kv(text, "training options");
   TrainOptions o;
   detail::read_fields<TrainOptions>(kv, o, kOptionFields);
+  if (o.task == "mqar") o.mqar = {kv.get_int(kMqarPairs), kv.get_int(kMqarVocab)};
   kv.check_all_read();
   check_train_options(o);
   return o;
@@ -72,7 +83,7 @@ double EvalResult::bits_per_token() const { return loss / std::numbers::ln2; }
 
 Trainer::Trainer(ModelConfig config, TrainOptions options) : options_(std::move(options)) {
   check_train_options(options_);
-  task_ = make_task(options_.task, options_.data);
+  task_ = make_task(options_.task, options_.data, options_.mqar);
   config.vocab_size = task_->tokenizer().size();
   model_ = std::make_unique<Transformer<float>>(config);
   optimizer_ = AdamW(int64_t(model_->params().size()), AdamWOptions{0.9, 0.95, 1e-8, options_.weight_decay});

@@ -12,15 +12,19 @@
 namespace linattn::model {
 
 std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
-  const int64_t V = c.vocab_size, C = c.d_model, L = c.layers, F = c.mlp_hidden;
-  const bool gla = c.attention == AttentionKind::gla;
+  const int64_t V = c.vocab_size, C = c.d_model, L = c.layers, F = c.mlp_hidden, H = c.heads;
+  const int64_t G = gate_width(c.attention, C, H);
+  const bool delta = is_delta(c.attention), decay_a = G > 0 && delta;
   const std::pair<const char*, std::pair<int64_t, bool>> shapes[] = {{"wte", {V * C, true}},
                                                                      {"ln1w", {L * C, false}},
                                                                      {"ln1b", {L * C, false}},
                                                                      {"qkvw", {L * C * 3 * C, true}},
                                                                      {"qkvb", {L * 3 * C, false}},
-                                                                     {"gatew", {gla ? L * C * C : 0, true}},
-                                                                     {"gateb", {gla ? L * C : 0, false}},
+                                                                     {"gatew", {L * C * G, true}},
+                                                                     {"gateb", {L * G, false}},
+                                                                     {"alog", {decay_a ? L * H : 0, false}},
+                                                                     {"betaw", {delta ? L * C * H : 0, true}},
+                                                                     {"betab", {delta ? L * H : 0, false}},
                                                                      {"attprojw", {L * C * C, true}},
                                                                      {"attprojb", {L * C, false}},
                                                                      {"ln2w", {L * C, false}},
@@ -36,7 +40,7 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
   std::vector<ParamTensor> tensors;
   int64_t offset = 0;
   for (const auto& [name, shape] : shapes) {
-    if (shape.first == 0) continue;  // the gate of the kinds without one
+    if (shape.first == 0) continue;  // the gate, alog and β of the kinds without them
     tensors.push_back({name, offset, shape.first, shape.second});
     offset += shape.first;
   }
@@ -51,11 +55,13 @@ int64_t param_count(const ModelConfig& config) {
 template <class P>
 ParamPointers<P> param_pointers(P* base, const ModelConfig& config) {
   ParamPointers<P> p{};
-  P** slots[] = {&p.wte,      &p.ln1w,     &p.ln1b, &p.qkvw,  &p.qkvb, &p.gatew, &p.gateb,
-                 &p.attprojw, &p.attprojb, &p.ln2w, &p.ln2b,  &p.fcw,  &p.fcb,   &p.fcprojw,
-                 &p.fcprojb,  &p.lnfw,     &p.lnfb, &p.headw, &p.headb};
-  const char* names[] = {"wte",  "ln1w", "ln1b", "qkvw",    "qkvb",    "gatew", "gateb", "attprojw", "attprojb", "ln2w",
-                         "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",  "lnfb",  "headw",    "headb"};
+  P** slots[] = {&p.wte,     &p.ln1w,    &p.ln1b,     &p.qkvw,     &p.qkvb,  &p.gatew, &p.gateb, &p.alog,
+                 &p.betaw,   &p.betab,   &p.attprojw, &p.attprojb, &p.ln2w,  &p.ln2b,  &p.fcw,   &p.fcb,
+                 &p.fcprojw, &p.fcprojb, &p.lnfw,     &p.lnfb,     &p.headw, &p.headb};
+  const char* names[] = {"wte",     "ln1w",    "ln1b",     "qkvw",     "qkvb",  "gatew", "gateb", "alog",
+                         "betaw",   "betab",   "attprojw", "attprojb", "ln2w",  "ln2b",  "fcw",   "fcb",
+                         "fcprojw", "fcprojb", "lnfw",     "lnfb",     "headw", "headb"};
+  static_assert(std::size(slots) == std::size(names));
   for (const ParamTensor& t : param_tensors(config))
     for (size_t i = 0; i < std::size(names); ++i)
       if (t.name == names[i]) *slots[i] = base + t.offset;
@@ -76,6 +82,27 @@ template <class T>
 const T* at_layer(const std::vector<T>& buffer, int64_t l, int64_t per_layer) {
   return buffer.empty() ? nullptr : buffer.data() + l * per_layer;
 }
+// Gated DeltaNet's (Mamba-2's) decay at initialisation, g = −A · softplus(dt_bias) = −A · dt: A from
+// 1 to 16 over the heads (alog = log A) and dt from 0.001 to 0.1, log-spaced, over the G / H gate
+// columns of each head's rows (over the heads for gated_deltanet, over the key dimensions for kda):
+// memories from about a token to a thousand at the start. Deterministic, the same in every layer.
+template <class T>
+void init_delta_gate(T* p, const std::string& name, const ModelConfig& c) {
+  const int64_t H = c.heads, G = gate_width(c.attention, c.d_model, H);
+  auto spread = [](int64_t i, int64_t n, double lo, double hi) {  // log-spaced from lo to hi
+    return n == 1 ? std::sqrt(lo * hi) : lo * std::pow(hi / lo, double(i) / double(n - 1));
+  };
+  if (name == "alog") {
+    for (int64_t l = 0; l < c.layers; ++l)
+      for (int64_t h = 0; h < H; ++h) p[l * H + h] = T(std::log(H == 1 ? 4.0 : 1.0 + 15.0 * double(h) / double(H - 1)));
+  } else if (name == "gateb") {
+    for (int64_t l = 0; l < c.layers; ++l)
+      for (int64_t j = 0; j < G; ++j) {
+        const double dt = G == H ? spread(j, H, 1e-3, 0.1) : spread(j % (G / H), G / H, 1e-3, 0.1);
+        p[l * G + j] = T(dt + std::log(-std::expm1(-dt)));  // softplus⁻¹(dt)
+      }
+  }
+}
 }  // namespace
 
 template <class T>
@@ -94,6 +121,7 @@ Transformer<T>::Transformer(const ModelConfig& config) : config_(config) {
     const double std =
         t.name == "wte" ? 1.0 : 0.02 * (t.name.find("projw") != std::string::npos ? residual_scale : 1.0);
     for (int64_t i = 0; i < t.size; ++i) p[i] = norm_gain ? T(1) : t.decay ? T(std * rng.normal_cosine()) : T(0);
+    if (is_delta(config.attention)) init_delta_gate(p, t.name, config);
   }
 }
 
@@ -114,12 +142,15 @@ void Transformer<T>::resize(int64_t B, int64_t T_len) {
   for (auto* v : {&ln1_mean_, &ln1_rstd_, &ln2_mean_, &ln2_rstd_}) v->assign(L * BT, 0);
   qkv_.assign(L * BT * 3 * C, 0);
   lse_.assign(L * B * H * T_len, 0);
-  const bool decayed = is_decayed(config_.attention);
-  gate_.assign(config_.attention == AttentionKind::gla ? L * BT * C : 0, 0);
-  attn_.assign(decayed ? L * BT * C : 0, 0);
-  head_rstd_.assign(decayed ? L * BT * H : 0, 0);
-  dattn_.assign(decayed ? BT * C : 0, 0);
-  dgate_.assign(config_.attention == AttentionKind::gla ? BT * C : 0, 0);
+  const bool normed = has_head_norm(config_.attention), delta = is_delta(config_.attention);
+  const int64_t G = gate_width(config_.attention, C, H);
+  gate_.assign(L * BT * G, 0);
+  attn_.assign(normed ? L * BT * C : 0, 0);
+  head_rstd_.assign(normed ? L * BT * H : 0, 0);
+  beta_.assign(delta ? L * BT * H : 0, 0);
+  dattn_.assign(normed ? BT * C : 0, 0);
+  dgate_.assign(BT * G, 0);
+  dbeta_.assign(delta ? BT * H : 0, 0);
   fch_.assign(L * BT * F, 0);
   fch_gelu_.assign(L * BT * F, 0);
   lnf_.assign(BT * C, 0);
@@ -152,6 +183,7 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
   else
     weights_.clear();
   const ParamPointers<const T> p = param_pointers<const T>(params_.data(), config_);
+  const int64_t G = gate_width(config_.attention, C, H);
 
   embedding_forward(encoded_.data(), tokens, p.wte, B, T_len, C);
   const T* residual = encoded_.data();
@@ -169,12 +201,14 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
                                         fch_gelu_.data() + l * BT * F,
                                         residual3_.data() + l * BT * C,
                                         scratch_.data(),
-                                        at_layer(gate_, l, BT * C),
+                                        at_layer(gate_, l, BT * G),
                                         at_layer(attn_, l, BT * C),
-                                        at_layer(head_rstd_, l, BT * H)};
+                                        at_layer(head_rstd_, l, BT * H),
+                                        at_layer(beta_, l, BT * H),
+                                        config_.attention};
     T* lse = lse_.data() + l * B * H * T_len;
-    detail::block_forward(a, residual, p, l, BT, C, F, H, [&](T* out, const T* qkv, const T* gate) {
-      attention_forward(out, lse, qkv, specs_[l], B, T_len, C, gate);
+    detail::block_forward(a, residual, p, l, BT, C, F, H, [&](T* out, const T* qkv, const T* gate, const T* beta) {
+      attention_forward(out, lse, qkv, specs_[l], B, T_len, C, gate, beta);
     });
     residual = a.residual3;
   }
@@ -188,7 +222,7 @@ template <class T>
 void Transformer<T>::backward() {
   if (!has_targets_) throw std::logic_error("linattn::model::Transformer::backward: the last forward had no targets");
   const int64_t B = B_, T_len = T_, BT = B * T_len, C = config_.d_model, L = config_.layers, F = config_.mlp_hidden,
-                V = config_.vocab_size, H = config_.heads;
+                V = config_.vocab_size, H = config_.heads, G = gate_width(config_.attention, C, H);
   const ParamPointers<const T> p = param_pointers<const T>(params_.data(), config_);
   const ParamPointers<T> g = param_pointers<T>(grads_.data(), config_);
   // Gradient buffers kept between steps (no allocation per step); dres accumulates, so it starts at 0.
@@ -216,26 +250,39 @@ void Transformer<T>::backward() {
     matmul_backward(dln.data(), g.fcw + l * C * F, g.fcb + l * F, dfch.data(), ln2, p.fcw + l * C * F, BT, C, F);
     layernorm_backward(dres.data(), g.ln2w + l * C, g.ln2b + l * C, dln.data(), residual2, p.ln2w + l * C,
                        ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, BT, C);
-    // residual2 = residual + attproj(attention(qkv(ln1(residual)))); retnet, gla: attention =
-    // head_norm(decayed(q, k, v, g)), g = gate(ln1(residual)) for gla
+    // residual2 = residual + attproj(attention(qkv(ln1(residual)))); the decayed and delta kinds:
+    // attention = head_norm(decayed(q, k, v, g)) or head_norm(delta(q, k, v, β, g)), with g =
+    // gate(ln1(residual)) and β = sigmoid(ln1(residual) · betaw + betab) for the kinds that have them
     matmul_backward(datty.data(), g.attprojw + l * C * C, g.attprojb + l * C, dres.data(), atty, p.attprojw + l * C * C,
                     BT, C, C);
     const T* lse = lse_.data() + l * B * H * T_len;
-    if (is_decayed(config_.attention)) {
-      const T* gate = at_layer(gate_, l, BT * C);
+    const T* gate = at_layer(gate_, l, BT * G);
+    const T* beta = at_layer(beta_, l, BT * H);
+    if (has_head_norm(config_.attention)) {
       head_norm_backward(dattn_.data(), datty.data(), atty, at_layer(head_rstd_, l, BT * H), BT * H, C / H);
       attention_backward(dbig.data(), dattn_.data(), qkv, at_layer(attn_, l, BT * C), lse, specs_[l], B, T_len, C, gate,
-                         gate ? dgate_.data() : nullptr);
+                         gate ? dgate_.data() : nullptr, beta, beta ? dbeta_.data() : nullptr);
     } else {
       attention_backward(dbig.data(), datty.data(), qkv, atty, lse, specs_[l], B, T_len, C);
     }
     matmul_backward(dln.data(), g.qkvw + l * C * 3 * C, g.qkvb + l * 3 * C, dbig.data(), ln1, p.qkvw + l * C * 3 * C,
                     BT, C, 3 * C);
-    if (config_.attention == AttentionKind::gla) {
-      // g = logsigmoid(ln1 · gatew + gateb) / 16: its input gradient joins dln (datty is free by now)
-      log_sigmoid_gate_backward(dgate_.data(), dgate_.data(), at_layer(gate_, l, BT * C), BT * C);
-      matmul_backward(datty.data(), g.gatew + l * C * C, g.gateb + l * C, dgate_.data(), ln1, p.gatew + l * C * C, BT,
-                      C, C);
+    if (gate) {
+      // gla: g = logsigmoid(ln1 · gatew + gateb) / 16; gated_deltanet, kda: g = −exp(alog) ·
+      // softplus(ln1 · gatew + gateb). Its input gradient joins dln (datty is free by now).
+      if (config_.attention == AttentionKind::gla)
+        log_sigmoid_gate_backward(dgate_.data(), dgate_.data(), gate, BT * C);
+      else
+        delta_gate_backward(dgate_.data(), g.alog + l * H, dgate_.data(), gate, p.alog + l * H, BT, H, G / H);
+      matmul_backward(datty.data(), g.gatew + l * C * G, g.gateb + l * G, dgate_.data(), ln1, p.gatew + l * C * G, BT,
+                      C, G);
+      for (int64_t i = 0; i < BT * C; ++i) dln[i] += datty[i];
+    }
+    if (beta) {
+      // β = sigmoid(ln1 · betaw + betab)
+      delta_beta_backward(dbeta_.data(), dbeta_.data(), beta, BT * H);
+      matmul_backward(datty.data(), g.betaw + l * C * H, g.betab + l * H, dbeta_.data(), ln1, p.betaw + l * C * H, BT,
+                      C, H);
       for (int64_t i = 0; i < BT * C; ++i) dln[i] += datty[i];
     }
     layernorm_backward(dres.data(), g.ln1w + l * C, g.ln1b + l * C, dln.data(), residual, p.ln1w + l * C,

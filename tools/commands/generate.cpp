@@ -1,7 +1,8 @@
 // linattn generate: samples text from a trained model (linattn train --out or --checkpoint),
 // streaming each token as it is made, and reports tokens/s. --speed-contexts times single-token
 // steps after contexts of growing length instead: the KV cache (softmax) against the recurrent
-// state (linear, favor, and the decaying state of retnet and gla).
+// state (linear, favor, the decaying state of retnet and gla, the delta rule's of deltanet,
+// gated_deltanet and kda).
 #include "linattn/model/generate.hpp"
 
 #include <CLI/CLI.hpp>
@@ -136,9 +137,9 @@ const Registrar registrar{
        auto a = std::make_shared<GenerateArgs>();
        app.add_option("--model", a->model, "Model or checkpoint file from linattn train")->required();
        app.add_option("--attention", a->attention,
-                      "The attention the model must have (softmax, linear, favor, retnet, gla; the model file records "
-                      "it): refuse a model of another kind")
-           ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla"}));
+                      "The attention the model must have (softmax, linear, favor, retnet, gla, deltanet, "
+                      "gated_deltanet, kda; the model file records it): refuse a model of another kind")
+           ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda"}));
        app.add_option("--prompt", a->prompt, "Text to start from (characters of the model's vocabulary)");
        app.add_option("--tokens", a->tokens, "Tokens to generate")
            ->check(flags::bounded(1, limits::kMaxGenerateTokens))

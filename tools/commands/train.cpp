@@ -1,6 +1,6 @@
-// linattn train: trains the small decoder-only transformer (src/model/) on the copy task or a text
-// file with softmax, linear, favor, retnet or gla attention; prints progress, writes checkpoints, the final
-// model and optionally the loss curve as CSV.
+// linattn train: trains the small decoder-only transformer (src/model/) on the copy task, MQAR or a
+// text file with softmax, linear, favor, retnet, gla, deltanet, gated_deltanet or kda attention; prints
+// progress, writes checkpoints, the final model and optionally the loss curve as CSV.
 #include "linattn/model/train.hpp"
 
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/command.hpp"
@@ -119,8 +120,10 @@ int train(const CLI::App& app, TrainArgs& a) {
   std::signal(SIGTERM, request_stop);
   std::fflush(stdout);
   std::string curve = "step,loss,lr,grad_norm,tokens_per_s,eval_loss,eval_bits_per_token,eval_accuracy\n";
+  std::optional<model::EvalResult> last_eval;
   const bool finished = trainer.run(
       [&](const model::Progress& p) {
+        if (p.eval) last_eval = p.eval;
         std::printf("step %6" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  tok/s %8.0f  ETA %s", p.step, p.steps, p.loss,
                     p.lr, p.tokens_per_s, duration(p.eta_s).c_str());
         char row[256];
@@ -148,6 +151,11 @@ int train(const CLI::App& app, TrainArgs& a) {
     std::fflush(stdout);
     return 128 + int(g_stop);  // the shell's code for a command ended by that signal
   }
+  if (o.task == "mqar" && last_eval)
+    std::printf("mqar: %" PRId64 " pairs, %" PRId64 " symbols: held-out accuracy on the answers %.4f (%" PRId64
+                " sequences x %" PRId64 " answers), loss %.4f\n",
+                o.mqar.pairs, o.mqar.vocab, last_eval->accuracy, o.eval_batches * o.batch, o.mqar.pairs,
+                last_eval->loss);
   trainer.save_model(a.out);
   std::printf("model: %s\n", a.out.c_str());
   std::printf("checkpoint: %s\n", o.checkpoint.c_str());
@@ -160,20 +168,31 @@ int train(const CLI::App& app, TrainArgs& a) {
 
 const Registrar registrar{
     {"train",
-     "Train the small transformer (softmax, linear, favor, retnet or gla attention) on the copy task or a text", 50,
-     [](CLI::App& app) {
+     "Train the small transformer (softmax, linear, favor, retnet, gla, deltanet, gated_deltanet or kda attention) "
+     "on the copy task, MQAR or a text",
+     50, [](CLI::App& app) {
        auto a = std::make_shared<TrainArgs>();
        model::TrainOptions& o = a->options;
        model::ModelConfig& c = a->config;
        o.checkpoint_every = 500;  // the command's default: a killed run loses at most 500 steps
-       app.add_option("--task", o.task, "copy (repeat the first half) or text (character level, needs --data)")
-           ->check(flags::one_of({"copy", "text"}))
+       app.add_option("--task", o.task,
+                      "copy (repeat the first half), mqar (multi-query associative recall: key-value pairs, then "
+                      "queries of the keys) or text (character level, needs --data)")
+           ->check(flags::one_of({"copy", "mqar", "text"}))
+           ->capture_default_str();
+       app.add_option("--mqar-pairs", o.mqar.pairs, "MQAR: key-value pairs per sequence (--seq-len must be >= 4x)")
+           ->check(flags::bounded(1, 94))
+           ->capture_default_str();
+       app.add_option("--mqar-vocab", o.mqar.vocab, "MQAR: symbols, half keys and half values (even, <= 188)")
+           ->check(flags::bounded(2, 188))
            ->capture_default_str();
        app.add_option("--data", o.data, "Text file for --task text (e.g. data/devils_dictionary.txt)");
        app.add_option("--attention", a->attention,
-                      "softmax, linear (elu+1), favor (Performer), retnet (retention, a fixed decay per head) or gla "
-                      "(gated linear attention, a learned decay per key dimension)")
-           ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla"}))
+                      "softmax, linear (elu+1), favor (Performer), retnet (retention, a fixed decay per head), gla "
+                      "(gated linear attention, a learned decay per key dimension), deltanet (the delta rule), "
+                      "gated_deltanet (the delta rule with a learned decay per head) or kda (Kimi Delta Attention: "
+                      "a learned decay per key dimension)")
+           ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda"}))
            ->capture_default_str();
        app.add_option("--steps", o.steps, "Optimizer steps")
            ->check(flags::bounded(1, limits::kMaxSteps))
@@ -208,7 +227,7 @@ const Registrar registrar{
        app.add_option("--favor-features", c.favor_features, "Performer random features per head")
            ->check(flags::bounded(1, limits::kMaxFavorFeatures))
            ->capture_default_str();
-       app.add_option("--chunk-size", c.chunk_size, "Causal linear / decayed attention chunk")
+       app.add_option("--chunk-size", c.chunk_size, "Causal linear / decayed / delta attention chunk")
            ->check(flags::bounded(1, limits::kMaxChunkSize))
            ->capture_default_str();
        app.add_option("--eval-every", o.eval_every, "Held-out evaluation every N steps (0: at the end only)")

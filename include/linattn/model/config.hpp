@@ -5,23 +5,38 @@
 #include <string_view>
 
 #include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
 #include "linattn/feature_map.hpp"
 
 namespace linattn::model {
 
 // The attention each block uses: exact softmax, linear with φ = elu + 1, Performer (FAVOR+), or a
 // decayed linear attention (decay.hpp) on q, k as projected: RetNet's multi-scale retention (a fixed
-// decay per head) or GLA (a decay per key dimension from a projection of the block's input).
-enum class AttentionKind { softmax, linear, favor, retnet, gla };
+// decay per head) or GLA (a decay per key dimension from a projection of the block's input), or the
+// delta rule (delta.hpp) on l2-normalised q, k: DeltaNet, Gated DeltaNet (a learned decay per head) or
+// Kimi Delta Attention (a learned decay per key dimension).
+enum class AttentionKind { softmax, linear, favor, retnet, gla, deltanet, gated_deltanet, kda };
 
 const char* attention_name(AttentionKind kind);
-// "softmax", "linear", "favor", "retnet" or "gla"; throws linattn::Error naming the choices otherwise.
+// "softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet" or "kda"; throws
+// linattn::Error naming the choices otherwise.
 AttentionKind attention_by_name(std::string_view name);
 
 // retnet and gla: the decayed family, a per-head norm on the output, a decaying state in generation.
 bool is_decayed(AttentionKind kind);
 // The recurrence of a decayed kind: Decay::retention (retnet) or Decay::key (gla).
 Decay decay_of(AttentionKind kind);
+// deltanet, gated_deltanet and kda: the delta rule, with β per head, the same head norm and a state in
+// generation.
+bool is_delta(AttentionKind kind);
+// The recurrence of a delta kind: DeltaGate::none (deltanet), token (gated_deltanet) or key (kda).
+DeltaGate delta_gate_of(AttentionKind kind);
+// The kinds whose attention output goes through the per-head norm: the decayed and the delta kinds.
+bool has_head_norm(AttentionKind kind);
+// Log-decay values per token of a block's gate: C (gla, kda: one per key dimension of each head), H
+// (gated_deltanet: one per head) or 0 (no gate).
+int64_t gate_width(AttentionKind kind, int64_t d_model, int64_t heads);
+
 // GLA's log decay is logsigmoid(x W_g + b_g) / kGlaGateNormalizer (flash-linear-attention's
 // gate_logit_normalizer): at initialisation about −0.043 per token, a memory of some 20 tokens.
 inline constexpr double kGlaGateNormalizer = 16;
@@ -48,7 +63,7 @@ void check_config(const ModelConfig& config);
 // value. The model's entry points check their token inputs with it.
 void check_tokens(const char* what, const int32_t* tokens, int64_t n, int64_t vocab_size);
 
-// φ for layer `layer` (null for softmax, retnet, gla: q and k enter as projected): elu + 1, or
+// φ for layer `layer` (null for softmax and the decayed and delta kinds: q and k enter as projected): elu + 1, or
 // layer's FAVOR+ draw.
 FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer);
 

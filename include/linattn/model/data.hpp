@@ -1,5 +1,6 @@
 #pragma once
-// What the model trains on: a character-level tokenizer, the copy task, and a text corpus.
+// What the model trains on: a character-level tokenizer, the copy task, multi-query associative
+// recall, and a text corpus.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -65,6 +66,37 @@ class CopyTask final : public Task {
   Tokenizer tokenizer_;
 };
 
+// MQAR, multi-query associative recall (Zoology: Arora et al., 2023, §3): `pairs` key–value pairs
+// k₁ v₁ … k_N v_N (distinct keys from the first half of the symbols, distinct values from the second),
+// then every key once more in a random order, each followed by its value, then padding:
+//   k₁ v₁ k₂ v₂ … k_N v_N  k_π₁ v_π₁ … k_πN v_πN  . . .
+// Only the answers count in the loss and the accuracy: the targets at the query keys, whose next token
+// is the value the pair bound to them (N of them per sequence). Needs T ≥ 4N. Symbols print as the
+// bytes '!' … '~' then 0xa1 …; padding as ' '.
+struct MqarShape {
+  int64_t pairs = 8;    // N, key–value pairs per sequence
+  int64_t vocab = 128;  // symbols: vocab / 2 keys, vocab / 2 values (even, ≤ kMaxVocab, vocab / 2 ≥ pairs)
+};
+class MqarTask final : public Task {
+ public:
+  static constexpr int64_t kMaxVocab = 188;  // the printable bytes the tokenizer spells symbols with
+  // Throws linattn::Error naming a bad field of shape.
+  explicit MqarTask(MqarShape shape);
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  // Throws linattn::Error when T < 4 · pairs.
+  Batch train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const override;
+  std::vector<Batch> eval_batches(int64_t B, int64_t T, int64_t max_batches) const override;
+  const MqarShape& shape() const { return shape_; }
+  int32_t pad() const { return int32_t(shape_.vocab); }
+
+ private:
+  MqarShape shape_;
+  Tokenizer tokenizer_;
+};
+// Throws linattn::Error naming the first bad field (pairs ≥ 1; vocab even, in [2, kMaxVocab], with
+// vocab / 2 ≥ pairs; seq_len ≥ 4 · pairs when seq_len > 0).
+void check_mqar_shape(const MqarShape& shape, int64_t seq_len = 0);
+
 // A text file, characters as tokens: the first 90% trains (random windows), the last 10% is held
 // out (consecutive windows from its start). Every position counts.
 class TextTask final : public Task {
@@ -81,7 +113,9 @@ class TextTask final : public Task {
   std::vector<int32_t> train_, held_out_;
 };
 
-// "copy" or "text" (which reads data_path); throws linattn::Error naming the choices otherwise.
-std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path);
+// "copy", "text" (which reads data_path) or "mqar" (of shape mqar); throws linattn::Error naming the
+// choices otherwise.
+std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path,
+                                const MqarShape& mqar = {});
 
 }  // namespace linattn::model

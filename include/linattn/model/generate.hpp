@@ -2,7 +2,8 @@
 // Generation from a trained model. Linear and favor attention carry a RecurrentState per layer
 // (memory and time per token independent of the context), and so do retnet and gla (a decaying
 // state, RecurrentState(1, H, hd, hd, decay_name(decay)), stepped by decayed_step for every token,
-// a prompt's too); softmax keeps a KV cache per layer and
+// a prompt's too), and the delta kinds (RecurrentState(1, H, hd, hd, delta_name(gate)), stepped by
+// delta_rule_step for every token); softmax keeps a KV cache per layer and
 // attends a single query to all cached keys (a prompt block goes through the causal operator,
 // bottom-right aligned against the cache).
 #include <cstdint>
@@ -32,7 +33,7 @@ class Generator {
  private:
   const Transformer<float>& model_;
   int64_t position_ = 0;
-  std::vector<RecurrentState> states_;             // per layer (linear, favor, retnet, gla)
+  std::vector<RecurrentState> states_;             // per layer (all but softmax)
   std::vector<std::vector<float>> keys_, values_;  // per layer [H, capacity_, hd] (softmax)
   int64_t capacity_ = 0;                           // cached positions room is allocated for
   std::vector<float> buffers_, logits_;

@@ -5,6 +5,7 @@
 // and every backward adds (+=) into its parameter gradients, which the caller zeroes per step.
 #include <cstdint>
 
+#include "linattn/delta.hpp"
 #include "linattn/feature_map.hpp"
 #include "linattn/model/config.hpp"
 
@@ -65,6 +66,26 @@ void log_sigmoid_gate_forward(T* g, const T* x, int64_t n);
 template <class T>
 void log_sigmoid_gate_backward(T* dx, const T* dg, const T* g, int64_t n);
 
+// The delta kinds' β (delta_layers.cpp): beta: [n] = sigmoid(x), the write strength per head and
+// token in (0, 1); beta may alias x.
+template <class T>
+void delta_beta_forward(T* beta, const T* x, int64_t n);
+// dx: [n] = dbeta · β (1 − β) from the saved β; dx may alias dbeta.
+template <class T>
+void delta_beta_backward(T* dx, const T* dbeta, const T* beta, int64_t n);
+
+// The delta kinds' log decay, as Gated DeltaNet's (Mamba-2's): g = −exp(a_log[h]) · softplus(x), with
+// x = ln1 · gatew + gateb already projected (gateb is the learned dt bias). g, x: [rows, H · per_head]
+// (per_head = 1 for gated_deltanet, C/H for kda), a_log: [H]; g may alias x. g < 0.
+template <class T>
+void delta_gate_forward(T* g, const T* x, const T* a_log, int64_t rows, int64_t H, int64_t per_head);
+// dx: [rows, H · per_head] = dg · −exp(a_log) · sigmoid(x), with sigmoid(x) = −expm1(−softplus(x)) and
+// softplus(x) = g / −exp(a_log) from the saved g (no need to keep x); da_log: [H] += Σ dg · g. dx may
+// alias dg.
+template <class T>
+void delta_gate_backward(T* dx, T* da_log, const T* dg, const T* g, const T* a_log, int64_t rows, int64_t H,
+                         int64_t per_head);
+
 // The decayed kinds' per-head output norm (RetNet's GroupNorm with one group per head, no affine:
 // the attention projection after it scales): out: [rows, D] = (inp − mean) · rstd row by row, rows
 // = N·H, D the head dim; saves rstd: [rows].
@@ -78,23 +99,38 @@ void head_norm_backward(T* dinp, const T* dout, const T* out, const T* rstd, int
 struct AttentionSpec {
   AttentionKind kind = AttentionKind::linear;
   int64_t heads = 1;
-  FeatureMapPtr feature_map;  // null for softmax, retnet and gla
+  FeatureMapPtr feature_map;  // null for softmax and the decayed and delta kinds
   int64_t chunk_size = 64;
 };
 
 // Causal multi-head attention. out: [B, T, C]; lse: [B, H, T] (softmax only, else unused);
 // qkv: [B, T, 3C], q | k | v along the last axis, each split into H heads of C/H; gate: [B, T, C],
-// the per-key-dimension log decay g ([B, T, H, C/H]) for gla, else unused (null).
-// float runs linattn's operators (retnet, gla: decayed_attention_forward, chunked); double runs the
-// fp64 reference (for the gradient tests). retnet and gla write the output before the head norm.
+// the per-key-dimension log decay g ([B, T, H, C/H]) for gla and kda, [B, T, H] (one per head) for
+// gated_deltanet, else unused (null); beta: [B, T, H], the delta kinds' β, else unused (null).
+// float runs linattn's operators (retnet, gla: decayed_attention_forward; the delta kinds:
+// delta_rule_forward; both chunked); double runs the fp64 reference (for the gradient tests). The
+// decayed and delta kinds write the output before the head norm.
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
-                       const T* gate = nullptr);
-// dqkv: [B, T, 3C]; out and lse as saved by the forward; dgate: [B, T, C] overwritten with ∂/∂gate
-// (gla only, else unused).
+                       const T* gate = nullptr, const T* beta = nullptr);
+// dqkv: [B, T, 3C]; out and lse as saved by the forward; dgate (shaped like gate) and dbeta ([B, T, H])
+// overwritten with ∂/∂gate and ∂/∂beta (the kinds that have them, else unused).
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, const AttentionSpec& spec,
-                        int64_t B, int64_t T_, int64_t C, const T* gate = nullptr, T* dgate = nullptr);
+                        int64_t B, int64_t T_, int64_t C, const T* gate = nullptr, T* dgate = nullptr,
+                        const T* beta = nullptr, T* dbeta = nullptr);
+
+// The delta kinds' attention (delta_layers.cpp), which attention_forward/backward dispatch to: the
+// delta rule on the q, k, v parts of qkv with qk_l2norm, β and (gated_deltanet, kda) the log decay.
+template <class T>
+void delta_attention_forward(T* out, const T* qkv, const T* gate, const T* beta, const AttentionSpec& spec, int64_t B,
+                             int64_t T_, int64_t C);
+template <class T>
+void delta_attention_backward(T* dqkv, T* dgate, T* dbeta, const T* dout, const T* qkv, const T* gate, const T* beta,
+                              const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C);
+
+// The options of a delta kind's operator: its gate, qk_l2norm, the default scale K^−1/2, the spec's chunk.
+DeltaRuleOptions delta_options(const AttentionSpec& spec);
 
 // The options of a decayed kind's operator: its Decay, the default scale K^−1/2, the spec's chunk.
 DecayedAttentionOptions decayed_options(const AttentionSpec& spec);

@@ -17,8 +17,9 @@
 namespace linattn::model {
 
 struct TrainOptions {
-  std::string task = "copy";  // "copy" or "text"
+  std::string task = "copy";  // "copy", "text" or "mqar"
   std::string data;           // the text file (task "text")
+  MqarShape mqar;             // task "mqar": key–value pairs and symbols (stored only for that task)
   int64_t steps = 1000, batch = 16, seq_len = 128, warmup = 100;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.01, clip = 1.0;
   uint64_t seed = 1;

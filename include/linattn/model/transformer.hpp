@@ -25,7 +25,9 @@ struct ParamPointers {
   P* wte;                  // [V, C]
   P *ln1w, *ln1b;          // [L, C]
   P *qkvw, *qkvb;          // [L, C, 3C], [L, 3C]
-  P *gatew, *gateb;        // [L, C, C], [L, C]: GLA's log-decay projection (gla only, else null)
+  P *gatew, *gateb;        // [L, C, G], [L, G]: the log-decay projection, G = gate_width (gla, gated_deltanet, kda)
+  P* alog;                 // [L, H]: log A of g = −A · softplus(·) (gated_deltanet, kda)
+  P *betaw, *betab;        // [L, C, H], [L, H]: β's projection (deltanet, gated_deltanet, kda)
   P *attprojw, *attprojb;  // [L, C, C], [L, C]
   P *ln2w, *ln2b;          // [L, C]
   P *fcw, *fcb;            // [L, C, F], [L, F]
@@ -34,7 +36,8 @@ struct ParamPointers {
   P *headw, *headb;        // [C, V], [V]
 };
 
-// The parameter tensors of a config, in array order (gla adds gatew and gateb after qkvb; the other
+// The parameter tensors of a config, in array order (after qkvb: gla adds gatew and gateb;
+// gated_deltanet and kda gatew, gateb, alog, betaw and betab; deltanet betaw and betab; the other
 // kinds' layout is the one model files have always had).
 std::vector<ParamTensor> param_tensors(const ModelConfig& config);
 int64_t param_count(const ModelConfig& config);
@@ -75,8 +78,10 @@ class Transformer {
   std::vector<T> encoded_;                    // [B, T, C]
   std::vector<T> ln1_, ln1_mean_, ln1_rstd_;  // [L, B, T, C], [L, B, T]
   std::vector<T> qkv_, atty_, lse_;           // [L, B, T, 3C], [L, B, T, C], [L, B, H, T]
-  std::vector<T> gate_, attn_, head_rstd_;    // retnet, gla: g [L, B, T, C] (gla), pre-norm [L, B, T, C], [L, B, T, H]
-  std::vector<T> residual2_;                  // [L, B, T, C]
+  std::vector<T> gate_, attn_,
+      head_rstd_;             // g [L, B, T, G] (gla, gated_deltanet, kda); pre-norm [L, B, T, C], [L, B, T, H]
+  std::vector<T> beta_;       // [L, B, T, H] (delta kinds)
+  std::vector<T> residual2_;  // [L, B, T, C]
   std::vector<T> ln2_, ln2_mean_, ln2_rstd_;
   std::vector<T> fch_, fch_gelu_;  // [L, B, T, F]
   std::vector<T> residual3_;       // [L, B, T, C]
@@ -84,7 +89,7 @@ class Transformer {
   std::vector<T> logits_, probs_;                              // [B, T, V]
   std::vector<T> scratch_;                                     // [B, T, C]
   std::vector<T> dlogits_, dres_, dln_, dbig_, dfch_, datty_;  // backward's buffers
-  std::vector<T> dattn_, dgate_;                               // [B, T, C] (decayed kinds)
+  std::vector<T> dattn_, dgate_, dbeta_;                       // [B, T, C], [B, T, G], [B, T, H]
 
   void resize(int64_t B, int64_t T_);
 };
