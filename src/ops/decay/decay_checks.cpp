@@ -109,7 +109,8 @@ void check_decode_state(const char* op, const RecurrentState& state, const std::
     if (seen[size_t(i)] != want[size_t(i)])
       fail_with(op, "state.", what[i], " is ", seen[size_t(i)], ", expected ", want[size_t(i)], " (", because[i], ")");
   // Refused before the state changes: a position past the bound could not be saved.
-  check_bounded(op, "state.position()", state.position(), 0, limits::kMaxPosition - q.seq(), "the step adds q's tokens");
+  check_bounded(op, "state.position()", state.position(), 0, limits::kMaxPosition - q.seq(),
+                "the step adds q's tokens");
 }
 
 void check_decay_state(const char* op, const char* name, size_t size, const DecayProblem& p) {
