@@ -1,6 +1,8 @@
 #pragma once
 // Everything public in linattn.
 #include "linattn/boundary.hpp"
+#include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
 #include "linattn/error.hpp"
 #include "linattn/favor.hpp"
 #include "linattn/feature_map.hpp"
