@@ -16,11 +16,12 @@ None unless output_final_state.
 
 Tensors must be on the CPU. float32 runs linattn's fast operators (read in place, no copy); float64
 runs the fp64 oracle (token by token, slow) so that gradcheck works at fp64 tolerances. Autograd
-reaches q, k, v, g, beta and initial_state (not g_gamma). Not supported, and refused by name:
-state_v_first=True, fused_recurrent_gla's and fused_recurrent_gated_delta_rule's gv, the gate
-computed in the kernel (use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_gate), a beta per value
-dimension, context parallelism (cp_context), return_intermediate_states, other dtypes, tensors on
-another device.
+reaches q, k, v, g, beta and initial_state (not g_gamma), and A_log and dt_bias. state_v_first=True
+takes and returns states as [N, H, V, K]. use_gate_in_kernel=True computes the log decay from g's raw
+input as flash-linear-attention does (−exp(A_log)·softplus(g + dt_bias), or with lower_bound
+lower_bound·sigmoid(exp(A_log)·(g + dt_bias))). Not supported, and refused by name:
+fused_recurrent_gla's and fused_recurrent_gated_delta_rule's gv, a beta per value dimension, context
+parallelism (cp_context), return_intermediate_states, other dtypes, tensors on another device.
 """
 
 import warnings
@@ -194,8 +195,11 @@ def _normalize(o, q, k, scale, z_init, B, T, cu):
 
 
 def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
-             output_final_state=False, reverse=False, cu_seqlens=None, chunk_size=None, normalize=False):
-    """The one entry point of every function: checks, then the recurrence, in the layout of fla.ops."""
+             output_final_state=False, reverse=False, cu_seqlens=None, chunk_size=None, normalize=False,
+             state_v_first=False):
+    """The one entry point of every function: checks, then the recurrence, in the layout of fla.ops
+    (states [N, H, K, V], or [N, H, V, K] with state_v_first)."""
+    initial_state = _k_first(initial_state, state_v_first)
     _check_tensor("q", q)
     for name, x in (("k", k), ("v", v), ("g", g)):
         if x is not None:
@@ -272,7 +276,7 @@ def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial
         final = (final, z_state) if want_state else None
     if perm is not None:
         o = o.index_select(1, perm)
-    return o, final
+    return o, _k_first(final, state_v_first)
 
 
 def _no_head_first(kwargs):
@@ -288,15 +292,20 @@ def _chunk_size(kwargs):
 
 
 def _state_v_first(state_v_first, kwargs):
-    """fused_recurrent_*'s deprecated transpose_state_layout, then the refusal of state_v_first."""
+    """state_v_first, or fused_recurrent_*'s deprecated name for it, transpose_state_layout."""
     if "transpose_state_layout" in kwargs:
         if state_v_first:
             raise ValueError("Cannot pass both `state_v_first` and the deprecated `transpose_state_layout`.")
         warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.", DeprecationWarning,
                       stacklevel=3)
         state_v_first = kwargs.pop("transpose_state_layout")
-    if state_v_first:
-        raise ValueError("state_v_first=True is not supported by linattn: states are [N, H, K, V]")
+    return bool(state_v_first)
+
+
+def _k_first(state, state_v_first):
+    """A state given as [N, H, V, K] (state_v_first=True) seen as [N, H, K, V], and back: the transpose
+    is its own inverse."""
+    return state.transpose(-1, -2).contiguous() if state_v_first and state is not None else state
 
 
 def _no_more(op, kwargs):
@@ -330,19 +339,19 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=No
     _no_head_first(kwargs)
     chunk_size = _chunk_size(kwargs)
     _no_more("chunk_simple_gla", kwargs)
-    _state_v_first(state_v_first, {})
+    state_v_first = _state_v_first(state_v_first, {})
     decay = "linear" if g is None else "simple_gla"
     return _decayed("chunk_simple_gla", "chunk", decay, q, k, v, g=g, g_gamma=g_gamma, scale=scale,
                     initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                    chunk_size=chunk_size)
+                    chunk_size=chunk_size, state_v_first=state_v_first)
 
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
               cu_seqlens=None, cu_seqlens_cpu=None):
     """GLA: S_t = diag(exp(g_t)) S_{t−1} + k_t v_tᵀ, g [B, T, H, K] a log decay per key dimension."""
-    _state_v_first(state_v_first, {})
+    state_v_first = _state_v_first(state_v_first, {})
     return _decayed("chunk_gla", "chunk", "gla", q, k, v, g=g, scale=scale, initial_state=initial_state,
-                    output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+                    output_final_state=output_final_state, cu_seqlens=cu_seqlens, state_v_first=state_v_first)
 
 
 def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False, reverse=False,
@@ -356,23 +365,23 @@ def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None, output_
 def fused_recurrent_retention(q, k, v, scale=None, initial_state=None, output_final_state=False, reverse=False,
                               state_v_first=False, cu_seqlens=None, **kwargs):
     """chunk_retention token by token."""
-    _state_v_first(state_v_first, kwargs)
+    state_v_first = _state_v_first(state_v_first, kwargs)
     _no_more("fused_recurrent_retention", kwargs)
     return _decayed("fused_recurrent_retention", "recurrent", "retention", q, k, v, scale=scale,
                     initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
-                    cu_seqlens=cu_seqlens)
+                    cu_seqlens=cu_seqlens, state_v_first=state_v_first)
 
 
 def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
                                output_final_state=False, reverse=False, state_v_first=False, cu_seqlens=None,
                                **kwargs):
     """chunk_simple_gla token by token."""
-    _state_v_first(state_v_first, kwargs)
+    state_v_first = _state_v_first(state_v_first, kwargs)
     _no_more("fused_recurrent_simple_gla", kwargs)
     decay = "linear" if g is None else "simple_gla"
     return _decayed("fused_recurrent_simple_gla", "recurrent", decay, q, k, v, g=g, g_gamma=g_gamma, scale=scale,
                     initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
-                    cu_seqlens=cu_seqlens)
+                    cu_seqlens=cu_seqlens, state_v_first=state_v_first)
 
 
 def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None, output_final_state=False,
@@ -381,12 +390,12 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
     not supported."""
     if gv is not None:
         raise NotImplementedError("gv: a log decay per value dimension is not supported by linattn (give gk only)")
-    _state_v_first(state_v_first, kwargs)
+    state_v_first = _state_v_first(state_v_first, kwargs)
     _no_more("fused_recurrent_gla", kwargs)
     decay = "linear" if gk is None else "gla"
     return _decayed("fused_recurrent_gla", "recurrent", decay, q, k, v, g=gk, scale=scale,
                     initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
-                    cu_seqlens=cu_seqlens)
+                    cu_seqlens=cu_seqlens, state_v_first=state_v_first)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -455,10 +464,11 @@ class _Delta(torch.autograd.Function):
 
 def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
            use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=None, use_beta_sigmoid_in_kernel=False,
-           allow_neg_eigval=False):
+           allow_neg_eigval=False, state_v_first=False):
     """The one entry point of the delta-rule functions: checks, then the recurrence. gate: "delta_rule"
     (g None), "gated_delta_rule" (g [B, T, HV]) or "kda" (g [B, T, HV, K]). With v's heads HV a
     multiple of q's H (grouped value attention), value head i reads query and key head i // (HV / H)."""
+    initial_state = _k_first(initial_state, state_v_first)
     _check_tensor("q", q)
     for name, x in (("k", k), ("v", v), ("beta", beta), ("g", g)):
         if x is not None:
@@ -520,7 +530,7 @@ def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None
     o, final = _Delta.apply(spec, q, k, v, beta, g, initial_state)
     if fp64:
         o = o * scale
-    return o, (final if output_final_state else None)
+    return o, (_k_first(final, state_v_first) if output_final_state else None)
 
 
 def _delta_chunk_size(kwargs, allowed):
@@ -531,16 +541,36 @@ def _delta_chunk_size(kwargs, allowed):
     return chunk_size
 
 
-def _no_gate_in_kernel(use_gate_in_kernel=False, A_log=None, dt_bias=None, lower_bound=None, safe_gate=False):
-    """Refuses the gate computed inside the kernel (−exp(A_log)·softplus(g + dt_bias), or its
-    lower-bounded form): linattn takes g already in log space."""
-    given = [name for name, x in (("use_gate_in_kernel", use_gate_in_kernel), ("A_log", A_log), ("dt_bias", dt_bias),
-                                  ("lower_bound", lower_bound), ("safe_gate", safe_gate))
-             if x is not None and x is not False]
-    if given:
-        raise NotImplementedError(
-            f"{', '.join(given)}: the gate computed inside the kernel is not supported by linattn; compute the log "
-            "decay g yourself (e.g. -A_log.exp() * F.softplus(g + dt_bias)) and pass it with use_gate_in_kernel=False")
+def _gate_in_kernel(op, g, use_gate_in_kernel=False, A_log=None, dt_bias=None, lower_bound=None,
+                    safe_gate=False, per_key=False):
+    """The log decay g, computed from its raw input as flash-linear-attention's kernels do when
+    use_gate_in_kernel=True (in torch, so autograd reaches g, A_log and dt_bias):
+    g ← −exp(A_log)·softplus(g + dt_bias), A_log one per head ([HV]); dt_bias [HV], or [HV·K] when g
+    has a key dimension (KDA). With lower_bound (KDA): g ← lower_bound·sigmoid(exp(A_log)·(g + dt_bias)),
+    in [lower_bound, 0); A_log None there means exp(A_log) = 1. safe_gate needs lower_bound and changes
+    nothing else on the CPU (on GPUs it selects a faster kernel for the clamped range)."""
+    if safe_gate and lower_bound is None:
+        raise ValueError(f"{op}: safe_gate=True requires lower_bound to be set (e.g. lower_bound=-5.0)")
+    if not use_gate_in_kernel:
+        return g
+    if g is None:
+        raise ValueError(f"{op}: use_gate_in_kernel=True needs g, the gate's raw input")
+    H = g.shape[2]
+    if A_log is None and lower_bound is None:
+        raise ValueError(f"{op}: use_gate_in_kernel=True needs A_log [{H}] (one per head), got None")
+    if A_log is not None and A_log.numel() != H:
+        raise ValueError(f"A_log: expected {H} elements (one per head of g), got shape {list(A_log.shape)}")
+    shape = (H, g.shape[3]) if per_key else (H,)
+    x = g.to(torch.float32) if g.dtype != torch.float64 else g
+    if dt_bias is not None:
+        if dt_bias.numel() != x[0, 0].numel():
+            raise ValueError(f"dt_bias: expected {x[0, 0].numel()} elements (the gate's {list(shape)}), got shape "
+                             f"{list(dt_bias.shape)}")
+        x = x + dt_bias.to(x.dtype).view(shape)
+    rate = None if A_log is None else A_log.to(x.dtype).exp().view((H, 1) if per_key else (H,))
+    if lower_bound is not None:
+        return float(lower_bound) * torch.sigmoid(x if rate is None else rate * x)
+    return -rate * torch.nn.functional.softplus(x)
 
 
 def _no_context_parallel(cp_context):
@@ -568,16 +598,17 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     HV = G·H heads (grouped value attention). use_beta_sigmoid_in_kernel: beta is a logit,
     sigmoid(beta) (2·sigmoid(beta) with allow_neg_eigval) is used. chunk_indices and cu_seqlens_cpu are
     accepted and unused (derived from cu_seqlens)."""
-    _state_v_first(state_v_first, kwargs)
+    state_v_first = _state_v_first(state_v_first, kwargs)
     _no_head_first(kwargs)
     chunk_size = _delta_chunk_size(kwargs, (16, 32, 64))
-    _no_gate_in_kernel(kwargs.pop("use_gate_in_kernel", False), kwargs.pop("A_log", None), kwargs.pop("dt_bias", None))
+    g = _gate_in_kernel("chunk_gated_delta_rule", g, kwargs.pop("use_gate_in_kernel", False), kwargs.pop("A_log", None),
+                        kwargs.pop("dt_bias", None))
     _no_context_parallel(cp_context)
     _no_more("chunk_gated_delta_rule", kwargs)
     return _delta("chunk_gated_delta_rule", "chunk", "gated_delta_rule", q, k, v, beta, g=g, scale=scale,
                   initial_state=initial_state, output_final_state=output_final_state,
                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
 
 
 chunk_gdn = chunk_gated_delta_rule
@@ -590,10 +621,10 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               cp_context=None, **kwargs):
     """Kimi Delta Attention: S_t = diag(exp g_t) S_{t−1}, then the delta update; g [B, T, HV, K] log
     decays. disable_recompute (a memory/speed trade on GPUs) is accepted and changes nothing here."""
-    _state_v_first(state_v_first, kwargs)
+    state_v_first = _state_v_first(state_v_first, kwargs)
     chunk_size = _delta_chunk_size(kwargs, (32, 64))
-    _no_gate_in_kernel(use_gate_in_kernel, kwargs.pop("A_log", None), kwargs.pop("dt_bias", None), lower_bound,
-                       safe_gate)
+    g = _gate_in_kernel("chunk_kda", g, use_gate_in_kernel, kwargs.pop("A_log", None), kwargs.pop("dt_bias", None),
+                        lower_bound, safe_gate, per_key=True)
     if return_intermediate_states:
         raise NotImplementedError("return_intermediate_states=True: the chunk states are not returned by linattn")
     _no_context_parallel(cp_context)
@@ -601,7 +632,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     return _delta("chunk_kda", "chunk", "kda", q, k, v, beta, g=g, scale=scale, initial_state=initial_state,
                   output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                   cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
 
 
 def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=None, output_final_state=False,
@@ -622,9 +653,11 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     dimension, is not supported. beta None: ones."""
     if gv is not None:
         raise NotImplementedError("gv: a log decay per value dimension is not supported by linattn (give g or gk)")
-    _state_v_first(state_v_first, kwargs)
-    _no_gate_in_kernel(use_gate_in_kernel, A_log, dt_bias)
+    state_v_first = _state_v_first(state_v_first, kwargs)
     _no_more("fused_recurrent_gated_delta_rule", kwargs)
+    if use_gate_in_kernel and gk is not None:
+        raise NotImplementedError("use_gate_in_kernel with gk: the gate computed in the kernel is for g [B, T, HV]")
+    g = _gate_in_kernel("fused_recurrent_gated_delta_rule", g, use_gate_in_kernel, A_log, dt_bias)
     if gk is not None:
         _check_tensor("q", q)
         _check_tensor("gk", gk, q.dtype)
@@ -640,7 +673,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     return _delta("fused_recurrent_gated_delta_rule", "recurrent", gate, q, k, v, beta, g=g, scale=scale,
                   initial_state=initial_state, output_final_state=output_final_state,
                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
-                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
 
 
 fused_recurrent_gdn = fused_recurrent_gated_delta_rule
@@ -651,10 +684,10 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, 
                         use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, lower_bound=None,
                         state_v_first=False, cu_seqlens=None, **kwargs):
     """chunk_kda token by token."""
-    _state_v_first(state_v_first, kwargs)
-    _no_gate_in_kernel(use_gate_in_kernel, A_log, dt_bias, lower_bound)
+    state_v_first = _state_v_first(state_v_first, kwargs)
+    g = _gate_in_kernel("fused_recurrent_kda", g, use_gate_in_kernel, A_log, dt_bias, lower_bound, per_key=True)
     _no_more("fused_recurrent_kda", kwargs)
     return _delta("fused_recurrent_kda", "recurrent", "kda", q, k, v, beta, g=g, scale=scale,
                   initial_state=initial_state, output_final_state=output_final_state,
                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
-                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)

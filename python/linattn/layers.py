@@ -6,11 +6,12 @@ ports by changing one import:
     layer = LinearAttention(mode="chunk", hidden_size=1024, num_heads=8, feature_map="elu", layer_idx=0)
     o, _, cache = layer(x, past_key_values=cache, use_cache=True)     # x [B, T, hidden_size]
 
-A Cache holds, per layer, the recurrent state [B, H, K, V] and the number of tokens seen: decoding
-token by token keeps constant memory (the state does not grow with the sequence). Only the families
-linattn has are here (LinearAttention); feature maps "elu", "relu", "identity" and
-"elementwise_product" (fla's default: two learnt linear maps multiplied); fla's "hedgehog", "t2r" and
-"dpfp" are refused by name.
+A Cache holds, per layer, the recurrent state, the short convolutions' windows and the number of
+tokens seen: decoding token by token keeps constant memory (nothing grows with the sequence). The
+layers: LinearAttention (feature maps "elu", "relu", "identity" and "elementwise_product", fla's
+default: two learnt linear maps multiplied; fla's "hedgehog", "t2r" and "dpfp" are refused by name),
+GatedLinearAttention, DeltaNet and GatedDeltaNet. Their submodules and parameters carry fla's names,
+so a state_dict of fla's layer loads into linattn's.
 """
 
 import torch
@@ -18,32 +19,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import fla
+from ._delta_layers import DeltaNet, GatedDeltaNet
+from ._gla_layer import GatedLinearAttention
+from ._layer_parts import Cache, FusedRMSNormGated, ShortConvolution
 
-__all__ = ["Cache", "LinearAttention"]
-
-
-class Cache:
-    """Per-layer states, as fla's Cache: cache[layer_idx] is {"recurrent_state": S, "offset": tokens}."""
-
-    def __init__(self):
-        self.states = []
-
-    def __len__(self):
-        return len(self.states)
-
-    def __getitem__(self, layer_idx):
-        return self.states[layer_idx]
-
-    def update(self, recurrent_state=None, layer_idx=0, offset=1, **kwargs):
-        while len(self.states) <= layer_idx:
-            self.states.append({"recurrent_state": None, "offset": 0})
-        entry = self.states[layer_idx]
-        entry["recurrent_state"] = recurrent_state
-        entry["offset"] += offset
-        return entry
-
-    def get_seq_length(self, layer_idx=0):
-        return self.states[layer_idx]["offset"] if len(self.states) > layer_idx else 0
+__all__ = ["Cache", "LinearAttention", "GatedLinearAttention", "DeltaNet", "GatedDeltaNet", "ShortConvolution",
+           "FusedRMSNormGated"]
 
 
 class _Hadamard(nn.Module):

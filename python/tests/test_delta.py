@@ -394,16 +394,15 @@ def test_error_cu_seqlens():
 def test_error_unsupported_arguments():
     q, k, v, beta = small()
     g, gk = torch.zeros(1, 6, 2), torch.zeros_like(q)
-    with pytest.raises(NotImplementedError, match="use_gate_in_kernel"):
-        fla.chunk_kda(q, k, v, gk, beta, use_gate_in_kernel=True, A_log=torch.zeros(2))
-    with pytest.raises(NotImplementedError, match="A_log"):
-        fla.fused_recurrent_kda(q, k, v, gk, beta, A_log=torch.zeros(2))
-    with pytest.raises(NotImplementedError, match="use_gate_in_kernel"):
+    with pytest.raises(ValueError, match="use_gate_in_kernel=True needs A_log"):
         fla.chunk_gated_delta_rule(q, k, v, g, beta, use_gate_in_kernel=True)
-    with pytest.raises(NotImplementedError, match="dt_bias"):
-        fla.fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, dt_bias=torch.zeros(2))
-    with pytest.raises(NotImplementedError, match="safe_gate, lower_bound|lower_bound, safe_gate"):
-        fla.chunk_kda(q, k, v, gk, beta, safe_gate=True, lower_bound=-5.0)
+    with pytest.raises(ValueError, match="A_log: expected 2 elements"):
+        fla.chunk_kda(q, k, v, gk, beta, use_gate_in_kernel=True, A_log=torch.zeros(3))
+    with pytest.raises(ValueError, match="dt_bias: expected 8 elements"):
+        fla.fused_recurrent_kda(q, k, v, gk, beta, use_gate_in_kernel=True, A_log=torch.zeros(2),
+                                dt_bias=torch.zeros(2))
+    with pytest.raises(ValueError, match="safe_gate=True requires lower_bound"):
+        fla.chunk_kda(q, k, v, gk, beta, safe_gate=True)
     with pytest.raises(NotImplementedError, match="gv"):
         fla.fused_recurrent_gated_delta_rule(q, k, v, g=g, gv=torch.zeros_like(v), beta=beta)
     with pytest.raises(NotImplementedError, match="beta: a beta per value dimension"):
@@ -412,10 +411,8 @@ def test_error_unsupported_arguments():
         fla.chunk_kda(q, k, v, gk, beta, return_intermediate_states=True)
     with pytest.raises(NotImplementedError, match="cp_context"):
         fla.chunk_gated_delta_rule(q, k, v, g, beta, cp_context=object())
-    with pytest.raises(ValueError, match="state_v_first"):
-        fla.chunk_gated_delta_rule(q, k, v, g, beta, state_v_first=True)
-    with pytest.raises(ValueError, match="state_v_first"), pytest.warns(DeprecationWarning, match="transpose_state"):
-        fla.fused_recurrent_kda(q, k, v, gk, beta, transpose_state_layout=True)
+    with pytest.raises(ValueError, match="Cannot pass both"):
+        fla.fused_recurrent_kda(q, k, v, gk, beta, state_v_first=True, transpose_state_layout=True)
     with pytest.raises(ValueError, match="allow_neg_eigval=True` requires"):
         fla.chunk_kda(q, k, v, gk, beta, allow_neg_eigval=True)
     with pytest.raises(ValueError, match="`chunk_size` must be 32 or 64"):
@@ -426,6 +423,59 @@ def test_error_unsupported_arguments():
         fla.chunk_delta_rule(q, k, v, beta, head_first=False)
     with pytest.raises(TypeError, match="not_an_argument"):
         fla.chunk_gated_delta_rule(q, k, v, g, beta, not_an_argument=1)
+
+
+@pytest.mark.parametrize("name", ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_kda",
+                                  "fused_recurrent_kda"])
+def test_state_v_first(name):
+    """A state given and returned as [N, H, V, K] is the transpose of the [N, H, K, V] one."""
+    q, k, v, beta, g, h = make_inputs("key" if "kda" in name else "token", 2, 9, 2, 4, 3, 7, False)
+    q, k, v, beta, g, h = (x.float() for x in (q, k, v, beta, g, h))
+    o, final = call(name, q, k, v, beta, g, h)
+    o_t, final_t = call(name, q, k, v, beta, g, h.transpose(-1, -2).contiguous(), state_v_first=True)
+    assert_close(o_t, o, 1e-6, "o with state_v_first")
+    assert final_t.shape == (2, 2, 3, 4)
+    assert_close(final_t.transpose(-1, -2), final, 1e-6, "final_state with state_v_first")
+    if name.startswith("fused"):  # the fused_recurrent functions' deprecated name for it
+        with pytest.warns(DeprecationWarning, match="transpose_state"):
+            _, final_d = call(name, q, k, v, beta, g, h.transpose(-1, -2).contiguous(), transpose_state_layout=True)
+        assert_close(final_d, final_t, 0, "final_state with transpose_state_layout")
+
+
+def naive_gate(g, A_log, dt_bias, lower_bound=None):
+    """flash-linear-attention's gate formulas, written here from its documentation."""
+    shape = g.shape[2:]
+    x = g + dt_bias.view(shape)
+    rate = A_log.exp().view(-1, *([1] * (len(shape) - 1)))
+    if lower_bound is not None:
+        return lower_bound * torch.sigmoid(rate * x)
+    return -rate * F.softplus(x)
+
+
+@pytest.mark.parametrize("name,kind,lower_bound", [("chunk_gated_delta_rule", "token", None),
+                                                   ("fused_recurrent_gated_delta_rule", "token", None),
+                                                   ("chunk_kda", "key", None), ("chunk_kda", "key", -5.0),
+                                                   ("fused_recurrent_kda", "key", -3.0)])
+def test_gate_in_kernel(name, kind, lower_bound):
+    """use_gate_in_kernel=True: g is the gate's raw input, the log decay computed from A_log and dt_bias,
+    with gradients to all three."""
+    q, k, v, beta, g, h = make_inputs(kind, 1, 7, 2, 3, 2, 11, False)
+    gen = torch.Generator().manual_seed(3)
+    raw = torch.randn(g.shape, generator=gen, dtype=torch.float64)
+    A_log = torch.randn(2, generator=gen, dtype=torch.float64).requires_grad_()
+    dt_bias = torch.randn(g[0, 0].numel(), generator=gen, dtype=torch.float64).requires_grad_()
+    raw.requires_grad_()
+    extra = dict(use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias)
+    if lower_bound is not None:
+        extra["lower_bound"] = lower_bound
+    o, final = call(name, q, k, v, beta, raw, h, **extra)
+    o_ref, final_ref = call(name, q, k, v, beta, naive_gate(raw, A_log, dt_bias, lower_bound), h)
+    assert_close(o, o_ref, 1e-12, "o")
+    assert_close(final, final_ref, 1e-12, "final_state")
+    grads = torch.autograd.grad((o.sum() + final.sum()), (raw, A_log, dt_bias))
+    grads_ref = torch.autograd.grad((o_ref.sum() + final_ref.sum()), (raw, A_log, dt_bias))
+    for got, want, what in zip(grads, grads_ref, ("dg", "dA_log", "ddt_bias")):
+        assert_close(got, want, 1e-10, what)
 
 
 def test_error_bindings():

@@ -452,15 +452,31 @@ def test_error_cu_seqlens():
         fla.chunk_retention(q, k, v, cu_seqlens=torch.tensor([0.0, 6.0]))
 
 
+@pytest.mark.parametrize("name", ["chunk_simple_gla", "chunk_gla", "fused_recurrent_simple_gla", "fused_recurrent_gla",
+                                  "fused_recurrent_retention"])
+def test_state_v_first(name):
+    """A state given and returned as [N, H, V, K] is the transpose of the [N, H, K, V] one."""
+    q, k, v = small(B=2, T=9)
+    gen = torch.Generator().manual_seed(5)
+    h = torch.randn(2, 2, 4, 3, generator=gen)
+    fn = getattr(fla, name)
+    gate = {"chunk_simple_gla": {"g": -torch.rand(2, 9, 2, generator=gen)},
+            "fused_recurrent_simple_gla": {"g": -torch.rand(2, 9, 2, generator=gen)},
+            "chunk_gla": {"g": -torch.rand(2, 9, 2, 4, generator=gen)},
+            "fused_recurrent_gla": {"gk": -torch.rand(2, 9, 2, 4, generator=gen)}}.get(name, {})
+    o, final = fn(q, k, v, initial_state=h, output_final_state=True, **gate)
+    o_t, final_t = fn(q, k, v, initial_state=h.transpose(-1, -2).contiguous(), output_final_state=True,
+                      state_v_first=True, **gate)
+    assert torch.allclose(o_t, o, atol=1e-6, rtol=0)
+    assert final_t.shape == (2, 2, 3, 4)
+    assert torch.allclose(final_t.transpose(-1, -2), final, atol=1e-6, rtol=0)
+
+
 def test_error_unsupported_arguments():
     q, k, v = small()
     g = torch.zeros_like(q)
-    with pytest.raises(ValueError, match="state_v_first"):
-        fla.chunk_gla(q, k, v, g, state_v_first=True)
-    with pytest.raises(ValueError, match="state_v_first"):
-        fla.fused_recurrent_simple_gla(q, k, v, state_v_first=True)
-    with pytest.raises(ValueError, match="state_v_first"), pytest.warns(DeprecationWarning, match="transpose_state"):
-        fla.fused_recurrent_retention(q, k, v, transpose_state_layout=True)
+    with pytest.raises(ValueError, match="Cannot pass both"):
+        fla.fused_recurrent_retention(q, k, v, state_v_first=True, transpose_state_layout=True)
     with pytest.raises(NotImplementedError, match="gv"):
         fla.fused_recurrent_gla(q, k, v, gk=g, gv=torch.zeros_like(v))
     with pytest.raises(DeprecationWarning, match="head_first"):

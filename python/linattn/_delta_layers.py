@@ -1,0 +1,192 @@
+"""fla.layers.DeltaNet and fla.layers.GatedDeltaNet on the CPU (linattn.fla's delta rule underneath)."""
+
+import math
+import warnings
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from . import fla
+from ._layer_parts import (FusedRMSNormGated, ShortConvolution, elu_plus_one, heads, layer_cache, repad, sum_norm,
+                           unpad, update_layer_cache)
+
+
+def _short_convs(module, key_dim, value_dim, conv_size, conv_bias, qk_silu):
+    module.q_conv1d = ShortConvolution(key_dim, conv_size, bias=conv_bias, activation="silu" if qk_silu else None)
+    module.k_conv1d = ShortConvolution(key_dim, conv_size, bias=conv_bias, activation="silu" if qk_silu else None)
+    module.v_conv1d = ShortConvolution(value_dim, conv_size, bias=conv_bias, activation="silu")
+
+
+def _project_qkv(module, hidden_states, last, use_cache, cu_seqlens):
+    """q, k, v [B, T, ·] after the projections and (with use_short_conv) the short convolutions, and the
+    convolutions' new cache; without them q, k (when qk_activation is silu) and v go through silu."""
+    q, k, v = module.q_proj(hidden_states), module.k_proj(hidden_states), module.v_proj(hidden_states)
+    if not module.use_short_conv:
+        if module.qk_activation == "silu":
+            q, k = F.silu(q), F.silu(k)
+        return q, k, F.silu(v), None
+    states = last["conv_state"] if last is not None and last["conv_state"] is not None else (None,) * 3
+    (q, cq), (k, ck), (v, cv) = [conv(x, cache=c, output_final_state=use_cache, cu_seqlens=cu_seqlens)
+                                 for conv, x, c in zip((module.q_conv1d, module.k_conv1d, module.v_conv1d), (q, k, v),
+                                                       states)]
+    return q, k, v, (cq, ck, cv)
+
+
+def _output(module, o, hidden_states, indices, batch_size, q_len):
+    if module.use_gate:
+        o = module.o_norm(o, heads(module.g_proj(hidden_states), module.head_v_dim))
+    else:
+        o = module.o_norm(o)
+    return repad(module.o_proj(o.flatten(-2)), indices, batch_size, q_len)
+
+
+def _no_short_conv_warning():
+    warnings.warn("ShortConvolution is crucial to the performance. Do not turn it off, i.e., setting "
+                  "`use_short_conv=False` unless you know what you are doing.")
+
+
+class DeltaNet(nn.Module):
+    """fla.layers.DeltaNet (Yang et al. 2024): q, k, v projections through short convolutions, q and k
+    activated (silu) and L2-normalised, β = sigmoid(b_proj(x)) (×2 with allow_neg_eigval), the delta
+    rule S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ (chunked, or token by token for T ≤ 64 or
+    mode="fused_recurrent"), an RMS norm per head (gated with use_gate), the output projection. The
+    cache's recurrent state is [B, H, K, V]."""
+
+    def __init__(self, mode="chunk", d_model=None, hidden_size=1024, expand_k=1.0, expand_v=1.0, num_heads=4,
+                 use_beta=True, use_gate=False, use_short_conv=True, conv_size=4, conv_bias=False,
+                 allow_neg_eigval=False, layer_idx=None, qk_activation="silu", qk_norm="l2", norm_eps=1e-5, **kwargs):
+        super().__init__()
+        if qk_activation not in ("silu", "relu", "elu", "identity"):
+            raise ValueError(f"qk_activation: expected 'silu', 'relu', 'elu' or 'identity', got {qk_activation!r}")
+        if qk_norm not in ("l2", "sum"):
+            raise ValueError(f"qk_norm: expected 'l2' or 'sum', got {qk_norm!r}")
+        if mode == "fused_chunk":
+            raise NotImplementedError("fused_chunk_delta_rule is now deprecated. Please use `chunk_delta_rule` instead.")
+        if mode not in ("chunk", "fused_recurrent"):
+            raise ValueError(f"mode: expected 'chunk' or 'fused_recurrent', got {mode!r}")
+        if d_model is not None:
+            hidden_size = d_model
+        self.mode, self.qk_activation, self.qk_norm = mode, qk_activation, qk_norm
+        self.hidden_size, self.expand_k, self.expand_v, self.num_heads = hidden_size, expand_k, expand_v, num_heads
+        self.use_gate, self.use_short_conv, self.conv_size, self.conv_bias = use_gate, use_short_conv, conv_size, \
+            conv_bias
+        self.allow_neg_eigval, self.layer_idx = allow_neg_eigval, layer_idx
+        self.key_dim, self.value_dim = int(hidden_size * expand_k), int(hidden_size * expand_v)
+        for name, dim in (("key", self.key_dim), ("value", self.value_dim)):
+            if dim % num_heads:
+                raise ValueError(f"{name} dim: {dim} (hidden_size·expand) is not a multiple of num_heads ({num_heads})")
+        self.head_k_dim, self.head_v_dim = self.key_dim // num_heads, self.value_dim // num_heads
+        self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
+        self.use_beta = use_beta
+        if use_beta:
+            self.b_proj = nn.Linear(hidden_size, num_heads, bias=False)
+        if use_short_conv:
+            _short_convs(self, self.key_dim, self.value_dim, conv_size, conv_bias, qk_activation == "silu")
+        else:
+            _no_short_conv_warning()
+        if use_gate:
+            self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
+            self.o_norm = FusedRMSNormGated(self.head_v_dim, eps=norm_eps)
+        else:
+            self.o_norm = nn.RMSNorm(self.head_v_dim, eps=norm_eps)
+        self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
+
+    def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
+                output_attentions=False, **kwargs):
+        batch_size, q_len, _ = hidden_states.shape
+        mode = "fused_recurrent" if q_len <= 64 else self.mode
+        last = layer_cache(self, past_key_values)
+        hidden_states, indices, cu_seqlens = unpad(hidden_states, attention_mask, kwargs.get("cu_seqlens"))
+        q, k, v, conv_state = _project_qkv(self, hidden_states, last, use_cache, cu_seqlens)
+        q, k, v = heads(q, self.head_k_dim), heads(k, self.head_k_dim), heads(v, self.head_v_dim)
+        if self.qk_activation == "relu":
+            q, k = q.relu(), k.relu()
+        elif self.qk_activation == "elu":
+            q, k = elu_plus_one(q), elu_plus_one(k)
+        if self.qk_norm == "sum":
+            q, k = sum_norm(q).to(q), sum_norm(k).to(k)
+        beta = self.b_proj(hidden_states).sigmoid() if self.use_beta else torch.ones_like(q[..., 0])
+        if self.allow_neg_eigval:
+            beta = beta * 2.0
+        state = last["recurrent_state"] if last is not None else None
+        run = fla.fused_recurrent_delta_rule if mode == "fused_recurrent" else fla.chunk_delta_rule
+        o, state = run(q, k, v, beta, initial_state=state, output_final_state=use_cache, cu_seqlens=cu_seqlens,
+                       use_qk_l2norm_in_kernel=self.qk_norm == "l2")
+        update_layer_cache(self, past_key_values, recurrent_state=state, conv_state=conv_state, offset=q_len)
+        return _output(self, o, hidden_states, indices, batch_size, q_len), None, past_key_values
+
+
+class GatedDeltaNet(nn.Module):
+    """fla.layers.GatedDeltaNet (Yang et al. 2024): DeltaNet with a decay per head and token,
+    g = −exp(A_log)·softplus(a_proj(x) + dt_bias), S_t = exp(g_t) S_{t−1} then the delta update, β =
+    sigmoid(b_proj(x)); num_v_heads > num_heads shares each q/k head among value heads (grouped
+    value attention). Training runs the chunked form; T ≤ 64 outside training, or
+    mode="fused_recurrent", token by token. The cache's recurrent state is [B, HV, V, K], as fla's
+    layer keeps it (state_v_first)."""
+
+    def __init__(self, hidden_size=2048, expand_v=2, head_dim=256, num_heads=6, num_v_heads=None, mode="chunk",
+                 use_gate=True, use_short_conv=True, allow_neg_eigval=False, conv_size=4, conv_bias=False,
+                 layer_idx=None, norm_eps=1e-5, **kwargs):
+        super().__init__()
+        if mode not in ("chunk", "fused_recurrent"):
+            raise ValueError(f"mode: expected 'chunk' or 'fused_recurrent', got {mode!r}")
+        self.mode, self.allow_neg_eigval, self.hidden_size, self.expand_v = mode, allow_neg_eigval, hidden_size, \
+            expand_v
+        self.use_gate, self.use_short_conv, self.conv_size, self.conv_bias = use_gate, use_short_conv, conv_size, \
+            conv_bias
+        self.qk_activation = "silu"
+        self.head_dim, self.num_heads = head_dim, num_heads
+        self.num_v_heads = num_v_heads if num_v_heads is not None else num_heads
+        self.head_k_dim, self.head_v_dim = head_dim, int(head_dim * expand_v)
+        self.key_dim, self.value_dim = num_heads * self.head_k_dim, self.num_v_heads * self.head_v_dim
+        self.layer_idx = layer_idx
+        if not math.isclose(head_dim * expand_v, self.head_v_dim, rel_tol=1e-5):
+            raise ValueError(f"expand_v: {expand_v} times head_dim ({head_dim}) is not an integer "
+                             f"({head_dim * expand_v}); pick expand_v so that head_dim·expand_v is whole")
+        if self.num_v_heads % num_heads:
+            raise ValueError(f"num_v_heads: {self.num_v_heads} is not a multiple of num_heads ({num_heads})")
+        self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
+        self.a_proj = nn.Linear(hidden_size, self.num_v_heads, bias=False)
+        self.b_proj = nn.Linear(hidden_size, self.num_v_heads, bias=False)
+        # Mamba-2's initialisation: A uniform in [0, 16], the time step log-uniform in [1e-3, 0.1] through
+        # the inverse of softplus.
+        self.A_log = nn.Parameter(torch.empty(self.num_v_heads).uniform_(0, 16).log())
+        self.A_log._no_weight_decay = True
+        dt = torch.exp(torch.rand(self.num_v_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+        dt = dt.clamp(min=1e-4)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_bias._no_weight_decay = True
+        if use_short_conv:
+            _short_convs(self, self.key_dim, self.value_dim, conv_size, conv_bias, True)
+        else:
+            _no_short_conv_warning()
+        if use_gate:
+            self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
+            self.o_norm = FusedRMSNormGated(self.head_v_dim, eps=norm_eps)
+        else:
+            self.o_norm = nn.RMSNorm(self.head_v_dim, eps=norm_eps)
+        self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
+
+    def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
+                output_attentions=False, **kwargs):
+        batch_size, q_len, _ = hidden_states.shape
+        mode = "fused_recurrent" if q_len <= 64 and not self.training else self.mode
+        if self.training and mode != "chunk":
+            raise ValueError("mode: only 'chunk' is supported in training (call .eval() to decode)")
+        last = layer_cache(self, past_key_values)
+        hidden_states, indices, cu_seqlens = unpad(hidden_states, attention_mask, kwargs.get("cu_seqlens"))
+        q, k, v, conv_state = _project_qkv(self, hidden_states, last, use_cache, cu_seqlens)
+        q, k, v = heads(q, self.head_k_dim), heads(k, self.head_k_dim), heads(v, self.head_v_dim)
+        state = last["recurrent_state"] if last is not None else None
+        run = fla.fused_recurrent_gated_delta_rule if mode == "fused_recurrent" else fla.chunk_gated_delta_rule
+        o, state = run(q, k, v, g=self.a_proj(hidden_states), beta=self.b_proj(hidden_states), A_log=self.A_log,
+                       dt_bias=self.dt_bias, initial_state=state, output_final_state=use_cache,
+                       use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                       allow_neg_eigval=self.allow_neg_eigval, state_v_first=True, cu_seqlens=cu_seqlens)
+        update_layer_cache(self, past_key_values, recurrent_state=state, conv_state=conv_state, offset=q_len)
+        return _output(self, o, hidden_states, indices, batch_size, q_len), None, past_key_values
