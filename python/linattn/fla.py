@@ -28,9 +28,7 @@ import warnings
 
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
-
-from . import _linattn
+from . import _fla_ops
 
 __all__ = [
     "chunk_linear_attn",
@@ -53,11 +51,6 @@ __all__ = [
 
 # Added to the normaliser q·z of chunk_linear_attn(normalize=True), as flash-linear-attention does.
 _NORMALIZE_EPS = 1e-10
-
-
-def _array(x):
-    """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
-    return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
 
 
 def _check_tensor(name, x, dtype=None):
@@ -95,6 +88,11 @@ def _cu_seqlens(cu_seqlens):
     return cu.astype(np.int64)
 
 
+def _cu_tensor(cu):
+    """cu_seqlens for the operators: an int64 tensor, or None."""
+    return None if cu is None else torch.from_numpy(cu)
+
+
 def _segments(B, T, cu):
     """(batch row, begin, end) of each sequence, in state order."""
     if cu is None:
@@ -108,66 +106,6 @@ def _reverse_index(T, cu):
         return torch.arange(T - 1, -1, -1)
     parts = [torch.arange(int(cu[i + 1]) - 1, int(cu[i]) - 1, -1) for i in range(len(cu) - 1)]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
-
-
-class _Spec:
-    """The non-tensor arguments of one call."""
-
-    def __init__(self, backend, mode, decay, g_gamma, scale, output_final_state, cu_seqlens, chunk_size):
-        self.backend, self.mode, self.decay = backend, mode, decay
-        self.g_gamma, self.scale, self.output_final_state = g_gamma, scale, output_final_state
-        self.cu_seqlens, self.chunk_size = cu_seqlens, chunk_size
-
-    def options(self):
-        return dict(decay=self.decay, g_gamma=self.g_gamma, scale=self.scale, cu_seqlens=self.cu_seqlens)
-
-
-class _Decayed(torch.autograd.Function):
-    """(o, final_state) of the recurrence, with linattn's chunked backward (or the oracle's) as the
-    backward. final_state is an empty placeholder when not wanted."""
-
-    @staticmethod
-    def forward(ctx, spec, q, k, v, g, initial_state):
-        ctx.set_materialize_grads(False)
-        ctx.spec = spec
-        arrays = [_array(x) for x in (q, k, v, g)]
-        init = _array(initial_state)
-        if spec.backend is _linattn and spec.mode == "recurrent":
-            if init is None:
-                n = q.shape[0] if spec.cu_seqlens is None else max(len(spec.cu_seqlens) - 1, 0)
-                state = np.zeros((n, q.shape[2],
-                                  q.shape[3], v.shape[3]), dtype=np.float32)
-            else:
-                state = np.array(init, dtype=np.float32, order="C", copy=True)
-            o = _linattn.decayed_recurrent(*arrays, state, **spec.options())
-            final = state if spec.output_final_state else None
-        else:
-            o, final = spec.backend.decayed_attention(*arrays, initial_state=init,
-                                                      output_final_state=spec.output_final_state,
-                                                      chunk_size=spec.chunk_size, **spec.options())
-        ctx.save_for_backward(q, k, v, g, initial_state)
-        if final is None:
-            final = q.new_zeros(0)
-            ctx.mark_non_differentiable(final)
-        else:
-            final = torch.from_numpy(final)
-        return torch.from_numpy(o), final
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, do, dfinal):
-        spec = ctx.spec
-        q, k, v, g, initial_state = ctx.saved_tensors
-        if do is None:
-            do = q.new_zeros(*q.shape[:3], v.shape[3])
-        if dfinal is not None and (not spec.output_final_state or dfinal.numel() == 0):
-            dfinal = None
-        dq, dk, dv, dg, dinit = spec.backend.decayed_attention_backward(
-            *[_array(x) for x in (q, k, v, g)], _array(do.to(q.dtype)),
-            None if dfinal is None else _array(dfinal.to(q.dtype)), initial_state=_array(initial_state),
-            chunk_size=spec.chunk_size, **spec.options())
-        grads = [None if x is None else torch.from_numpy(x) for x in (dq, dk, dv, dg, dinit)]
-        return (None, *grads)
 
 
 def _normalize(o, q, k, scale, z_init, B, T, cu):
@@ -254,22 +192,21 @@ def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial
             g, gamma, decay = (per_token if g is None else g + per_token), None, "simple_gla"
         else:
             decay = "lightning"
-            gamma = gamma.to(torch.float32).numpy()
+            gamma = gamma.to(torch.float32).contiguous()
 
     q_raw = q
     perm = _reverse_index(T, cu) if reverse else None
     if perm is not None:
         q_raw, k, v = q.index_select(1, perm), k.index_select(1, perm), v.index_select(1, perm)
         g = None if g is None else g.index_select(1, perm)
-    backend = _linattn.reference if fp64 else _linattn
     if fp64:
         # The oracle takes scale as a float; applied to q here it stays in fp64 (o is linear in q).
-        q_in, spec_scale = q_raw * scale, 1.0
+        q_in, op_scale = q_raw * scale, 1.0
     else:
-        q_in, spec_scale = q_raw, scale
+        q_in, op_scale = q_raw, scale
     want_state = bool(output_final_state)
-    spec = _Spec(backend, mode, decay, gamma, spec_scale, want_state, cu, int(chunk_size))
-    o, final = _Decayed.apply(spec, q_in, k, v, g, initial_state)
+    o, final = _fla_ops.decayed_forward(q_in, k, v, g, initial_state, gamma, _cu_tensor(cu), decay,
+                                        mode == "recurrent", float(op_scale), int(chunk_size), want_state)
     final = final if want_state else None
     if normalize:
         o, z_state = _normalize(o, q_raw, k, scale, z_init, B, T, cu)
@@ -403,65 +340,6 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
 # D_t = I (delta_rule), exp(g_t) I (gated_delta_rule) or diag(exp g_t) (kda).
 
 
-class _DeltaSpec:
-    """The non-tensor arguments of one delta-rule call."""
-
-    def __init__(self, backend, mode, gate, scale, output_final_state, l2norm, cu_seqlens, chunk_size):
-        self.backend, self.mode, self.gate = backend, mode, gate
-        self.scale, self.output_final_state, self.l2norm = scale, output_final_state, l2norm
-        self.cu_seqlens, self.chunk_size = cu_seqlens, chunk_size
-
-    def options(self):
-        return dict(gate=self.gate, scale=self.scale, use_qk_l2norm=self.l2norm, cu_seqlens=self.cu_seqlens)
-
-
-class _Delta(torch.autograd.Function):
-    """(o, final_state) of the delta rule, with linattn's chunked backward (or the oracle's) as the
-    backward. final_state is an empty placeholder when not wanted."""
-
-    @staticmethod
-    def forward(ctx, spec, q, k, v, beta, g, initial_state):
-        ctx.set_materialize_grads(False)
-        ctx.spec = spec
-        arrays = [_array(x) for x in (q, k, v, beta, g)]
-        init = _array(initial_state)
-        if spec.backend is _linattn and spec.mode == "recurrent":
-            if init is None:
-                n = q.shape[0] if spec.cu_seqlens is None else max(len(spec.cu_seqlens) - 1, 0)
-                state = np.zeros((n, q.shape[2], q.shape[3], v.shape[3]), dtype=np.float32)
-            else:
-                state = np.array(init, dtype=np.float32, order="C", copy=True)
-            o = _linattn.delta_rule_recurrent(*arrays, state, **spec.options())
-            final = state if spec.output_final_state else None
-        else:
-            o, final = spec.backend.delta_rule(*arrays, initial_state=init,
-                                               output_final_state=spec.output_final_state,
-                                               chunk_size=spec.chunk_size, **spec.options())
-        ctx.save_for_backward(q, k, v, beta, g, initial_state)
-        if final is None:
-            final = q.new_zeros(0)
-            ctx.mark_non_differentiable(final)
-        else:
-            final = torch.from_numpy(final)
-        return torch.from_numpy(o), final
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, do, dfinal):
-        spec = ctx.spec
-        q, k, v, beta, g, initial_state = ctx.saved_tensors
-        if do is None:
-            do = q.new_zeros(*q.shape[:3], v.shape[3])
-        if dfinal is not None and (not spec.output_final_state or dfinal.numel() == 0):
-            dfinal = None
-        dq, dk, dv, dbeta, dg, dinit = spec.backend.delta_rule_backward(
-            *[_array(x) for x in (q, k, v, beta, g)], _array(do.to(q.dtype)),
-            None if dfinal is None else _array(dfinal.to(q.dtype)), initial_state=_array(initial_state),
-            chunk_size=spec.chunk_size, **spec.options())
-        grads = [None if x is None else torch.from_numpy(x) for x in (dq, dk, dv, dbeta, dg, dinit)]
-        return (None, *grads)
-
-
 def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
            use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=None, use_beta_sigmoid_in_kernel=False,
            allow_neg_eigval=False, state_v_first=False):
@@ -522,12 +400,11 @@ def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None
     if HV != H:
         q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)
     fp64 = q.dtype == torch.float64
-    backend = _linattn.reference if fp64 else _linattn
     # The oracle takes scale as a float; applied to o here it stays in fp64 (o is linear in scale, also
     # after the l2norm of q).
-    spec = _DeltaSpec(backend, mode, gate, 1.0 if fp64 else scale, bool(output_final_state),
-                      bool(use_qk_l2norm_in_kernel), cu, int(chunk_size or 64))
-    o, final = _Delta.apply(spec, q, k, v, beta, g, initial_state)
+    o, final = _fla_ops.delta_forward(q, k, v, beta, g, initial_state, _cu_tensor(cu), gate, mode == "recurrent",
+                                      1.0 if fp64 else scale, bool(use_qk_l2norm_in_kernel), int(chunk_size or 64),
+                                      bool(output_final_state))
     if fp64:
         o = o * scale
     return o, (_k_first(final, state_v_first) if output_final_state else None)

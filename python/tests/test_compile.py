@@ -66,3 +66,63 @@ def test_opcheck():
     q, k, v = (torch.randn(1, 4, 2, 3, requires_grad=True) for _ in range(3))
     torch.library.opcheck(torch.ops.linattn.softmax_forward, (q, k, v, True, None, None))
     torch.library.opcheck(torch.ops.linattn.linear_forward, (q, k, v, "elu", True, 1e-6, None, 0, None))
+
+
+def fla_layers():
+    from linattn.layers import DeltaNet, GatedDeltaNet, GatedLinearAttention
+
+    return [GatedLinearAttention(hidden_size=16, num_heads=2, use_short_conv=True),
+            DeltaNet(hidden_size=16, num_heads=2),
+            GatedDeltaNet(hidden_size=16, head_dim=4, num_heads=2, num_v_heads=4)]
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["GatedLinearAttention", "DeltaNet", "GatedDeltaNet"])
+def test_compile_fullgraph_fla_layers(index):
+    """fla's layers call linattn::decayed_forward / delta_forward: no graph break, same values and
+    gradients (T = 70: the chunked path, training)."""
+    torch.manual_seed(2)
+    layer = fla_layers()[index]
+    x = torch.randn(2, 70, 16)
+
+    def run(module):
+        module.zero_grad()
+        out = module(x)[0]
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in module.parameters()]
+
+    want, want_grads = run(layer)
+    torch._dynamo.reset()
+    got, got_grads = run(torch.compile(layer, fullgraph=True))
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_export_keeps_the_fla_operators():
+    torch.manual_seed(3)
+    gla, delta, _ = fla_layers()
+    x = torch.randn(1, 70, 16)
+    for layer, name in ((gla, "linattn.decayed_forward.default"), (delta, "linattn.delta_forward.default")):
+        exported = torch.export.export(layer, (x,))
+        targets = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
+        assert name in targets
+        torch.testing.assert_close(exported.module()(x)[0], layer(x)[0])
+
+
+def test_opcheck_fla_operators():
+    gen = torch.Generator().manual_seed(4)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    q, k, v = rand(1, 5, 2, 3), rand(1, 5, 2, 3), rand(1, 5, 2, 4)
+    g, h0 = (-torch.rand(1, 5, 2, 3, generator=gen)).requires_grad_(), rand(1, 2, 3, 4)
+    beta = torch.rand(1, 5, 2, generator=gen).requires_grad_()
+    cu = torch.tensor([0, 2, 5])
+    for recurrent in (False, True):
+        torch.library.opcheck(torch.ops.linattn.decayed_forward,
+                              (q, k, v, g, h0, None, None, "gla", recurrent, 0.5, 64, True))
+        torch.library.opcheck(torch.ops.linattn.delta_forward,
+                              (q, k, v, beta, g, h0, None, "kda", recurrent, 0.5, True, 64, True))
+    torch.library.opcheck(torch.ops.linattn.delta_forward,
+                          (q, k, v, beta, None, None, cu, "delta_rule", False, 0.5, False, 64, False))

@@ -1,0 +1,247 @@
+"""linattn.fla's two recurrences as torch operators: the decayed family (linear, retention, lightning,
+simple GLA, GLA) and the delta rule (DeltaNet, Gated DeltaNet, KDA), each a forward and a backward.
+
+Where torch has torch.library.custom_op (2.4 and later) they are registered as linattn::decayed_forward
+/ decayed_backward and linattn::delta_forward / delta_backward, with fake implementations (shapes
+only) and autograd wired forward → backward, so torch.compile(fullgraph=True) traces fla's functions
+and layers without a graph break and torch.export keeps them. On older torch the same computations
+run inside a torch.autograd.Function.
+
+Tensors: q, k [B, T, H, K], v [B, T, H, V], g None, [B, T, H] or [B, T, H, K], beta [B, T, H], states
+[N, H, K, V]. float32 runs linattn's fast operators, float64 the fp64 oracle. An absent optional
+result (no final state, no g, no initial state) is an empty tensor: an operator returns tensors only.
+"""
+
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from . import _linattn
+from ._torch_threads import torch_threads
+
+_HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+
+
+def _array(x):
+    """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
+    return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
+
+
+def _backend(q):
+    return _linattn if q.dtype == torch.float32 else _linattn.reference
+
+
+def _states(q, cu_seqlens):
+    """N: the batch, or the number of sequences packed with cu_seqlens."""
+    return q.shape[0] if cu_seqlens is None else max(cu_seqlens.shape[0] - 1, 0)
+
+
+def _tensor_or_empty(x, like):
+    return like.new_empty(0) if x is None else torch.from_numpy(x)
+
+
+def _none_if_empty(x):
+    return None if x is None or x.numel() == 0 else x
+
+
+def _recurrent_state(q, v, initial_state, cu_seqlens):
+    """The state the token-by-token path updates in place: a float32 copy of initial_state, or zeros."""
+    if initial_state is None:
+        return np.zeros((_states(q, cu_seqlens), q.shape[2], q.shape[3], v.shape[3]), dtype=np.float32)
+    return np.array(_array(initial_state), dtype=np.float32, order="C", copy=True)
+
+
+# ---- the computations (shared by both wirings) -----------------------------------------------------
+
+
+def _decayed_forward(q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale, chunk_size,
+                     want_final):
+    options = dict(decay=decay, g_gamma=_array(g_gamma), scale=scale, cu_seqlens=_array(cu_seqlens))
+    arrays = [_array(x) for x in (q, k, v, g)]
+    with torch_threads():
+        if recurrent and q.dtype == torch.float32:
+            state = _recurrent_state(q, v, initial_state, cu_seqlens)
+            o = _linattn.decayed_recurrent(*arrays, state, **options)
+            final = state if want_final else None
+        else:
+            o, final = _backend(q).decayed_attention(*arrays, initial_state=_array(initial_state),
+                                                     output_final_state=want_final, chunk_size=chunk_size, **options)
+    return torch.from_numpy(o), _tensor_or_empty(final, q)
+
+
+def _decayed_backward(q, k, v, g, initial_state, g_gamma, cu_seqlens, do, dfinal, decay, scale, chunk_size):
+    options = dict(decay=decay, g_gamma=_array(g_gamma), scale=scale, cu_seqlens=_array(cu_seqlens))
+    with torch_threads():
+        grads = _backend(q).decayed_attention_backward(
+            *[_array(x) for x in (q, k, v, g)], _array(do.to(q.dtype)), _array(None if dfinal is None else
+                                                                              dfinal.to(q.dtype)),
+            initial_state=_array(initial_state), chunk_size=chunk_size, **options)
+    return tuple(_tensor_or_empty(x, q) for x in grads)
+
+
+def _delta_forward(q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm, chunk_size,
+                   want_final):
+    options = dict(gate=gate, scale=scale, use_qk_l2norm=l2norm, cu_seqlens=_array(cu_seqlens))
+    arrays = [_array(x) for x in (q, k, v, beta, g)]
+    with torch_threads():
+        if recurrent and q.dtype == torch.float32:
+            state = _recurrent_state(q, v, initial_state, cu_seqlens)
+            o = _linattn.delta_rule_recurrent(*arrays, state, **options)
+            final = state if want_final else None
+        else:
+            o, final = _backend(q).delta_rule(*arrays, initial_state=_array(initial_state),
+                                              output_final_state=want_final, chunk_size=chunk_size, **options)
+    return torch.from_numpy(o), _tensor_or_empty(final, q)
+
+
+def _delta_backward(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal, gate, scale, l2norm, chunk_size):
+    options = dict(gate=gate, scale=scale, use_qk_l2norm=l2norm, cu_seqlens=_array(cu_seqlens))
+    with torch_threads():
+        grads = _backend(q).delta_rule_backward(
+            *[_array(x) for x in (q, k, v, beta, g)], _array(do.to(q.dtype)),
+            _array(None if dfinal is None else dfinal.to(q.dtype)), initial_state=_array(initial_state),
+            chunk_size=chunk_size, **options)
+    return tuple(_tensor_or_empty(x, q) for x in grads)
+
+
+def _final_shape(q, v, cu_seqlens, want_final):
+    return (_states(q, cu_seqlens), q.shape[2], q.shape[3], v.shape[3]) if want_final else (0,)
+
+
+def _out_shape(q, v):
+    return (*q.shape[:3], v.shape[3])
+
+
+def _outputs_grads(q, v, do, dfinal, want_final):
+    """do (zeros when o was not used) and dfinal (None when there is no final state or no gradient)."""
+    if do is None:
+        do = q.new_zeros(_out_shape(q, v))
+    dfinal = _none_if_empty(dfinal) if want_final else None
+    return do.contiguous(), (None if dfinal is None else dfinal.contiguous())
+
+
+# ---- the wiring: torch.library operators, or autograd Functions on older torch ----------------------
+
+if _HAS_CUSTOM_OP:
+
+    @torch.library.custom_op("linattn::decayed_forward", mutates_args=())
+    def decayed_forward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], initial_state: Optional[Tensor],
+                        g_gamma: Optional[Tensor], cu_seqlens: Optional[Tensor], decay: str, recurrent: bool,
+                        scale: float, chunk_size: int, want_final: bool) -> tuple[Tensor, Tensor]:
+        return _decayed_forward(q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale, chunk_size,
+                                want_final)
+
+    @decayed_forward.register_fake
+    def _(q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale, chunk_size, want_final):
+        return q.new_empty(_out_shape(q, v)), q.new_empty(_final_shape(q, v, cu_seqlens, want_final))
+
+    @torch.library.custom_op("linattn::decayed_backward", mutates_args=())
+    def decayed_backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], initial_state: Optional[Tensor],
+                         g_gamma: Optional[Tensor], cu_seqlens: Optional[Tensor], do: Tensor, dfinal: Optional[Tensor],
+                         decay: str, scale: float, chunk_size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        return _decayed_backward(q, k, v, g, initial_state, g_gamma, cu_seqlens, do, dfinal, decay, scale, chunk_size)
+
+    @decayed_backward.register_fake
+    def _(q, k, v, g, initial_state, g_gamma, cu_seqlens, do, dfinal, decay, scale, chunk_size):
+        return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+                q.new_empty(0 if g is None else g.shape), q.new_empty(0 if initial_state is None else initial_state.shape))
+
+    def _decayed_setup(ctx, inputs, output):
+        q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale, chunk_size, want_final = inputs
+        ctx.save_for_backward(q, k, v, g, initial_state, g_gamma, cu_seqlens)
+        ctx.options = (decay, scale, chunk_size, want_final)
+
+    def _decayed_grad(ctx, do, dfinal):
+        q, k, v, g, initial_state, g_gamma, cu_seqlens = ctx.saved_tensors
+        decay, scale, chunk_size, want_final = ctx.options
+        do, dfinal = _outputs_grads(q, v, do, dfinal, want_final)
+        dq, dk, dv, dg, dinit = decayed_backward(q, k, v, g, initial_state, g_gamma, cu_seqlens, do, dfinal, decay,
+                                                 scale, chunk_size)
+        return (dq, dk, dv, None if g is None else dg, None if initial_state is None else dinit, *[None] * 7)
+
+    decayed_forward.register_autograd(_decayed_grad, setup_context=_decayed_setup)
+
+    @torch.library.custom_op("linattn::delta_forward", mutates_args=())
+    def delta_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor],
+                      initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], gate: str, recurrent: bool,
+                      scale: float, l2norm: bool, chunk_size: int, want_final: bool) -> tuple[Tensor, Tensor]:
+        return _delta_forward(q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm, chunk_size,
+                              want_final)
+
+    @delta_forward.register_fake
+    def _(q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm, chunk_size, want_final):
+        return q.new_empty(_out_shape(q, v)), q.new_empty(_final_shape(q, v, cu_seqlens, want_final))
+
+    @torch.library.custom_op("linattn::delta_backward", mutates_args=())
+    def delta_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor],
+                       initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], do: Tensor,
+                       dfinal: Optional[Tensor], gate: str, scale: float, l2norm: bool,
+                       chunk_size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        return _delta_backward(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal, gate, scale, l2norm,
+                               chunk_size)
+
+    @delta_backward.register_fake
+    def _(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal, gate, scale, l2norm, chunk_size):
+        return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), beta.new_empty(beta.shape),
+                q.new_empty(0 if g is None else g.shape), q.new_empty(0 if initial_state is None else initial_state.shape))
+
+    def _delta_setup(ctx, inputs, output):
+        q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm, chunk_size, want_final = inputs
+        ctx.save_for_backward(q, k, v, beta, g, initial_state, cu_seqlens)
+        ctx.options = (gate, scale, l2norm, chunk_size, want_final)
+
+    def _delta_grad(ctx, do, dfinal):
+        q, k, v, beta, g, initial_state, cu_seqlens = ctx.saved_tensors
+        gate, scale, l2norm, chunk_size, want_final = ctx.options
+        do, dfinal = _outputs_grads(q, v, do, dfinal, want_final)
+        dq, dk, dv, dbeta, dg, dinit = delta_backward(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal, gate,
+                                                      scale, l2norm, chunk_size)
+        return (dq, dk, dv, dbeta, None if g is None else dg, None if initial_state is None else dinit, *[None] * 7)
+
+    delta_forward.register_autograd(_delta_grad, setup_context=_delta_setup)
+
+else:
+
+    class _Decayed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale, chunk_size,
+                    want_final):
+            ctx.set_materialize_grads(False)
+            ctx.save_for_backward(q, k, v, g, initial_state, g_gamma, cu_seqlens)
+            ctx.options = (decay, scale, chunk_size, want_final)
+            return _decayed_forward(q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale,
+                                    chunk_size, want_final)
+
+        @staticmethod
+        def backward(ctx, do, dfinal):
+            q, k, v, g, initial_state, g_gamma, cu_seqlens = ctx.saved_tensors
+            decay, scale, chunk_size, want_final = ctx.options
+            do, dfinal = _outputs_grads(q, v, do, dfinal, want_final)
+            dq, dk, dv, dg, dinit = _decayed_backward(q, k, v, g, initial_state, g_gamma, cu_seqlens, do, dfinal,
+                                                      decay, scale, chunk_size)
+            return (dq, dk, dv, None if g is None else dg, None if initial_state is None else dinit, *[None] * 7)
+
+    class _Delta(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm, chunk_size,
+                    want_final):
+            ctx.set_materialize_grads(False)
+            ctx.save_for_backward(q, k, v, beta, g, initial_state, cu_seqlens)
+            ctx.options = (gate, scale, l2norm, chunk_size, want_final)
+            return _delta_forward(q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm,
+                                  chunk_size, want_final)
+
+        @staticmethod
+        def backward(ctx, do, dfinal):
+            q, k, v, beta, g, initial_state, cu_seqlens = ctx.saved_tensors
+            gate, scale, l2norm, chunk_size, want_final = ctx.options
+            do, dfinal = _outputs_grads(q, v, do, dfinal, want_final)
+            dq, dk, dv, dbeta, dg, dinit = _delta_backward(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal,
+                                                           gate, scale, l2norm, chunk_size)
+            return (dq, dk, dv, dbeta, None if g is None else dg, None if initial_state is None else dinit,
+                    *[None] * 7)
+
+    decayed_forward = _Decayed.apply
+    delta_forward = _Delta.apply
