@@ -13,20 +13,20 @@
 
 static int failures = 0, checks = 0;
 
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    ++checks;                                             \
-    if (!(cond)) {                                        \
-      ++failures;                                         \
+#define CHECK(cond, ...)                                      \
+  do {                                                        \
+    ++checks;                                                 \
+    if (!(cond)) {                                            \
+      ++failures;                                             \
       fprintf(stderr, "%s:%d: FAILED: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                       \
-      fprintf(stderr, "\n");                              \
-    }                                                     \
+      fprintf(stderr, __VA_ARGS__);                           \
+      fprintf(stderr, "\n");                                  \
+    }                                                         \
   } while (0)
 
-#define OK(call)                                                                                  \
-  do {                                                                                            \
-    linattn_status s_ = (call);                                                                   \
+#define OK(call)                                                                                         \
+  do {                                                                                                   \
+    linattn_status s_ = (call);                                                                          \
     CHECK(s_ == LINATTN_OK, "%s returned %s: %s", #call, linattn_status_name(s_), linattn_last_error()); \
   } while (0)
 
@@ -437,8 +437,8 @@ static void test_linformer(void) {
 
 /* Per (b, h), from S = initial: decayed: S = exp(g) S + k vᵀ; delta: P = exp(g) S,
  * S = P + β k (v − Pᵀk)ᵀ; then o = scale Sᵀ q. The state is [B, H, K, V]. */
-static void recurrence_loop(double* out, double* state, const float* q, const float* k, const float* v,
-                            const float* g, const float* beta, const float* initial, int delta) {
+static void recurrence_loop(double* out, double* state, const float* q, const float* k, const float* v, const float* g,
+                            const float* beta, const float* initial, int delta) {
   const double scale = 1.0 / sqrt((double)D);
   int b, h, t, d, e;
   for (b = 0; b < B; ++b)
@@ -531,8 +531,8 @@ static void test_recurrence(int delta) {
     OK(linattn_decayed_recurrent_forward(&rout, &q, &k, &v, &g, rec_state, SSIZE, &c.decay));
   CHECK(max_abs_diff(rec_out, want, VSIZE) < 1e-5, "%s recurrent forward differs from the loop by %g", name,
         max_abs_diff(rec_out, want, VSIZE));
-  OK(linattn_state_create(B, H, D, E, delta ? linattn_delta_name(LINATTN_DELTA_TOKEN) : linattn_decay_name(LINATTN_DECAY_TOKEN),
-                          &state));
+  OK(linattn_state_create(
+      B, H, D, E, delta ? linattn_delta_name(LINATTN_DELTA_TOKEN) : linattn_decay_name(LINATTN_DECAY_TOKEN), &state));
   OK(linattn_state_data(state, &S, NULL, NULL, NULL));
   memcpy(S, c.initial, sizeof c.initial);
   memset(rec_out, 0, sizeof rec_out);
@@ -557,8 +557,8 @@ static void test_recurrence(int delta) {
     OK(linattn_delta_backward(&tdq, &tdk, &tdv, &tdbeta, &tdg, dinitial, &tdout, c.dfinal, &q, &k, &v, &beta, &g,
                               &c.gate, c.initial, SSIZE));
   else
-    OK(linattn_decayed_backward(&tdq, &tdk, &tdv, &tdg, dinitial, &tdout, c.dfinal, &q, &k, &v, &g, &c.decay,
-                                c.initial, SSIZE));
+    OK(linattn_decayed_backward(&tdq, &tdk, &tdv, &tdg, dinitial, &tdout, c.dfinal, &q, &k, &v, &g, &c.decay, c.initial,
+                                SSIZE));
   sprintf(what, "%s dq", name), check_gradient(what, c.q, dq, QSIZE, recurrence_loss, &c);
   sprintf(what, "%s dk", name), check_gradient(what, c.k, dk, QSIZE, recurrence_loss, &c);
   sprintf(what, "%s dv", name), check_gradient(what, c.v, dv, VSIZE, recurrence_loss, &c);
@@ -593,8 +593,7 @@ static void test_errors(void) {
   CHECK(pthread_create(&thread, NULL, other_thread, &fresh) == 0 && pthread_join(thread, NULL) == 0 && fresh,
         "another thread saw this thread's error");
   s = linattn_softmax_forward(&to, NULL, &tq, &tk, &tv, NULL);
-  CHECK(s == LINATTN_ERROR_NULL_POINTER && contains(linattn_last_error(), "lse"), "NULL lse: %s",
-        linattn_last_error());
+  CHECK(s == LINATTN_ERROR_NULL_POINTER && contains(linattn_last_error(), "lse"), "NULL lse: %s", linattn_last_error());
 
   bad = tk;
   bad.extent[3] = D + 1; /* k's head dim differs from q's */
@@ -629,13 +628,13 @@ static void test_errors(void) {
     linattn_decay_options_init(&o);
     o.decay = 9;
     s = linattn_decayed_forward(&to, &tq, &tk, &tv, NULL, &o, NULL, NULL, 0);
-    CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "options->decay is 9"),
-          "decay 9: %s", linattn_last_error());
+    CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "options->decay is 9"), "decay 9: %s",
+          linattn_last_error());
   }
   {
     linattn_softmax_options o;
     linattn_softmax_options_init(&o);
-    o.n_key_lengths = B;  /* and no pointer */
+    o.n_key_lengths = B; /* and no pointer */
     s = linattn_softmax_forward(&to, lse, &tq, &tk, &tv, &o);
     CHECK(s == LINATTN_ERROR_NULL_POINTER && contains(linattn_last_error(), "key_lengths"), "key_lengths: %s",
           linattn_last_error());

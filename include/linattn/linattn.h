@@ -34,12 +34,12 @@ extern "C" {
 
 typedef enum linattn_status {
   LINATTN_OK = 0,
-  LINATTN_ERROR_INVALID_ARGUMENT = 1, /* a shape, stride, option or value the operator refuses */
-  LINATTN_ERROR_NULL_POINTER = 2,     /* a required pointer argument is NULL */
+  LINATTN_ERROR_INVALID_ARGUMENT = 1,  /* a shape, stride, option or value the operator refuses */
+  LINATTN_ERROR_NULL_POINTER = 2,      /* a required pointer argument is NULL */
   LINATTN_ERROR_UNSUPPORTED_DTYPE = 3, /* a known dtype this build cannot compute in (yet) */
   LINATTN_ERROR_OUT_OF_MEMORY = 4,
-  LINATTN_ERROR_IO = 5,       /* a state file that cannot be written, read or parsed */
-  LINATTN_ERROR_INTERNAL = 6  /* anything else the library threw: a bug, please report it */
+  LINATTN_ERROR_IO = 5,      /* a state file that cannot be written, read or parsed */
+  LINATTN_ERROR_INTERNAL = 6 /* anything else the library threw: a bug, please report it */
 } linattn_status;
 
 typedef enum linattn_dtype {
@@ -112,7 +112,7 @@ LINATTN_C_API linattn_status linattn_feature_map_backward(const linattn_feature_
 typedef struct linattn_softmax_options {
   int has_scale; /* 0: scale = 1/sqrt(D) */
   float scale;
-  int causal; /* bottom-right aligned: query i sees key j iff j <= i + (Nk - Nq) */
+  int causal;                 /* bottom-right aligned: query i sees key j iff j <= i + (Nk - Nq) */
   const int64_t* key_lengths; /* [n_key_lengths = B] or NULL: all keys */
   int64_t n_key_lengths;
 } linattn_softmax_options;
@@ -175,8 +175,8 @@ LINATTN_C_API linattn_status linattn_recurrent_step(const linattn_tensor* out, c
 
 /* A zero state. feature_map: the name of the map (or recurrence) whose sums it holds: "elu", a random
  * map's linattn_feature_map_name, or a decayed / delta recurrence's name (linattn_decay_name). */
-LINATTN_C_API linattn_status linattn_state_create(int64_t batch, int64_t heads, int64_t feature_dim,
-                                                  int64_t value_dim, const char* feature_map, linattn_state** out);
+LINATTN_C_API linattn_status linattn_state_create(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
+                                                  const char* feature_map, linattn_state** out);
 LINATTN_C_API void linattn_state_free(linattn_state* state);
 LINATTN_C_API linattn_status linattn_state_reset(linattn_state* state);
 /* Atomic write (temporary + rename), format docs/state-format.md; LINATTN_ERROR_IO on failure. */
@@ -207,8 +207,8 @@ typedef struct linattn_linformer_options {
 LINATTN_C_API void linattn_linformer_options_init(linattn_linformer_options* options);
 /* E, F: n_proj floats each, n_proj = (share_heads ? 1 : H) * P * N_max, contiguous; lse: B*H*Nq. */
 LINATTN_C_API linattn_status linattn_linformer_forward(const linattn_tensor* out, float* lse, const linattn_tensor* q,
-                                                       const linattn_tensor* k, const linattn_tensor* v,
-                                                       const float* E, const float* F, int64_t n_proj,
+                                                       const linattn_tensor* k, const linattn_tensor* v, const float* E,
+                                                       const float* F, int64_t n_proj,
                                                        const linattn_linformer_options* options);
 LINATTN_C_API linattn_status linattn_linformer_backward(const linattn_tensor* dq, const linattn_tensor* dk,
                                                         const linattn_tensor* dv, float* dE, float* dF,
@@ -250,11 +250,13 @@ LINATTN_C_API linattn_status linattn_decayed_forward(const linattn_tensor* out, 
                                                      const linattn_tensor* g, const linattn_decay_options* options,
                                                      const float* initial_state, float* final_state, int64_t n_state);
 /* dg: NULL when g is; dinitial_state, dfinal_state: NULL or n_state floats. */
-LINATTN_C_API linattn_status linattn_decayed_backward(
-    const linattn_tensor* dq, const linattn_tensor* dk, const linattn_tensor* dv, const linattn_tensor* dg,
-    float* dinitial_state, const linattn_tensor* dout, const float* dfinal_state, const linattn_tensor* q,
-    const linattn_tensor* k, const linattn_tensor* v, const linattn_tensor* g, const linattn_decay_options* options,
-    const float* initial_state, int64_t n_state);
+LINATTN_C_API linattn_status linattn_decayed_backward(const linattn_tensor* dq, const linattn_tensor* dk,
+                                                      const linattn_tensor* dv, const linattn_tensor* dg,
+                                                      float* dinitial_state, const linattn_tensor* dout,
+                                                      const float* dfinal_state, const linattn_tensor* q,
+                                                      const linattn_tensor* k, const linattn_tensor* v,
+                                                      const linattn_tensor* g, const linattn_decay_options* options,
+                                                      const float* initial_state, int64_t n_state);
 /* Token by token; state (n_state floats, required) holds the initial state and receives the final. */
 LINATTN_C_API linattn_status linattn_decayed_recurrent_forward(const linattn_tensor* out, const linattn_tensor* q,
                                                                const linattn_tensor* k, const linattn_tensor* v,

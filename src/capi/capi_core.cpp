@@ -18,10 +18,14 @@ thread_local std::string info_json;
 
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
-    case LINATTN_F32: return "LINATTN_F32";
-    case LINATTN_BF16: return "LINATTN_BF16";
-    case LINATTN_F16: return "LINATTN_F16";
-    default: return nullptr;
+    case LINATTN_F32:
+      return "LINATTN_F32";
+    case LINATTN_BF16:
+      return "LINATTN_BF16";
+    case LINATTN_F16:
+      return "LINATTN_F16";
+    default:
+      return nullptr;
   }
 }
 
@@ -31,7 +35,8 @@ View4<T> to_view(const char* function, const char* name, const linattn_tensor* t
   if (t->dtype != LINATTN_F32) {
     if (const char* known = dtype_name(t->dtype))
       fail(LINATTN_ERROR_UNSUPPORTED_DTYPE, function,
-           std::string(name) + ".dtype is " + known + ", which this build does not compute in yet (expected LINATTN_F32)");
+           std::string(name) + ".dtype is " + known +
+               ", which this build does not compute in yet (expected LINATTN_F32)");
     fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
          std::string(name) + ".dtype is " + std::to_string(t->dtype) +
              ", expected LINATTN_F32 (0), LINATTN_BF16 (1) or LINATTN_F16 (2)");
@@ -66,7 +71,8 @@ void fail(linattn_status status, const char* function, const std::string& messag
 }
 
 void require(const void* pointer, const char* function, const char* name) {
-  if (pointer == nullptr) fail(LINATTN_ERROR_NULL_POINTER, function, std::string(name) + " is NULL, expected a pointer");
+  if (pointer == nullptr)
+    fail(LINATTN_ERROR_NULL_POINTER, function, std::string(name) + " is NULL, expected a pointer");
 }
 
 TensorView view(const char* function, const char* name, const linattn_tensor* t) {
@@ -112,13 +118,20 @@ const char* linattn_last_error(void) {
 
 const char* linattn_status_name(linattn_status status) {
   switch (status) {
-    case LINATTN_OK: return "LINATTN_OK";
-    case LINATTN_ERROR_INVALID_ARGUMENT: return "LINATTN_ERROR_INVALID_ARGUMENT";
-    case LINATTN_ERROR_NULL_POINTER: return "LINATTN_ERROR_NULL_POINTER";
-    case LINATTN_ERROR_UNSUPPORTED_DTYPE: return "LINATTN_ERROR_UNSUPPORTED_DTYPE";
-    case LINATTN_ERROR_OUT_OF_MEMORY: return "LINATTN_ERROR_OUT_OF_MEMORY";
-    case LINATTN_ERROR_IO: return "LINATTN_ERROR_IO";
-    case LINATTN_ERROR_INTERNAL: return "LINATTN_ERROR_INTERNAL";
+    case LINATTN_OK:
+      return "LINATTN_OK";
+    case LINATTN_ERROR_INVALID_ARGUMENT:
+      return "LINATTN_ERROR_INVALID_ARGUMENT";
+    case LINATTN_ERROR_NULL_POINTER:
+      return "LINATTN_ERROR_NULL_POINTER";
+    case LINATTN_ERROR_UNSUPPORTED_DTYPE:
+      return "LINATTN_ERROR_UNSUPPORTED_DTYPE";
+    case LINATTN_ERROR_OUT_OF_MEMORY:
+      return "LINATTN_ERROR_OUT_OF_MEMORY";
+    case LINATTN_ERROR_IO:
+      return "LINATTN_ERROR_IO";
+    case LINATTN_ERROR_INTERNAL:
+      return "LINATTN_ERROR_INTERNAL";
   }
   return "LINATTN_STATUS_UNKNOWN";
 }

@@ -25,8 +25,7 @@ linattn::RecurrentState& state_of(const char* function, linattn_state* state, co
   require(state, function, name);
   return state->state;
 }
-const linattn::RecurrentState& state_of(const char* function, const linattn_state* state,
-                                        const char* name = "state") {
+const linattn::RecurrentState& state_of(const char* function, const linattn_state* state, const char* name = "state") {
   require(state, function, name);
   return state->state;
 }
@@ -65,25 +64,23 @@ linattn_status linattn_causal_linear_forward(const linattn_tensor* out, const li
                                              linattn_state* final_state) {
   const char* f = "linattn_causal_linear_forward";
   return guard([&] {
-    linattn::causal_linear_attention_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
-                                             const_view(f, "v", v), linear_options(f, options),
-                                             initial ? &initial->state : nullptr,
-                                             final_state ? &final_state->state : nullptr);
+    linattn::causal_linear_attention_forward(
+        view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
+        linear_options(f, options), initial ? &initial->state : nullptr, final_state ? &final_state->state : nullptr);
   });
 }
 
 linattn_status linattn_causal_linear_backward(const linattn_tensor* dq, const linattn_tensor* dk,
                                               const linattn_tensor* dv, const linattn_tensor* dout,
-                                              const linattn_tensor* q, const linattn_tensor* k,
-                                              const linattn_tensor* v, const linattn_linear_options* options,
-                                              const linattn_state* initial, linattn_state* dinitial) {
+                                              const linattn_tensor* q, const linattn_tensor* k, const linattn_tensor* v,
+                                              const linattn_linear_options* options, const linattn_state* initial,
+                                              linattn_state* dinitial) {
   const char* f = "linattn_causal_linear_backward";
   return guard([&] {
-    linattn::causal_linear_attention_backward(view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv),
-                                              const_view(f, "dout", dout), const_view(f, "q", q),
-                                              const_view(f, "k", k), const_view(f, "v", v),
-                                              linear_options(f, options), initial ? &initial->state : nullptr,
-                                              dinitial ? &dinitial->state : nullptr);
+    linattn::causal_linear_attention_backward(
+        view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), const_view(f, "dout", dout), const_view(f, "q", q),
+        const_view(f, "k", k), const_view(f, "v", v), linear_options(f, options), initial ? &initial->state : nullptr,
+        dinitial ? &dinitial->state : nullptr);
   });
 }
 

@@ -179,12 +179,12 @@ linattn_status linattn_delta_backward(const linattn_tensor* dq, const linattn_te
                                       const float* initial_state, int64_t n_state) {
   const char* f = "linattn_delta_backward";
   return guard([&] {
-    linattn::delta_rule_backward(
-        view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), view(f, "dbeta", dbeta), optional_view(f, "dg", dg),
-        state_buffer(f, "dinitial_state", dinitial_state, n_state), const_view(f, "dout", dout),
-        state_buffer(f, "dfinal_state", dfinal_state, n_state), const_view(f, "q", q), const_view(f, "k", k),
-        const_view(f, "v", v), const_view(f, "beta", beta), optional_const_view(f, "g", g), delta_options(f, options),
-        state_buffer(f, "initial_state", initial_state, n_state));
+    linattn::delta_rule_backward(view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), view(f, "dbeta", dbeta),
+                                 optional_view(f, "dg", dg), state_buffer(f, "dinitial_state", dinitial_state, n_state),
+                                 const_view(f, "dout", dout), state_buffer(f, "dfinal_state", dfinal_state, n_state),
+                                 const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
+                                 const_view(f, "beta", beta), optional_const_view(f, "g", g), delta_options(f, options),
+                                 state_buffer(f, "initial_state", initial_state, n_state));
   });
 }
 
@@ -207,9 +207,9 @@ linattn_status linattn_delta_step(const linattn_tensor* out, const linattn_tenso
                                   linattn_state* state, const linattn_delta_options* options) {
   const char* f = "linattn_delta_step";
   return guard([&] {
-    linattn::delta_rule_step(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
-                             const_view(f, "v", v), const_view(f, "beta", beta), optional_const_view(f, "g", g),
-                             state_of(f, state), delta_options(f, options));
+    linattn::delta_rule_step(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
+                             const_view(f, "beta", beta), optional_const_view(f, "g", g), state_of(f, state),
+                             delta_options(f, options));
   });
 }
 

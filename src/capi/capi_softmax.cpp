@@ -62,8 +62,8 @@ linattn_status linattn_softmax_backward(const linattn_tensor* dq, const linattn_
     require(lse, f, "lse");
     linattn::softmax_attention_backward(view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv),
                                         const_view(f, "dout", dout), const_view(f, "q", q), const_view(f, "k", k),
-                                        const_view(f, "v", v), const_view(f, "out", out),
-                                        {lse, size_t(lse_size(q))}, softmax_options(f, options));
+                                        const_view(f, "v", v), const_view(f, "out", out), {lse, size_t(lse_size(q))},
+                                        softmax_options(f, options));
   });
 }
 
@@ -100,8 +100,8 @@ linattn_status linattn_linformer_backward(const linattn_tensor* dq, const linatt
         view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), buffer(f, "dE", dE, n_proj),
         dF ? buffer(f, "dF", dF, n_proj) : std::span<float>{}, const_view(f, "dout", dout), const_view(f, "q", q),
         const_view(f, "k", k), const_view(f, "v", v), buffer(f, "E", E, n_proj),
-        F ? buffer(f, "F", F, n_proj) : std::span<const float>{}, const_view(f, "out", out),
-        {lse, size_t(lse_size(q))}, o);
+        F ? buffer(f, "F", F, n_proj) : std::span<const float>{}, const_view(f, "out", out), {lse, size_t(lse_size(q))},
+        o);
   });
 }
 

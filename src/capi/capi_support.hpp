@@ -49,8 +49,9 @@ ConstTensorView optional_const_view(const char* function, const char* name, cons
 // A (pointer, count) argument: NULL with a count of 0 is empty; NULL with a count is an error.
 template <class T>
 std::span<T> buffer(const char* function, const char* name, T* data, int64_t count) {
-  if (count < 0) fail(LINATTN_ERROR_INVALID_ARGUMENT, function, std::string(name) + " count is " +
-                                                                    std::to_string(count) + ", expected >= 0");
+  if (count < 0)
+    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+         std::string(name) + " count is " + std::to_string(count) + ", expected >= 0");
   if (data == nullptr) {
     if (count > 0)
       fail(LINATTN_ERROR_NULL_POINTER, function,

@@ -70,7 +70,7 @@ void detect_x86(CpuInfo& info) {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     xcr0 = (uint64_t(hi) << 32) | lo;
   }
-  const bool ymm = (xcr0 & 0x6) == 0x6;     // XMM and YMM state
+  const bool ymm = (xcr0 & 0x6) == 0x6;           // XMM and YMM state
   const bool zmm = ymm && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM0-15 upper halves, ZMM16-31
   info.features = {
       {"sse4.2", bit(c1, 20)},
@@ -109,9 +109,9 @@ void detect_aarch64(CpuInfo& info) {
   const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
   auto has = [](unsigned long v, int i) { return ((v >> i) & 1ul) != 0; };
   info.features = {
-      {"asimd", has(hw, 1)},   {"fphp", has(hw, 9)},  {"asimdhp", has(hw, 10)}, {"asimddp", has(hw, 20)},
-      {"sve", has(hw, 22)},    {"sve2", has(hw2, 1)}, {"bf16", has(hw2, 14)},   {"svebf16", has(hw2, 12)},
-      {"i8mm", has(hw2, 13)},
+      {"asimd", has(hw, 1)},    {"fphp", has(hw, 9)},      {"asimdhp", has(hw, 10)},
+      {"asimddp", has(hw, 20)}, {"sve", has(hw, 22)},      {"sve2", has(hw2, 1)},
+      {"bf16", has(hw2, 14)},   {"svebf16", has(hw2, 12)}, {"i8mm", has(hw2, 13)},
   };
 #ifdef PR_SVE_GET_VL
   if (has(hw, 22)) {
@@ -226,8 +226,7 @@ std::string cpu_info_text(const CpuInfo& info) {
   s += "cpu:               " + info.architecture + (info.model.empty() ? "" : ", " + info.model) + "\n";
   s += "features present:  " + joined(present) + "\n";
   s += "features absent:   " + joined(absent) + "\n";
-  if (info.sve_vector_bytes > 0)
-    s += "sve vector length: " + std::to_string(8 * info.sve_vector_bytes) + " bits\n";
+  if (info.sve_vector_bytes > 0) s += "sve vector length: " + std::to_string(8 * info.sve_vector_bytes) + " bits\n";
   s += "targets compiled:  " + joined(info.compiled_targets) + "\n";
   s += "targets runnable:  " + joined(info.supported_targets) + "\n";
   s += "dispatch chose:    " + info.dispatched_target + "\n";
