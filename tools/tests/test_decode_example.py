@@ -35,8 +35,9 @@ def test_decode_matches_linattn_generate(tmp_path, attention):
     line = subprocess.run([str(DECODE), str(model), "--context", "100", "8"], capture_output=True, text=True,
                           timeout=60)
     assert line.returncode == 0, line.stderr
-    kind, context, tokens_per_s, state_bytes, rss = line.stdout.split()
-    assert kind == attention and int(context) == 100 and float(tokens_per_s) > 0 and int(state_bytes) > 0
+    kind, context, tokens_per_s, tokens_per_cpu_s, state_bytes, rss = line.stdout.split()
+    assert kind == attention and int(context) == 100 and int(state_bytes) > 0 and int(rss) > 0
+    assert float(tokens_per_s) > 0 and float(tokens_per_cpu_s) > 0
 
 
 def test_decode_reports_a_bad_model_file(tmp_path):
