@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include "linattn/linattn.h"
+#ifdef LINATTN_TEST_MODEL_API
+#include "linattn/linattn_model.h"
+#endif
 
 static int failures = 0, checks = 0;
 
@@ -668,6 +671,35 @@ static void test_version_and_info(void) {
   CHECK(strcmp(linattn_status_name(LINATTN_ERROR_IO), "LINATTN_ERROR_IO") == 0, "status name");
 }
 
+#ifdef LINATTN_TEST_MODEL_API
+/* The model's C API without a model file (tools/tests/test_decode_example.py trains one): sampling,
+ * and the errors of loading and feeding. */
+static void test_model_api(void) {
+  const float logits[5] = {0.5f, 3.0f, -1.0f, 3.0f, 2.0f};
+  int32_t token = -1;
+  linattn_model* model = NULL;
+  linattn_status s;
+  OK(linattn_sample_token(logits, 5, 0.0, 0.5, &token));
+  CHECK(token == 1, "argmax with ties took %d, expected the lowest index 1", token);
+  OK(linattn_sample_token(logits, 5, 1.0, 0.0, &token));
+  CHECK(token == 0, "u = 0 drew %d, expected the first token", token);
+  s = linattn_sample_token(logits, 5, 1.0, 1.0, &token);
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "u is 1"), "u = 1: %s",
+        linattn_last_error());
+  s = linattn_sample_token(logits, 5, -1.0, 0.5, &token);
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "temperature"), "temperature -1: %s",
+        linattn_last_error());
+  s = linattn_model_load("no/such.model", &model);
+  CHECK(s == LINATTN_ERROR_IO && model == NULL && contains(linattn_last_error(), "no/such.model"), "missing model: %s",
+        linattn_last_error());
+  s = linattn_generator_feed(NULL, &token, 1, NULL);
+  CHECK(s == LINATTN_ERROR_NULL_POINTER && contains(linattn_last_error(), "generator is NULL"), "NULL generator: %s",
+        linattn_last_error());
+  linattn_model_free(NULL);
+  linattn_generator_free(NULL);
+}
+#endif
+
 int main(void) {
   test_version_and_info();
   test_softmax(0);
@@ -680,6 +712,9 @@ int main(void) {
   test_recurrence(0);
   test_recurrence(1);
   test_errors();
+#ifdef LINATTN_TEST_MODEL_API
+  test_model_api();
+#endif
   printf("c_api_test: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }
