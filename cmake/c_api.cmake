@@ -28,7 +28,12 @@ if(LINATTN_BUILD_C_API)
   set_target_properties(linattn_c PROPERTIES EXPORT_NAME c CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
                         VERSION ${PROJECT_VERSION} SOVERSION ${LINATTN_C_API_SOVERSION})
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux" AND LINATTN_C_API_LIBRARY_TYPE STREQUAL "SHARED")
-    target_link_options(linattn_c PRIVATE -Wl,--exclude-libs,ALL -Wl,--no-undefined)
+    target_link_options(linattn_c PRIVATE -Wl,--exclude-libs,ALL)
+    # Every symbol resolved at link time, except in a sanitizer build: clang leaves a shared object's
+    # __asan_* references to the runtime that the executable loads.
+    if(NOT LINATTN_SANITIZERS)
+      target_link_options(linattn_c PRIVATE -Wl,--no-undefined)
+    endif()
   endif()
   install(TARGETS linattn_c EXPORT linattnTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
