@@ -21,7 +21,8 @@ struct CpuInfo {
   std::vector<std::pair<std::string, bool>> features;
   // aarch64 with SVE: the vector length in bytes (prctl PR_SVE_GET_VL); 0 otherwise.
   int sve_vector_bytes = 0;
-  // Highway targets compiled into liblinattn (HWY_TARGETS), best first, e.g. "AVX3", "AVX2", "SSE4".
+  // Highway targets compiled into liblinattn (HWY_TARGETS), in its bit order (lower bits are the targets
+  // it prefers), e.g. "AVX3", "AVX2", "SSE4".
   std::vector<std::string> compiled_targets;
   // Those of compiled_targets this CPU can run.
   std::vector<std::string> supported_targets;

@@ -39,6 +39,9 @@ HWY_AFTER_NAMESPACE();
 namespace linattn {
 namespace simd {
 HWY_EXPORT(CompiledTarget);
+// In the namespace of the export: with a single compiled target (static dispatch) the macro names
+// the target's namespace relative to this one.
+int64_t dispatched_target() { return HWY_DYNAMIC_DISPATCH(CompiledTarget)(); }
 }  // namespace simd
 
 namespace {
@@ -182,13 +185,13 @@ CpuInfo cpu_info() {
   info.architecture = "other";
 #endif
   const int64_t supported = hwy::SupportedTargets();
-  // HWY_TARGETS' bits, lowest first = best first (Highway numbers better targets lower).
+  // HWY_TARGETS' bits, lowest first (Highway numbers the targets it prefers lower).
   for (int64_t targets = HWY_TARGETS; targets != 0; targets &= targets - 1) {
     const int64_t target = targets & -targets;
     info.compiled_targets.push_back(hwy::TargetName(target));
     if (supported & target) info.supported_targets.push_back(hwy::TargetName(target));
   }
-  info.dispatched_target = hwy::TargetName(HWY_DYNAMIC_DISPATCH(simd::CompiledTarget)());
+  info.dispatched_target = hwy::TargetName(simd::dispatched_target());
   info.version = kVersion;
   info.threads = num_threads();
   return info;

@@ -35,7 +35,8 @@ const Registrar registrar{
            "features: the CPUID flags (x86, each with the OS's saved register state) or the HWCAP bits "
            "(aarch64, riscv64) that linattn's kernels can use. targets compiled: Highway's targets built "
            "into liblinattn; runnable: those this CPU supports; dispatch chose: the one every kernel runs "
-           "(the best runnable one). threads: the OpenMP threads the operators use (OMP_NUM_THREADS).");
+           "(Highway's choice among the runnable ones). threads: the OpenMP threads the operators use "
+           "(OMP_NUM_THREADS).");
        flags::examples(app, {"linattn info", "linattn info --json"});
        return [args] { return info(*args); };
      }}};
