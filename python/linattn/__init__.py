@@ -9,6 +9,7 @@ torch's [B, H, N, D] order instead (see docs/python.md, docs/pytorch.md).
   n_features=None, seed=0)
 - softmax_attention_backward / linear_attention_backward(q, k, v, dout, *, same options) -> (dq, dk, dv)
 - RecurrentState(batch, heads, dim, value_dim, feature_map="elu"): .step(q, k, v), .save, .load
+- info(): the CPU's features, the SIMD targets compiled in and the one dispatch chose (a dict)
 - reference: the same functions in fp64 on float64 arrays (the slow oracle the tests trust)
 - linattn.torch: autograd functions and nn.Module layers (imported on demand: it imports torch)
 - linattn.fla: flash-linear-attention's decayed linear attention (fla.ops names and layout; imports torch)
@@ -29,6 +30,7 @@ from ._linattn import (
     __version__,
     RecurrentState,
     has_favor,
+    info,
     num_threads,
     reference,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "LAYOUTS",
     "RecurrentState",
     "has_favor",
+    "info",
     "linear_attention",
     "linear_attention_backward",
     "num_threads",

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import assert_one_line_error, run_cli
 
-SUBCOMMANDS = ["compare", "explain", "bench", "run", "accuracy"]
+SUBCOMMANDS = ["compare", "explain", "bench", "run", "accuracy", "info"]
 
 
 def test_top_level_help_lists_every_subcommand():

@@ -1,0 +1,85 @@
+"""The C API (include/linattn/linattn.h) through Python's ctypes: liblinattn_c loads and runs without
+any C++ on the caller's side. One forward against numpy, one error with its status and message, and
+the info JSON. The library is found in $LINATTN_BUILD_DIR (scripts/test.sh) or the build tree the
+module was imported from."""
+
+import ctypes
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+import linattn
+
+PACKAGE = pathlib.Path(linattn.__file__).resolve().parent
+BUILD = pathlib.Path(os.environ.get("LINATTN_BUILD_DIR") or PACKAGE.parent.parent)
+LIBRARY = next(iter(sorted(BUILD.glob("liblinattn_c.so*"))), None)
+
+pytestmark = pytest.mark.skipif(LIBRARY is None, reason=f"no liblinattn_c.so in {BUILD} (set LINATTN_BUILD_DIR)")
+
+LINATTN_OK, LINATTN_ERROR_INVALID_ARGUMENT, LINATTN_ERROR_UNSUPPORTED_DTYPE = 0, 1, 3
+LINATTN_F32, LINATTN_BF16 = 0, 1
+
+
+class Tensor(ctypes.Structure):
+    """linattn_tensor: data, dtype, four extents, four strides (in elements)."""
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("extent", ctypes.c_int64 * 4),
+                ("stride", ctypes.c_int64 * 4)]
+
+
+def tensor(array, dtype=LINATTN_F32):
+    assert array.dtype == np.float32 and array.ndim == 4
+    return Tensor(array.ctypes.data, dtype, (ctypes.c_int64 * 4)(*array.shape),
+                  (ctypes.c_int64 * 4)(*(s // array.itemsize for s in array.strides)))
+
+
+@pytest.fixture(scope="module")
+def lib():
+    lib = ctypes.CDLL(str(LIBRARY))
+    lib.linattn_last_error.restype = ctypes.c_char_p
+    lib.linattn_info_json.restype = ctypes.c_char_p
+    lib.linattn_version.restype = ctypes.c_char_p
+    lib.linattn_softmax_forward.argtypes = [ctypes.POINTER(Tensor), ctypes.c_void_p] + [ctypes.POINTER(Tensor)] * 3 + [
+        ctypes.c_void_p]
+    return lib
+
+
+def test_softmax_forward_matches_numpy(lib):
+    rng = np.random.default_rng(0)
+    B, N, H, D = 2, 7, 3, 5
+    q, k, v = (rng.standard_normal((B, N, H, D), dtype=np.float32) for _ in range(3))
+    # A transposed (strided) q: the descriptor carries its strides, no copy is made.
+    q = np.ascontiguousarray(q.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    out = np.zeros((B, N, H, D), np.float32)
+    lse = np.zeros((B, H, N), np.float32)
+    status = lib.linattn_softmax_forward(tensor(out), lse.ctypes.data, tensor(q), tensor(k), tensor(v), None)
+    assert status == LINATTN_OK, lib.linattn_last_error()
+    s = np.einsum("bihd,bjhd->bhij", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(D)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = np.einsum("bhij,bjhd->bihd", p / p.sum(-1, keepdims=True), v.astype(np.float64))
+    np.testing.assert_allclose(out, want, atol=1e-5)
+    assert lib.linattn_version().decode() == linattn.__version__
+
+
+def test_errors_carry_status_and_message(lib):
+    x = np.ones((1, 3, 1, 4), np.float32)
+    out, lse = np.zeros_like(x), np.zeros(3, np.float32)
+    status = lib.linattn_softmax_forward(tensor(out), lse.ctypes.data, tensor(x), tensor(x), tensor(x, LINATTN_BF16),
+                                         None)
+    assert status == LINATTN_ERROR_UNSUPPORTED_DTYPE
+    assert b"v.dtype is LINATTN_BF16" in lib.linattn_last_error()
+    k = np.ones((1, 3, 1, 5), np.float32)  # head dim 5 against q's 4
+    status = lib.linattn_softmax_forward(tensor(out), lse.ctypes.data, tensor(x), tensor(k), tensor(x), None)
+    assert status == LINATTN_ERROR_INVALID_ARGUMENT
+    assert b"k.extent[3]" in lib.linattn_last_error()
+
+
+def test_info_json_is_the_python_info(lib):
+    info = json.loads(lib.linattn_info_json().decode())
+    py = linattn.info()
+    for key in ("version", "architecture", "features", "compiled_targets", "supported_targets",
+                "dispatched_target"):
+        assert info[key] == py[key], key
+    assert info["dispatched_target"] in info["supported_targets"]

@@ -1,0 +1,160 @@
+// The C API's foundations: the last error, tensor descriptors, version, info and threads.
+#include <cstring>
+#include <string>
+
+#include "capi/capi_support.hpp"
+#include "linattn/cpu_info.hpp"
+#include "linattn/threads.hpp"
+#include "linattn/version.hpp"
+
+namespace linattn::capi {
+namespace {
+
+// The last error of this thread. Assigning may itself fail for lack of memory: then the fixed
+// message is returned instead.
+thread_local std::string last_error;
+thread_local bool last_error_lost = false;
+thread_local std::string info_json;
+
+const char* dtype_name(int32_t dtype) {
+  switch (dtype) {
+    case LINATTN_F32:
+      return "LINATTN_F32";
+    case LINATTN_BF16:
+      return "LINATTN_BF16";
+    case LINATTN_F16:
+      return "LINATTN_F16";
+    default:
+      return nullptr;
+  }
+}
+
+template <class T>
+View4<T> to_view(const char* function, const char* name, const linattn_tensor* t) {
+  require(t, function, name);
+  if (t->dtype != LINATTN_F32) {
+    if (const char* known = dtype_name(t->dtype))
+      fail(LINATTN_ERROR_UNSUPPORTED_DTYPE, function,
+           std::string(name) + ".dtype is " + known +
+               ", which this build does not compute in yet (expected LINATTN_F32)");
+    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+         std::string(name) + ".dtype is " + std::to_string(t->dtype) +
+             ", expected LINATTN_F32 (0), LINATTN_BF16 (1) or LINATTN_F16 (2)");
+  }
+  View4<T> v;
+  v.data = static_cast<T*>(t->data);
+  for (int i = 0; i < 4; ++i) {
+    v.extent[size_t(i)] = t->extent[i];
+    v.stride[size_t(i)] = t->stride[i];
+  }
+  return v;
+}
+
+}  // namespace
+
+void set_error(const char* message) noexcept {
+  try {
+    last_error = message;
+    last_error_lost = false;
+  } catch (...) {
+    last_error_lost = true;
+  }
+}
+
+void clear_error() noexcept {
+  last_error.clear();
+  last_error_lost = false;
+}
+
+void fail(linattn_status status, const char* function, const std::string& message) {
+  throw Failure{status, std::string(function) + ": " + message};
+}
+
+void require(const void* pointer, const char* function, const char* name) {
+  if (pointer == nullptr)
+    fail(LINATTN_ERROR_NULL_POINTER, function, std::string(name) + " is NULL, expected a pointer");
+}
+
+TensorView view(const char* function, const char* name, const linattn_tensor* t) {
+  return to_view<float>(function, name, t);
+}
+ConstTensorView const_view(const char* function, const char* name, const linattn_tensor* t) {
+  return to_view<const float>(function, name, t);
+}
+TensorView optional_view(const char* function, const char* name, const linattn_tensor* t) {
+  return t == nullptr ? TensorView{} : view(function, name, t);
+}
+ConstTensorView optional_const_view(const char* function, const char* name, const linattn_tensor* t) {
+  return t == nullptr ? ConstTensorView{} : const_view(function, name, t);
+}
+
+int64_t lse_size(const linattn_tensor* q) {
+  if (q == nullptr) return 0;
+  const int64_t B = q->extent[0], N = q->extent[1], H = q->extent[2];
+  if (B <= 0 || N <= 0 || H <= 0) return 0;
+  int64_t size = 0;
+  if (__builtin_mul_overflow(B, N, &size) || __builtin_mul_overflow(size, H, &size)) return 0;
+  return size;
+}
+
+}  // namespace linattn::capi
+
+using namespace linattn::capi;
+
+extern "C" {
+
+linattn_tensor linattn_tensor_bnhd(float* data, int64_t B, int64_t N, int64_t H, int64_t D) {
+  return {data, LINATTN_F32, {B, N, H, D}, {N * H * D, H * D, D, 1}};
+}
+
+linattn_tensor linattn_tensor_bhnd(float* data, int64_t B, int64_t H, int64_t N, int64_t D) {
+  return {data, LINATTN_F32, {B, N, H, D}, {H * N * D, D, N * D, 1}};
+}
+
+const char* linattn_last_error(void) {
+  return last_error_lost ? "linattn: an error occurred, and its message could not be stored (out of memory)"
+                         : last_error.c_str();
+}
+
+const char* linattn_status_name(linattn_status status) {
+  switch (status) {
+    case LINATTN_OK:
+      return "LINATTN_OK";
+    case LINATTN_ERROR_INVALID_ARGUMENT:
+      return "LINATTN_ERROR_INVALID_ARGUMENT";
+    case LINATTN_ERROR_NULL_POINTER:
+      return "LINATTN_ERROR_NULL_POINTER";
+    case LINATTN_ERROR_UNSUPPORTED_DTYPE:
+      return "LINATTN_ERROR_UNSUPPORTED_DTYPE";
+    case LINATTN_ERROR_OUT_OF_MEMORY:
+      return "LINATTN_ERROR_OUT_OF_MEMORY";
+    case LINATTN_ERROR_IO:
+      return "LINATTN_ERROR_IO";
+    case LINATTN_ERROR_INTERNAL:
+      return "LINATTN_ERROR_INTERNAL";
+  }
+  return "LINATTN_STATUS_UNKNOWN";
+}
+
+const char* linattn_version(void) { return LINATTN_VERSION_STRING; }
+
+void linattn_version_parts(int* major, int* minor, int* patch) {
+  if (major) *major = LINATTN_VERSION_MAJOR;
+  if (minor) *minor = LINATTN_VERSION_MINOR;
+  if (patch) *patch = LINATTN_VERSION_PATCH;
+}
+
+int linattn_c_api_version(void) { return LINATTN_C_API_VERSION; }
+
+const char* linattn_info_json(void) {
+  const linattn_status status = guard([] { info_json = linattn::cpu_info_json(linattn::cpu_info()); });
+  return status == LINATTN_OK ? info_json.c_str() : "{}";
+}
+
+linattn_status linattn_set_num_threads(int threads) {
+  return guard([&] { linattn::set_num_threads(threads); });
+}
+
+int linattn_num_threads(void) { return linattn::num_threads(); }
+
+}  // extern "C"

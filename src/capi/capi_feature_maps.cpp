@@ -1,0 +1,111 @@
+// The C API's feature maps: elementwise by name, FAVOR+, random Fourier features, and φ itself.
+#include <memory>
+#include <string>
+
+#include "capi/capi_support.hpp"
+#include "linattn/favor.hpp"
+
+using namespace linattn::capi;
+
+namespace {
+
+// A new handle for the map create() returns; *out is NULL on failure.
+template <class Create>
+linattn_status make(const char* function, linattn_feature_map** out, Create create) {
+  return guard([&] {
+    require(out, function, "out");
+    *out = nullptr;
+    auto handle = std::make_unique<linattn_feature_map>();
+    handle->map = create();
+    handle->name = handle->map->name();
+    *out = handle.release();
+  });
+}
+
+linattn::FeatureMapPtr map_of(const char* function, const linattn_feature_map* map) {
+  require(map, function, "map");
+  return map->map;
+}
+
+// rows [rows, D] of x, as FeatureMap::forward and backward take them.
+void check_rows(const char* function, int64_t rows, int64_t dim) {
+  if (rows < 0) fail(LINATTN_ERROR_INVALID_ARGUMENT, function, "rows is " + std::to_string(rows) + ", expected >= 0");
+  if (dim < 1) fail(LINATTN_ERROR_INVALID_ARGUMENT, function, "dim is " + std::to_string(dim) + ", expected >= 1");
+}
+
+linattn::FeatureRole to_role(const char* function, linattn_feature_role role) {
+  if (role == LINATTN_ROLE_QUERY) return linattn::FeatureRole::query;
+  if (role == LINATTN_ROLE_KEY) return linattn::FeatureRole::key;
+  fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+       "role is " + std::to_string(int(role)) + ", expected LINATTN_ROLE_QUERY (0) or LINATTN_ROLE_KEY (1)");
+}
+
+}  // namespace
+
+extern "C" {
+
+linattn_status linattn_feature_map_create(const char* name, linattn_feature_map** out) {
+  const char* function = "linattn_feature_map_create";
+  return make(function, out, [&] {
+    require(name, function, "name");
+    return linattn::feature_map_by_name(name);
+  });
+}
+
+linattn_status linattn_favor_map_create(int64_t dim, int64_t n_features, uint64_t seed, int orthogonal,
+                                        linattn_feature_map** out) {
+  return make("linattn_favor_map_create", out, [&] {
+    linattn::FavorOptions options;
+    options.n_features = n_features;
+    options.seed = seed;
+    options.orthogonal = orthogonal != 0;
+    return linattn::favor_feature_map(dim, options);
+  });
+}
+
+linattn_status linattn_random_fourier_map_create(int64_t dim, int64_t n_features, uint64_t seed,
+                                                 linattn_feature_map** out) {
+  return make("linattn_random_fourier_map_create", out,
+              [&] { return linattn::random_fourier_feature_map(dim, n_features, seed); });
+}
+
+void linattn_feature_map_free(linattn_feature_map* map) { delete map; }
+
+linattn_status linattn_feature_map_dim(const linattn_feature_map* map, int64_t dim, int64_t* features) {
+  const char* function = "linattn_feature_map_dim";
+  return guard([&] {
+    require(features, function, "features");
+    *features = map_of(function, map)->feature_dim(dim);
+  });
+}
+
+const char* linattn_feature_map_name(const linattn_feature_map* map) {
+  return map == nullptr ? nullptr : map->name.c_str();
+}
+
+linattn_status linattn_feature_map_forward(const linattn_feature_map* map, float* phi, const float* x, int64_t rows,
+                                           int64_t dim, linattn_feature_role role) {
+  const char* function = "linattn_feature_map_forward";
+  return guard([&] {
+    const auto m = map_of(function, map);
+    check_rows(function, rows, dim);
+    require(phi, function, "phi");
+    require(x, function, "x");
+    m->forward(phi, x, rows, dim, to_role(function, role));
+  });
+}
+
+linattn_status linattn_feature_map_backward(const linattn_feature_map* map, float* dx, const float* dphi,
+                                            const float* x, int64_t rows, int64_t dim, linattn_feature_role role) {
+  const char* function = "linattn_feature_map_backward";
+  return guard([&] {
+    const auto m = map_of(function, map);
+    check_rows(function, rows, dim);
+    require(dx, function, "dx");
+    require(dphi, function, "dphi");
+    require(x, function, "x");
+    m->backward(dx, dphi, x, rows, dim, to_role(function, role));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,175 @@
+// The C API's linear attention (non-causal, causal, recurrent) and its recurrent state.
+#include <memory>
+#include <string>
+
+#include "capi/capi_support.hpp"
+#include "linattn/linear_attention.hpp"
+
+using namespace linattn::capi;
+
+namespace {
+
+linattn::LinearAttentionOptions linear_options(const char* function, const linattn_linear_options* o) {
+  linattn::LinearAttentionOptions options;
+  if (o == nullptr) return options;
+  if (o->feature_map != nullptr) options.feature_map = o->feature_map->map;
+  options.eps = o->eps;
+  options.normalize = o->normalize != 0;
+  options.causal = o->causal != 0;
+  options.key_lengths = buffer(function, "options->key_lengths", o->key_lengths, o->n_key_lengths);
+  options.chunk_size = o->chunk_size;
+  return options;
+}
+
+linattn::RecurrentState& state_of(const char* function, linattn_state* state, const char* name = "state") {
+  require(state, function, name);
+  return state->state;
+}
+const linattn::RecurrentState& state_of(const char* function, const linattn_state* state, const char* name = "state") {
+  require(state, function, name);
+  return state->state;
+}
+
+}  // namespace
+
+extern "C" {
+
+void linattn_linear_options_init(linattn_linear_options* options) {
+  if (options) *options = linattn_linear_options{nullptr, 1e-6f, 1, 0, nullptr, 0, 32};
+}
+
+linattn_status linattn_linear_forward(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                      const linattn_tensor* v, const linattn_linear_options* options) {
+  const char* f = "linattn_linear_forward";
+  return guard([&] {
+    linattn::linear_attention_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
+                                      const_view(f, "v", v), linear_options(f, options));
+  });
+}
+
+linattn_status linattn_linear_backward(const linattn_tensor* dq, const linattn_tensor* dk, const linattn_tensor* dv,
+                                       const linattn_tensor* dout, const linattn_tensor* q, const linattn_tensor* k,
+                                       const linattn_tensor* v, const linattn_linear_options* options) {
+  const char* f = "linattn_linear_backward";
+  return guard([&] {
+    linattn::linear_attention_backward(view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv),
+                                       const_view(f, "dout", dout), const_view(f, "q", q), const_view(f, "k", k),
+                                       const_view(f, "v", v), linear_options(f, options));
+  });
+}
+
+linattn_status linattn_causal_linear_forward(const linattn_tensor* out, const linattn_tensor* q,
+                                             const linattn_tensor* k, const linattn_tensor* v,
+                                             const linattn_linear_options* options, const linattn_state* initial,
+                                             linattn_state* final_state) {
+  const char* f = "linattn_causal_linear_forward";
+  return guard([&] {
+    linattn::causal_linear_attention_forward(
+        view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
+        linear_options(f, options), initial ? &initial->state : nullptr, final_state ? &final_state->state : nullptr);
+  });
+}
+
+linattn_status linattn_causal_linear_backward(const linattn_tensor* dq, const linattn_tensor* dk,
+                                              const linattn_tensor* dv, const linattn_tensor* dout,
+                                              const linattn_tensor* q, const linattn_tensor* k, const linattn_tensor* v,
+                                              const linattn_linear_options* options, const linattn_state* initial,
+                                              linattn_state* dinitial) {
+  const char* f = "linattn_causal_linear_backward";
+  return guard([&] {
+    linattn::causal_linear_attention_backward(
+        view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), const_view(f, "dout", dout), const_view(f, "q", q),
+        const_view(f, "k", k), const_view(f, "v", v), linear_options(f, options), initial ? &initial->state : nullptr,
+        dinitial ? &dinitial->state : nullptr);
+  });
+}
+
+linattn_status linattn_recurrent_step(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                      const linattn_tensor* v, linattn_state* state,
+                                      const linattn_linear_options* options) {
+  const char* f = "linattn_recurrent_step";
+  return guard([&] {
+    linattn::recurrent_step(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
+                            state_of(f, state), linear_options(f, options));
+  });
+}
+
+linattn_status linattn_state_create(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
+                                    const char* feature_map, linattn_state** out) {
+  const char* f = "linattn_state_create";
+  return guard([&] {
+    require(out, f, "out");
+    *out = nullptr;
+    require(feature_map, f, "feature_map");
+    const int64_t extents[4] = {batch, heads, feature_dim, value_dim};
+    const char* names[4] = {"batch", "heads", "feature_dim", "value_dim"};
+    for (int i = 0; i < 4; ++i)
+      if (extents[i] < 1)
+        fail(LINATTN_ERROR_INVALID_ARGUMENT, f,
+             std::string(names[i]) + " is " + std::to_string(extents[i]) + ", expected >= 1");
+    auto handle = std::make_unique<linattn_state>();
+    handle->state = linattn::RecurrentState(batch, heads, feature_dim, value_dim, feature_map);
+    *out = handle.release();
+  });
+}
+
+void linattn_state_free(linattn_state* state) { delete state; }
+
+linattn_status linattn_state_reset(linattn_state* state) {
+  return guard([&] { state_of("linattn_state_reset", state).reset(); });
+}
+
+linattn_status linattn_state_save(const linattn_state* state, const char* path) {
+  const char* f = "linattn_state_save";
+  return guard(
+      [&] {
+        const linattn::RecurrentState& s = state_of(f, state);
+        require(path, f, "path");
+        s.save(path);
+      },
+      /*io_errors=*/true);
+}
+
+linattn_status linattn_state_load(const char* path, linattn_state** out) {
+  const char* f = "linattn_state_load";
+  return guard(
+      [&] {
+        require(out, f, "out");
+        *out = nullptr;
+        require(path, f, "path");
+        auto handle = std::make_unique<linattn_state>();
+        handle->state = linattn::RecurrentState::load(path);
+        *out = handle.release();
+      },
+      /*io_errors=*/true);
+}
+
+linattn_status linattn_state_shape(const linattn_state* state, int64_t extents[4], int64_t* position) {
+  const char* f = "linattn_state_shape";
+  return guard([&] {
+    const linattn::RecurrentState& s = state_of(f, state);
+    require(extents, f, "extents");
+    extents[0] = s.batch();
+    extents[1] = s.heads();
+    extents[2] = s.feature_dim();
+    extents[3] = s.value_dim();
+    if (position) *position = s.position();
+  });
+}
+
+linattn_status linattn_state_data(linattn_state* state, float** S, int64_t* S_size, float** z, int64_t* z_size) {
+  const char* f = "linattn_state_data";
+  return guard([&] {
+    linattn::RecurrentState& s = state_of(f, state);
+    if (S) *S = s.S().data();
+    if (S_size) *S_size = int64_t(s.S().size());
+    if (z) *z = s.z().data();
+    if (z_size) *z_size = int64_t(s.z().size());
+  });
+}
+
+const char* linattn_state_feature_map(const linattn_state* state) {
+  return state == nullptr ? nullptr : state->state.feature_map().c_str();
+}
+
+}  // extern "C"

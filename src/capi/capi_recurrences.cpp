@@ -1,0 +1,216 @@
+// The C API's decayed family (linear, retention, lightning, simple GLA, GLA) and delta rule family
+// (DeltaNet, Gated DeltaNet, KDA): chunked forward and backward, token by token, decoding steps.
+#include <array>
+#include <optional>
+#include <string>
+
+#include "capi/capi_support.hpp"
+#include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
+
+using namespace linattn::capi;
+
+namespace {
+
+std::optional<float> scale_of(int has_scale, float scale) {
+  return has_scale ? std::optional<float>(scale) : std::nullopt;
+}
+
+linattn::Decay to_decay(const char* function, int32_t decay) {
+  if (decay < LINATTN_DECAY_NONE || decay > LINATTN_DECAY_KEY)
+    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+         "options->decay is " + std::to_string(decay) + ", expected LINATTN_DECAY_NONE (0) .. LINATTN_DECAY_KEY (4)");
+  // The C enum lists the values in the C++ enum's order.
+  return static_cast<linattn::Decay>(decay);
+}
+
+linattn::DeltaGate to_gate(const char* function, int32_t gate) {
+  if (gate < LINATTN_DELTA_NONE || gate > LINATTN_DELTA_KEY)
+    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+         "options->gate is " + std::to_string(gate) + ", expected LINATTN_DELTA_NONE (0) .. LINATTN_DELTA_KEY (2)");
+  return static_cast<linattn::DeltaGate>(gate);
+}
+
+linattn::DecayedAttentionOptions decay_options(const char* function, const linattn_decay_options* o) {
+  linattn::DecayedAttentionOptions options;
+  if (o == nullptr) return options;
+  options.decay = to_decay(function, o->decay);
+  options.scale = scale_of(o->has_scale, o->scale);
+  options.g_gamma = buffer(function, "options->g_gamma", o->g_gamma, o->n_g_gamma);
+  options.cu_seqlens = buffer(function, "options->cu_seqlens", o->cu_seqlens, o->n_cu_seqlens);
+  options.chunk_size = o->chunk_size;
+  return options;
+}
+
+linattn::DeltaRuleOptions delta_options(const char* function, const linattn_delta_options* o) {
+  linattn::DeltaRuleOptions options;
+  if (o == nullptr) return options;
+  options.gate = to_gate(function, o->gate);
+  options.scale = scale_of(o->has_scale, o->scale);
+  options.qk_l2norm = o->qk_l2norm != 0;
+  options.cu_seqlens = buffer(function, "options->cu_seqlens", o->cu_seqlens, o->n_cu_seqlens);
+  options.chunk_size = o->chunk_size;
+  return options;
+}
+
+// An optional state buffer of n_state floats: NULL is none.
+template <class T>
+std::span<T> state_buffer(const char* function, const char* name, T* data, int64_t n_state) {
+  return data == nullptr ? std::span<T>{} : buffer(function, name, data, n_state);
+}
+
+linattn::RecurrentState& state_of(const char* function, linattn_state* state) {
+  require(state, function, "state");
+  return state->state;
+}
+
+}  // namespace
+
+extern "C" {
+
+void linattn_decay_options_init(linattn_decay_options* options) {
+  if (options) *options = linattn_decay_options{LINATTN_DECAY_NONE, 0, 0.0f, nullptr, 0, nullptr, 0, 64};
+}
+
+const char* linattn_decay_name(int32_t decay) {
+  if (decay < LINATTN_DECAY_NONE || decay > LINATTN_DECAY_KEY) return nullptr;
+  try {
+    // The C++ names, made once: the pointers stay valid for the life of the process.
+    static const std::array<std::string, 5> names = [] {
+      std::array<std::string, 5> n;
+      for (int i = 0; i < 5; ++i) n[size_t(i)] = linattn::decay_name(static_cast<linattn::Decay>(i));
+      return n;
+    }();
+    return names[size_t(decay)].c_str();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+linattn_status linattn_decayed_forward(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                       const linattn_tensor* v, const linattn_tensor* g,
+                                       const linattn_decay_options* options, const float* initial_state,
+                                       float* final_state, int64_t n_state) {
+  const char* f = "linattn_decayed_forward";
+  return guard([&] {
+    linattn::decayed_attention_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
+                                       const_view(f, "v", v), optional_const_view(f, "g", g), decay_options(f, options),
+                                       state_buffer(f, "initial_state", initial_state, n_state),
+                                       state_buffer(f, "final_state", final_state, n_state));
+  });
+}
+
+linattn_status linattn_decayed_backward(const linattn_tensor* dq, const linattn_tensor* dk, const linattn_tensor* dv,
+                                        const linattn_tensor* dg, float* dinitial_state, const linattn_tensor* dout,
+                                        const float* dfinal_state, const linattn_tensor* q, const linattn_tensor* k,
+                                        const linattn_tensor* v, const linattn_tensor* g,
+                                        const linattn_decay_options* options, const float* initial_state,
+                                        int64_t n_state) {
+  const char* f = "linattn_decayed_backward";
+  return guard([&] {
+    linattn::decayed_attention_backward(
+        view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), optional_view(f, "dg", dg),
+        state_buffer(f, "dinitial_state", dinitial_state, n_state), const_view(f, "dout", dout),
+        state_buffer(f, "dfinal_state", dfinal_state, n_state), const_view(f, "q", q), const_view(f, "k", k),
+        const_view(f, "v", v), optional_const_view(f, "g", g), decay_options(f, options),
+        state_buffer(f, "initial_state", initial_state, n_state));
+  });
+}
+
+linattn_status linattn_decayed_recurrent_forward(const linattn_tensor* out, const linattn_tensor* q,
+                                                 const linattn_tensor* k, const linattn_tensor* v,
+                                                 const linattn_tensor* g, float* state, int64_t n_state,
+                                                 const linattn_decay_options* options) {
+  const char* f = "linattn_decayed_recurrent_forward";
+  return guard([&] {
+    require(state, f, "state");
+    linattn::decayed_recurrent_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
+                                       const_view(f, "v", v), optional_const_view(f, "g", g),
+                                       buffer(f, "state", state, n_state), decay_options(f, options));
+  });
+}
+
+linattn_status linattn_decayed_step(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                    const linattn_tensor* v, const linattn_tensor* g, linattn_state* state,
+                                    const linattn_decay_options* options) {
+  const char* f = "linattn_decayed_step";
+  return guard([&] {
+    linattn::decayed_step(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
+                          optional_const_view(f, "g", g), state_of(f, state), decay_options(f, options));
+  });
+}
+
+void linattn_delta_options_init(linattn_delta_options* options) {
+  if (options) *options = linattn_delta_options{LINATTN_DELTA_NONE, 0, 0.0f, 0, nullptr, 0, 64};
+}
+
+const char* linattn_delta_name(int32_t gate) {
+  if (gate < LINATTN_DELTA_NONE || gate > LINATTN_DELTA_KEY) return nullptr;
+  try {
+    static const std::array<std::string, 3> names = [] {
+      std::array<std::string, 3> n;
+      for (int i = 0; i < 3; ++i) n[size_t(i)] = linattn::delta_name(static_cast<linattn::DeltaGate>(i));
+      return n;
+    }();
+    return names[size_t(gate)].c_str();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+linattn_status linattn_delta_forward(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                     const linattn_tensor* v, const linattn_tensor* beta, const linattn_tensor* g,
+                                     const linattn_delta_options* options, const float* initial_state,
+                                     float* final_state, int64_t n_state) {
+  const char* f = "linattn_delta_forward";
+  return guard([&] {
+    linattn::delta_rule_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
+                                const_view(f, "v", v), const_view(f, "beta", beta), optional_const_view(f, "g", g),
+                                delta_options(f, options), state_buffer(f, "initial_state", initial_state, n_state),
+                                state_buffer(f, "final_state", final_state, n_state));
+  });
+}
+
+linattn_status linattn_delta_backward(const linattn_tensor* dq, const linattn_tensor* dk, const linattn_tensor* dv,
+                                      const linattn_tensor* dbeta, const linattn_tensor* dg, float* dinitial_state,
+                                      const linattn_tensor* dout, const float* dfinal_state, const linattn_tensor* q,
+                                      const linattn_tensor* k, const linattn_tensor* v, const linattn_tensor* beta,
+                                      const linattn_tensor* g, const linattn_delta_options* options,
+                                      const float* initial_state, int64_t n_state) {
+  const char* f = "linattn_delta_backward";
+  return guard([&] {
+    linattn::delta_rule_backward(view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), view(f, "dbeta", dbeta),
+                                 optional_view(f, "dg", dg), state_buffer(f, "dinitial_state", dinitial_state, n_state),
+                                 const_view(f, "dout", dout), state_buffer(f, "dfinal_state", dfinal_state, n_state),
+                                 const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
+                                 const_view(f, "beta", beta), optional_const_view(f, "g", g), delta_options(f, options),
+                                 state_buffer(f, "initial_state", initial_state, n_state));
+  });
+}
+
+linattn_status linattn_delta_recurrent_forward(const linattn_tensor* out, const linattn_tensor* q,
+                                               const linattn_tensor* k, const linattn_tensor* v,
+                                               const linattn_tensor* beta, const linattn_tensor* g, float* state,
+                                               int64_t n_state, const linattn_delta_options* options) {
+  const char* f = "linattn_delta_recurrent_forward";
+  return guard([&] {
+    require(state, f, "state");
+    linattn::delta_rule_recurrent_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
+                                          const_view(f, "v", v), const_view(f, "beta", beta),
+                                          optional_const_view(f, "g", g), buffer(f, "state", state, n_state),
+                                          delta_options(f, options));
+  });
+}
+
+linattn_status linattn_delta_step(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                  const linattn_tensor* v, const linattn_tensor* beta, const linattn_tensor* g,
+                                  linattn_state* state, const linattn_delta_options* options) {
+  const char* f = "linattn_delta_step";
+  return guard([&] {
+    linattn::delta_rule_step(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
+                             const_view(f, "beta", beta), optional_const_view(f, "g", g), state_of(f, state),
+                             delta_options(f, options));
+  });
+}
+
+}  // extern "C"
