@@ -39,6 +39,15 @@ if(LINATTN_BUILD_C_API)
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
+# A C program linked to liblinattn_c in a sanitizer build: linked by the C++ driver, because the library's
+# UBSan checks of C++ (vptr, function types) need the sanitizer's C++ runtime and libstdc++, which the C
+# driver does not link (clang: undefined __ubsan_vptr_type_cache). The program is still compiled as C.
+function(linattn_link_sanitized_c_program target)
+  if(LINATTN_SANITIZERS)
+    set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)
+  endif()
+endfunction()
+
 # examples/decode: a C99 program that generates from a trained model through the C API only.
 if(LINATTN_BUILD_C_API AND LINATTN_C_API_MODEL)
   add_executable(linattn_decode ${PROJECT_SOURCE_DIR}/examples/decode/decode.c)
@@ -46,6 +55,7 @@ if(LINATTN_BUILD_C_API AND LINATTN_C_API_MODEL)
                         ${PROJECT_BINARY_DIR}/examples/decode C_STANDARD 99 C_EXTENSIONS OFF)
   target_compile_options(linattn_decode PRIVATE -pedantic -Wall -Wextra $<$<BOOL:${LINATTN_WERROR}>:-Werror>)
   target_link_libraries(linattn_decode PRIVATE linattn_c linattn_flags)
+  linattn_link_sanitized_c_program(linattn_decode)
   if(LINATTN_SMALL)
     target_link_options(linattn_decode PRIVATE -Wl,--gc-sections)
   endif()

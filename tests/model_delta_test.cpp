@@ -120,7 +120,8 @@ TEST_P(ModelDelta, AttentionBackwardMatchesFiniteDifferences) {
   const ModelConfig config = small_config(GetParam());
   const AttentionSpec spec{config.attention, config.heads, nullptr, config.chunk_size};
   const int64_t C = config.d_model, H = config.heads;
-  for (auto [B, T] : {std::array<int64_t, 2>{1, 1}, {2, 7}, {1, 9}}) {
+  for (const auto& shape : {std::array<int64_t, 2>{1, 1}, {2, 7}, {1, 9}}) {
+    const int64_t B = shape[0], T = shape[1];
     Inputs x = random_inputs(GetParam(), B * T, C, H, rng);
     const bool gated = !x.gate.empty();
     auto dout = random_vector(B * T * C, rng);

@@ -39,7 +39,8 @@ constexpr double kTol = 1e-6;
 
 TEST(ModelLayers, MatmulBackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(1);
-  for (auto [N, C, OC] : {std::array<int64_t, 3>{1, 1, 1}, {7, 5, 3}, {4, 16, 9}}) {
+  for (const auto& shape : {std::array<int64_t, 3>{1, 1, 1}, {7, 5, 3}, {4, 16, 9}}) {
+    const int64_t N = shape[0], C = shape[1], OC = shape[2];
     auto inp = random_vector(N * C, rng), w = random_vector(C * OC, rng), bias = random_vector(OC, rng),
          dout = random_vector(N * OC, rng);
     std::vector<double> out(N * OC), dinp(N * C, 7.0), dw(C * OC, 0.0), dbias(OC, 0.0);
@@ -56,7 +57,8 @@ TEST(ModelLayers, MatmulBackwardMatchesFiniteDifferences) {
 
 TEST(ModelLayers, LayernormBackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(2);
-  for (auto [N, C] : {std::array<int64_t, 2>{1, 2}, {5, 7}, {3, 64}}) {
+  for (const auto& shape : {std::array<int64_t, 2>{1, 2}, {5, 7}, {3, 64}}) {
+    const int64_t N = shape[0], C = shape[1];
     auto inp = random_vector(N * C, rng, -2, 3), gamma = random_vector(C, rng), beta = random_vector(C, rng),
          dout = random_vector(N * C, rng);
     std::vector<double> out(N * C), mean(N), rstd(N), dinp(N * C, 0.0), dgamma(C, 0.0), dbeta(C, 0.0);
@@ -174,7 +176,8 @@ TEST(ModelLayers, LogSigmoidGateMatchesDefinitionAndFiniteDifferences) {
 
 TEST(ModelLayers, HeadNormBackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(11);
-  for (auto [rows, D] : {std::array<int64_t, 2>{1, 5}, {6, 3}, {4, 16}}) {
+  for (const auto& shape : {std::array<int64_t, 2>{1, 5}, {6, 3}, {4, 16}}) {
+    const int64_t rows = shape[0], D = shape[1];
     auto inp = random_vector(rows * D, rng, -2, 3), dout = random_vector(rows * D, rng);
     std::vector<double> out(rows * D), rstd(rows), dinp(rows * D, 7.0);
     auto loss = [&] {
@@ -214,7 +217,8 @@ TEST_P(ModelAttention, BackwardMatchesFiniteDifferences) {
   const ModelConfig config = small_config(GetParam());
   const AttentionSpec spec{config.attention, config.heads, feature_map_for(config, 0), config.chunk_size};
   const bool gla = config.attention == AttentionKind::gla;
-  for (auto [B, T] : {std::array<int64_t, 2>{1, 1}, {2, 7}, {1, 9}}) {
+  for (const auto& shape : {std::array<int64_t, 2>{1, 1}, {2, 7}, {1, 9}}) {
+    const int64_t B = shape[0], T = shape[1];
     const int64_t C = config.d_model;
     auto qkv = random_vector(B * T * 3 * C, rng), dout = random_vector(B * T * C, rng);
     // gla: per-key log decays from strong (e^−2 per token) to none

@@ -53,7 +53,8 @@ struct Case {
 class SoftmaxReferenceGradient : public ::testing::TestWithParam<std::tuple<Case, bool, bool>> {};
 
 TEST_P(SoftmaxReferenceGradient, MatchesFiniteDifferences) {
-  const auto [c, causal, padded_keys] = GetParam();
+  const auto& [c, causal_param, padded_keys] = GetParam();
+  const bool causal = causal_param;  // a plain variable: clang 14 cannot capture a structured binding
   std::mt19937_64 rng(7);
   Tensor q = random_double({c.B, c.Nq, c.H, c.D}, rng), k = random_double({c.B, c.Nk, c.H, c.D}, rng),
          v = random_double({c.B, c.Nk, c.H, c.E}, rng), dout = random_double({c.B, c.Nq, c.H, c.E}, rng);
@@ -78,7 +79,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SoftmaxReferenceGradient,
 class LinearReferenceGradient : public ::testing::TestWithParam<std::tuple<Case, bool, const char*, bool>> {};
 
 TEST_P(LinearReferenceGradient, MatchesFiniteDifferences) {
-  const auto [c, causal, map_name, normalize] = GetParam();
+  const auto& [c, causal_param, map_name, normalize_param] = GetParam();
+  // Plain variables: clang 14 cannot capture a structured binding in a lambda.
+  const bool causal = causal_param, normalize = normalize_param;
   std::mt19937_64 rng(11);
   Tensor q = random_away_from_zero({c.B, c.Nq, c.H, c.D}, rng), k = random_away_from_zero({c.B, c.Nk, c.H, c.D}, rng),
          v = random_double({c.B, c.Nk, c.H, c.E}, rng), dout = random_double({c.B, c.Nq, c.H, c.E}, rng);

@@ -90,7 +90,8 @@ void detect_x86(CpuInfo& info) {
       {"avx512_fp16", zmm && bit(d7, 23)},
       {"avx_vnni", ymm && bit(a71, 4)},
   };
-  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {
+  // The cast: clang's cpuid.h returns int where gcc's returns unsigned.
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr)) >= 0x80000004u) {
     char brand[49] = {};
     for (unsigned i = 0; i < 3; ++i) {
       __cpuid(0x80000002u + i, a, b, c, d);
