@@ -91,10 +91,12 @@ int bench_seq_parallel(const Problem& p, const MeasureOptions& measure, bool jso
   const int64_t B = p.batch, H = p.heads, D = p.dim, E = p.value_dim;
   const int64_t begin = p.seq / ranks * rank, n = rank + 1 == ranks ? p.seq - begin : p.seq / ranks;
   const uint64_t seed = p.seed * 1000003 + uint64_t(rank);
-  std::vector<float> q = normal(size_t(B * n * H * D), seed), k = normal(size_t(B * n * H * D), seed + (1u << 20)),
-                     v = normal(size_t(B * n * H * E), seed + (2u << 20)),
-                     dout = normal(size_t(B * n * H * E), seed + (3u << 20));
-  std::vector<float> out(v.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  const size_t qk = size_t(B * n * H * D), vo = size_t(B * n * H * E);
+  std::vector<float> q = normal(qk, seed), k = normal(qk, seed + (1u << 20)), v = normal(vo, seed + (2u << 20));
+  std::vector<float> out(vo);
+  // The backward's buffers only when it runs (N = 4M on one rank is 1 GiB per buffer).
+  std::vector<float> dout = measure.backward ? normal(vo, seed + (3u << 20)) : std::vector<float>();
+  std::vector<float> dq(measure.backward ? qk : 0), dk(dq.size()), dv(measure.backward ? vo : 0);
   LinearAttentionOptions options;
   options.causal = p.op == Op::causal;
   auto call = [&] {
