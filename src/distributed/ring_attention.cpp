@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <functional>
-#include <span>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -81,8 +81,8 @@ struct Ring {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, ranks = 1;
   int64_t B = 0, H = 0, D = 0, E = 0;
-  std::vector<int64_t> lengths;                 // every rank's n_r
-  std::vector<std::vector<Segment>> segments;   // every rank's segments
+  std::vector<int64_t> lengths;                // every rank's n_r
+  std::vector<std::vector<Segment>> segments;  // every rank's segments
   RingAttentionOptions options;
 
   int origin(int step) const { return (rank - step + ranks) % ranks; }
@@ -97,12 +97,9 @@ struct Ring {
   }
   // k and v of origin o inside a ring buffer: [B, n_o, H, D] then [B, n_o, H, E], contiguous.
   TensorView keys(float* buffer, int o) const { return bnhd(buffer, B, lengths[size_t(o)], H, D); }
-  TensorView values(float* buffer, int o) const {
-    return bnhd(buffer + key_floats(o), B, lengths[size_t(o)], H, E);
-  }
+  TensorView values(float* buffer, int o) const { return bnhd(buffer + key_floats(o), B, lengths[size_t(o)], H, E); }
   // The single-process operator's options for query segment q against key segment k.
-  SoftmaxAttentionOptions block_options(Visibility seen, std::vector<int64_t>& lengths_buffer,
-                                        const Segment& k) const {
+  SoftmaxAttentionOptions block_options(Visibility seen, std::vector<int64_t>& lengths_buffer, const Segment& k) const {
     SoftmaxAttentionOptions o;
     o.scale = options.scale ? *options.scale : float(1.0 / std::sqrt(double(D)));
     o.causal = seen == Visibility::diagonal;  // same positions, Nq = Nk: the plain causal triangle
@@ -129,7 +126,8 @@ Ring agree_on_ring(const char* op, MPI_Comm comm, ConstTensorView q, ConstTensor
   s.shared("value dim", v.dim());
   s.shared("options.causal", options.causal ? 1 : 0);
   s.shared("options.layout", int64_t(options.layout));
-  s.shared("options.scale (its bits; −1: default)", options.scale ? int64_t(std::bit_cast<uint32_t>(*options.scale)) : -1);
+  s.shared("options.scale (its bits; −1: default)",
+           options.scale ? int64_t(std::bit_cast<uint32_t>(*options.scale)) : -1);
   s.shared("options.key_lengths' size", int64_t(options.key_lengths.size()));
   s.shared("options.key_lengths' hash", key_lengths_hash(options.key_lengths));
   s.own("shard length", q.seq());
@@ -157,8 +155,8 @@ Ring agree_on_ring(const char* op, MPI_Comm comm, ConstTensorView q, ConstTensor
   // The same values on every rank (agreed above), so every rank reaches this verdict alike.
   for (size_t b = 0; b < options.key_lengths.size(); ++b)
     if (options.key_lengths[b] > total)
-      linattn::detail::fail_with(op, "options.key_lengths[", b, "] is ", options.key_lengths[b],
-                                 ", expected at most ", total, " (the sequence length summed over ranks)");
+      linattn::detail::fail_with(op, "options.key_lengths[", b, "] is ", options.key_lengths[b], ", expected at most ",
+                                 total, " (the sequence length summed over ranks)");
   // One ring message is a whole k/v shard: checked here, where every rank sees every shard's size.
   for (int r = 0; r < ring.ranks; ++r) detail::mpi_count(ring.shard_floats(r), "a k/v shard (B·n_r·H·(D + E))");
   ring.segments = detail::ring_segments(options.layout, ring.lengths, early_lengths);
@@ -304,8 +302,7 @@ void ring_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tensor
             if (seen == Visibility::none) continue;
             const SoftmaxAttentionOptions block = ring.block_options(seen, lengths_buffer, ks);
             const TensorView dq_rows = detail::rows(dq, qs.local, qs.length);
-            const TensorView dq_block =
-                written[i] ? bnhd(block_dq.data(), ring.B, qs.length, ring.H, ring.D) : dq_rows;
+            const TensorView dq_block = written[i] ? bnhd(block_dq.data(), ring.B, qs.length, ring.H, ring.D) : dq_rows;
             const TensorView dk_block = bnhd(block_dk.data(), ring.B, ks.length, ring.H, ring.D);
             const TensorView dv_block = bnhd(block_dv.data(), ring.B, ks.length, ring.H, ring.E);
             // With the whole row's lse and out, each block's p = exp(s − lse) and ds = p ∘ (dp − rowsum(dO ∘ O))

@@ -8,7 +8,7 @@ namespace linattn::distributed::detail {
 std::vector<std::vector<Segment>> ring_segments(RingLayout layout, std::span<const int64_t> lengths,
                                                 std::span<const int64_t> early_lengths) {
   const int64_t ranks = int64_t(lengths.size());
-  std::vector<std::vector<Segment>> segments(size_t(ranks));
+  std::vector<std::vector<Segment>> segments(static_cast<size_t>(ranks));
   auto add = [&](int64_t rank, int64_t local, int64_t global, int64_t length) {
     if (length > 0) segments[size_t(rank)].push_back({local, global, length});
   };
@@ -77,14 +77,12 @@ void fill_view(TensorView dst, float value) {
 
 void gather_lse(std::span<float> segment, std::span<const float> shard, int64_t rows, int64_t n, int64_t local,
                 int64_t count) {
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy_n(shard.data() + r * n + local, count, segment.data() + r * count);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(shard.data() + r * n + local, count, segment.data() + r * count);
 }
 
 void scatter_lse(std::span<float> shard, std::span<const float> segment, int64_t rows, int64_t n, int64_t local,
                  int64_t count) {
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy_n(segment.data() + r * count, count, shard.data() + r * n + local);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(segment.data() + r * count, count, shard.data() + r * n + local);
 }
 
 }  // namespace linattn::distributed::detail

@@ -18,11 +18,11 @@
 // dk/dv shards: 4·B·H·(D + E)·n bytes per shard of n, so, unlike linear attention's states, it grows
 // with N (N/P per shard). Errors and counters: comm.hpp (shapes agreed before any arithmetic, MPI
 // failures as MpiError, CommStats).
+#include <mpi.h>
+
 #include <cstdint>
 #include <optional>
 #include <span>
-
-#include <mpi.h>
 
 #include "linattn/view.hpp"
 
