@@ -10,6 +10,9 @@
 #include "common/memory.hpp"
 #include "common/table.hpp"
 #include "linattn/limits.hpp"
+#if LINATTN_CLI_MPI
+#include "commands/bench_ring.hpp"
+#endif
 
 namespace linattn::cli {
 namespace {
@@ -19,6 +22,7 @@ struct BenchArgs {
   int64_t value_dim = 0;
   MeasureOptions measure;
   bool json = false;
+  bool seq_parallel = false;
 };
 
 int bench(BenchArgs& args) {
@@ -28,6 +32,13 @@ int bench(BenchArgs& args) {
     throw UsageError(std::string("--backward: --op ") + op_name(p.op) + " has no backward (it serves generation)");
   if (p.causal && p.op != Op::softmax) throw UsageError("--causal applies to --op softmax only");
   args.measure.forward = !args.measure.backward;
+  if (args.seq_parallel) {
+#if LINATTN_CLI_MPI
+    if (p.op == Op::softmax) return bench_ring(p, args.measure, args.json);
+#endif
+    throw UsageError(std::string("--seq-parallel: --op ") + op_name(p.op) + " has no sequence-parallel version" +
+                     " in this build (softmax: ring attention, with linattn_mpi)");
+  }
   check_memory(estimated_bytes(p, args.measure.backward), std::string("bench --op ") + op_name(p.op));
   warn_if_busy();  // after the refusal, so that an error stays one line
   const Measurement m = measure(p, args.measure);
@@ -102,6 +113,9 @@ const Registrar registrar{
            ->check(flags::finite(0, limits::kMaxBudgetSeconds));
        app.add_option("--min-reps", args->measure.min_reps, "Fewest repetitions")->check(flags::bounded(1, 1000));
        app.add_flag("--json", args->json, "Print one JSON object");
+       app.add_flag("--seq-parallel", args->seq_parallel,
+                    "Under mpirun -np P: the sequence split over the ranks (softmax: ring attention); prints per-rank "
+                    "compute and communication time and bytes sent");
        app.footer(
            "seconds: median over repetitions after one warm-up. gflops: the documented flop "
            "count (docs/cli.md) / seconds. peak_bytes: growth of the resident set's high-water "
