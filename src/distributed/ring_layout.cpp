@@ -9,8 +9,17 @@ std::vector<std::vector<Segment>> ring_segments(RingLayout layout, std::span<con
                                                 std::span<const int64_t> early_lengths) {
   const int64_t ranks = int64_t(lengths.size());
   std::vector<std::vector<Segment>> segments(static_cast<size_t>(ranks));
+  // A segment that continues the previous one in both the shard and the sequence extends it (P = 1's
+  // two balanced blocks, or blocks beside an empty one), so such a shard costs one operator call.
   auto add = [&](int64_t rank, int64_t local, int64_t global, int64_t length) {
-    if (length > 0) segments[size_t(rank)].push_back({local, global, length});
+    if (length == 0) return;
+    std::vector<Segment>& mine = segments[size_t(rank)];
+    if (!mine.empty() && mine.back().local + mine.back().length == local &&
+        mine.back().global + mine.back().length == global) {
+      mine.back().length += length;
+      return;
+    }
+    mine.push_back({local, global, length});
   };
   if (layout == RingLayout::contiguous) {
     int64_t global = 0;

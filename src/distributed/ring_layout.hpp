@@ -17,7 +17,8 @@ struct Segment {
 };
 
 // Every rank's non-empty segments, in shard order, from every rank's shard length and (balanced
-// layout) early-block length. Segments of different ranks, or of one rank, never overlap.
+// layout) early-block length. Segments of different ranks, or of one rank, never overlap; a rank's
+// blocks that are adjacent in the sequence form one segment.
 std::vector<std::vector<Segment>> ring_segments(RingLayout layout, std::span<const int64_t> lengths,
                                                 std::span<const int64_t> early_lengths);
 

@@ -374,6 +374,12 @@ TEST(RingAttention, BalancedShardAndUnshardRoundTrip) {
     }
     EXPECT_EQ(testing::relative_error(back.view, reference::to_double(full.view)), 0.0);
   }
+  // Blocks adjacent in both the shard and the sequence form one segment: one operator call at P = 1.
+  const std::vector<int64_t> one = {10}, half = {5};
+  const auto single = detail::ring_segments(RingLayout::balanced, one, half);
+  ASSERT_EQ(single.size(), 1u);
+  ASSERT_EQ(single[0].size(), 1u);
+  EXPECT_EQ(single[0][0].length, 10);
   std::vector<float> wrong(10);
   EXPECT_THROW(balanced_shard(bnhd(wrong.data(), 1, 10, 1, 1), bnhd<const float>(wrong.data(), 1, 10, 1, 1), 0, 2),
                Error);
