@@ -1,10 +1,9 @@
-// linattn bench --op softmax --seq-parallel (bench_ring.hpp). Each repetition: a barrier, then the
-// call on every rank; a repetition's time is the slowest rank's. Per rank, the time inside MPI
-// (comm) and in the local blocks (compute), and the bytes it sent, come from linattn_mpi's
-// CommStats, reset before each call, so the bench's own MPI calls are not counted.
+// linattn bench --op softmax --seq-parallel (bench_ring.hpp). The same measurement as
+// bench_seq_parallel.cpp's: one warm-up call, then repetitions (a barrier before each) until
+// --budget seconds or --min-reps, a repetition's time the slowest rank's; per rank the median compute
+// and communication seconds and the bytes sent per call from linattn_mpi's CommStats (reset before
+// each call, so the bench's own MPI calls are not counted).
 #include "commands/bench_ring.hpp"
-
-#include <mpi.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,28 +11,45 @@
 #include <random>
 #include <vector>
 
+#include "common/command.hpp"
 #include "common/table.hpp"
-#include "linattn/distributed/comm.hpp"
-#include "linattn/distributed/ring.hpp"
 #include "linattn/threads.hpp"
 
+#if defined(LINATTN_HAS_MPI)
+#include <mpi.h>
+
+#include "linattn/distributed/comm.hpp"
+#include "linattn/distributed/ring.hpp"
+#endif
+
 namespace linattn::cli {
+
+#if !defined(LINATTN_HAS_MPI)
+
+int bench_ring(const Problem&, const MeasureOptions&, bool) {
+  throw UsageError("--seq-parallel: this linattn was built without MPI (configure with -DLINATTN_MPI=ON)");
+}
+
+#else
+
 namespace {
 
 double median(std::vector<double> x) {
   std::sort(x.begin(), x.end());
-  return x.empty() ? 0 : x[x.size() / 2];
+  const size_t n = x.size();
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-// Per-call figures of one rank, one entry per repetition.
-struct Calls {
-  std::vector<double> wall, comm, compute;
-  int64_t bytes = 0;
-};
+std::vector<float> normal(size_t count, std::mt19937_64& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(count);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
 
 }  // namespace
 
-int bench_ring(const Problem& p, const MeasureOptions& options, bool json) {
+int bench_ring(const Problem& p, const MeasureOptions& measure, bool json) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
@@ -44,9 +60,8 @@ int bench_ring(const Problem& p, const MeasureOptions& options, bool json) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
-  if (options.threads > 0) set_num_threads(options.threads);
+  if (measure.threads > 0) set_num_threads(measure.threads);
 
-  // This rank's shard: balanced blocks when causal (so that no rank idles), else an even split.
   using distributed::RingLayout;
   distributed::RingAttentionOptions ring;
   ring.causal = p.causal;
@@ -54,95 +69,100 @@ int bench_ring(const Problem& p, const MeasureOptions& options, bool json) {
   const int64_t n = p.causal ? distributed::balanced_range(p.seq, rank, ranks).length()
                              : p.seq / ranks + (rank < p.seq % ranks ? 1 : 0);
   const int64_t B = p.batch, H = p.heads, D = p.dim, E = p.value_dim;
-  std::mt19937_64 rng(p.seed + uint64_t(rank));
-  std::normal_distribution<float> normal;
-  auto filled = [&](int64_t size) {
-    std::vector<float> x(static_cast<size_t>(size));
-    for (float& value : x) value = normal(rng);
-    return x;
-  };
-  const std::vector<float> q = filled(B * n * H * D), k = filled(B * n * H * D), v = filled(B * n * H * E),
-                           dout = filled(B * n * H * E);
-  std::vector<float> out(size_t(B * n * H * E)), lse(size_t(B * H * n)), dq(q.size()), dk(k.size()), dv(v.size());
+  std::mt19937_64 rng(p.seed * 1000003 + uint64_t(rank));
+  const std::vector<float> q = normal(size_t(B * n * H * D), rng), k = normal(size_t(B * n * H * D), rng),
+                           v = normal(size_t(B * n * H * E), rng), dout = normal(size_t(B * n * H * E), rng);
+  std::vector<float> out(v.size()), lse(size_t(B * H * n)), dq(q.size()), dk(k.size()), dv(v.size());
   auto in = [&](const std::vector<float>& x, int64_t X) { return bnhd(x.data(), B, n, H, X); };
   auto at = [&](std::vector<float>& x, int64_t X) { return bnhd(x.data(), B, n, H, X); };
   auto call = [&] {
     distributed::ring_attention_forward(comm, at(out, E), lse, in(q, D), in(k, D), in(v, E), ring);
-    if (options.backward)
+    if (measure.backward)
       distributed::ring_attention_backward(comm, at(dq, D), at(dk, D), at(dv, E), in(dout, E), in(q, D), in(k, D),
                                            in(v, E), in(out, E), lse, ring);
   };
 
-  // One warm-up call sets the repetitions, the same on every rank (from the slowest rank's time).
-  MPI_Barrier(comm);
-  double start = MPI_Wtime();
-  call();
-  double warm = MPI_Wtime() - start;
-  MPI_Allreduce(MPI_IN_PLACE, &warm, 1, MPI_DOUBLE, MPI_MAX, comm);
-  const int reps = std::clamp(int(options.budget_seconds / std::max(warm, 1e-9)), options.min_reps, options.max_reps);
-  Calls calls;
-  for (int r = 0; r < reps; ++r) {
+  call();  // warm-up
+  std::vector<double> wall, compute, communication;
+  int64_t bytes = 0;
+  double spent = 0;
+  for (int rep = 0;; ++rep) {
     MPI_Barrier(comm);
     distributed::reset_comm_stats();
-    start = MPI_Wtime();
+    const double t0 = MPI_Wtime();
     call();
-    calls.wall.push_back(MPI_Wtime() - start);
-    const distributed::CommStats s = distributed::comm_stats();
-    calls.comm.push_back(s.comm_seconds);
-    calls.compute.push_back(s.compute_seconds);
-    calls.bytes = s.bytes_sent;
+    const double mine = MPI_Wtime() - t0;
+    const distributed::CommStats stats = distributed::comm_stats();
+    double slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    wall.push_back(slowest);
+    compute.push_back(stats.compute_seconds);
+    communication.push_back(stats.comm_seconds);
+    bytes = std::max(bytes, stats.bytes_sent);
+    spent += slowest;
+    // The same decision on every rank: it reads only the reduced time.
+    if (rep + 1 >= measure.max_reps || (rep + 1 >= measure.min_reps && spent >= measure.budget_seconds)) break;
   }
-  // A repetition takes as long as its slowest rank.
-  MPI_Allreduce(MPI_IN_PLACE, calls.wall.data(), reps, MPI_DOUBLE, MPI_MAX, comm);
-  const double mine[3] = {median(calls.compute), median(calls.comm), double(calls.bytes)};
-  std::vector<double> every(size_t(3 * ranks));
-  MPI_Gather(mine, 3, MPI_DOUBLE, every.data(), 3, MPI_DOUBLE, 0, comm);
+  const double mine[3] = {median(compute), median(communication), double(bytes)};
+  std::vector<double> all(size_t(3 * ranks));
+  MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, comm);
   if (rank == 0) {
-    const double seconds = median(calls.wall), seconds_min = *std::min_element(calls.wall.begin(), calls.wall.end());
-    const double flops = forward_flops(p) + (options.backward ? backward_flops(p) : 0);
-    double compute = 0, comm_s = 0, bytes = 0;
+    double max_compute = 0, max_comm = 0, max_bytes = 0;
     for (int r = 0; r < ranks; ++r) {
-      compute = std::max(compute, every[size_t(3 * r)]);
-      comm_s = std::max(comm_s, every[size_t(3 * r + 1)]);
-      bytes = std::max(bytes, every[size_t(3 * r + 2)]);
+      max_compute = std::max(max_compute, all[size_t(3 * r)]);
+      max_comm = std::max(max_comm, all[size_t(3 * r + 1)]);
+      max_bytes = std::max(max_bytes, all[size_t(3 * r + 2)]);
     }
+    const double seconds = median(wall), seconds_min = *std::min_element(wall.begin(), wall.end());
+    const double flops = forward_flops(p) + (measure.backward ? backward_flops(p) : 0);
+    const char* layout = p.causal ? "balanced" : "contiguous";
     if (json) {
+      nlohmann::json per_rank = nlohmann::json::array();
+      for (int r = 0; r < ranks; ++r)
+        per_rank.push_back({{"rank", r},
+                            {"compute_seconds", all[size_t(3 * r)]},
+                            {"comm_seconds", all[size_t(3 * r + 1)]},
+                            {"bytes_sent", int64_t(all[size_t(3 * r + 2)])}});
       nlohmann::json j = {{"op", "softmax"},
-                          {"batch", p.batch},
-                          {"heads", p.heads},
+                          {"batch", B},
+                          {"heads", H},
                           {"seq", p.seq},
-                          {"dim", p.dim},
-                          {"value_dim", p.value_dim},
+                          {"dim", D},
+                          {"value_dim", E},
                           {"causal", p.causal},
-                          {"threads", linattn::num_threads()},
-                          {"backward", options.backward},
+                          {"threads", num_threads()},
+                          {"backward", measure.backward},
                           {"seconds", seconds},
                           {"seconds_min", seconds_min},
-                          {"repetitions", reps},
+                          {"repetitions", int(wall.size())},
                           {"flops", flops},
                           {"gflops", flops / seconds * 1e-9},
-                          {"tokens_per_second", double(p.batch) * double(p.seq) / seconds},
+                          {"tokens_per_second", double(B) * double(p.seq) / seconds},
+                          {"seq_parallel", true},
+                          {"layout", layout},
                           {"ranks", ranks},
-                          {"layout", p.causal ? "balanced" : "contiguous"},
-                          {"compute_seconds", compute},
-                          {"comm_seconds", comm_s},
-                          {"bytes_sent", int64_t(bytes)}};
+                          {"compute_seconds", max_compute},
+                          {"comm_seconds", max_comm},
+                          {"bytes_sent", int64_t(max_bytes)},
+                          {"per_rank", per_rank}};
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("softmax%s ring attention, P=%d (%s layout), B=%lld H=%lld N=%lld D=%lld E=%lld, %s\n",
-                  p.causal ? " (causal)" : "", ranks, p.causal ? "balanced" : "contiguous", (long long)p.batch,
-                  (long long)p.heads, (long long)p.seq, (long long)p.dim, (long long)p.value_dim,
-                  options.backward ? "forward+backward" : "forward");
-      std::printf("  time       %s median, %s min, %d repetitions (the slowest rank's)\n",
-                  format_seconds(seconds).c_str(), format_seconds(seconds_min).c_str(), reps);
+      std::printf(
+          "softmax%s ring attention (%s layout) B=%lld H=%lld N=%lld D=%lld E=%lld, %d ranks × %d threads, %s\n",
+          p.causal ? " (causal)" : "", layout, (long long)B, (long long)H, (long long)p.seq, (long long)D, (long long)E,
+          ranks, num_threads(), measure.backward ? "forward+backward" : "forward");
+      std::printf("  time       %s median (slowest rank), %s min, %d repetitions\n", format_seconds(seconds).c_str(),
+                  format_seconds(seconds_min).c_str(), int(wall.size()));
       for (int r = 0; r < ranks; ++r)
-        std::printf("  rank %-4d  compute %s, comm %s, sent %.0f bytes per call\n", r,
-                    format_seconds(every[size_t(3 * r)]).c_str(), format_seconds(every[size_t(3 * r + 1)]).c_str(),
-                    every[size_t(3 * r + 2)]);
+        std::printf("  rank %-4d  compute %s, communication %s, %lld bytes sent per call\n", r,
+                    format_seconds(all[size_t(3 * r)]).c_str(), format_seconds(all[size_t(3 * r + 1)]).c_str(),
+                    (long long)all[size_t(3 * r + 2)]);
     }
   }
   if (!initialised) MPI_Finalize();
-  return 0;
+  return kExitOk;
 }
+
+#endif
 
 }  // namespace linattn::cli
