@@ -55,6 +55,15 @@ void check_like(const char* op, const char* name, ConstTensorView x, const char*
   for (int a = 0; a < 4; ++a) check_extent(op, name, x, a, like.extent[a], (want + axes[a]).c_str());
 }
 
+// out (or dout): [B, Nq, H, E], q's batch, sequence and heads and v's head dim.
+void check_output_shape(const char* op, const char* name, ConstTensorView x, ConstTensorView q, ConstTensorView v) {
+  check_view(op, name, x);
+  check_extent(op, name, x, 0, q.batch(), "q's batch");
+  check_extent(op, name, x, 1, q.seq(), "q's sequence");
+  check_extent(op, name, x, 2, q.heads(), "q's heads");
+  check_extent(op, name, x, 3, v.dim(), "v's head dim");
+}
+
 // The agreement of every call: the checks run by `checks`, and the fields every rank must share.
 Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                const LinearAttentionOptions& options, const std::function<void()>& checks) {
@@ -139,9 +148,7 @@ void linear_attention_forward(MPI_Comm comm, TensorView out, ConstTensorView q, 
                               const LinearAttentionOptions& options) {
   const char* op = "linear_attention_forward";
   ErrorsReturn guard(comm);
-  const Shard s = agree_on(comm, op, q, k, v, options, [&] {
-    check_like(op, "out", out, "q", ConstTensorView(q.data, {q.batch(), q.seq(), q.heads(), v.dim()}, q.stride));
-  });
+  const Shard s = agree_on(comm, op, q, k, v, options, [&] { check_output_shape(op, "out", out, q, v); });
   if (options.causal) {
     const std::vector<float> items = entering_state(comm, s, k, v, options);
     or_abort(comm, op, [&] {
@@ -171,7 +178,7 @@ void linear_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tens
     check_like(op, "dq", dq, "q", q);
     check_like(op, "dk", dk, "k", k);
     check_like(op, "dv", dv, "v", v);
-    check_like(op, "dout", dout, "q", ConstTensorView(q.data, {q.batch(), q.seq(), q.heads(), v.dim()}, q.stride));
+    check_output_shape(op, "dout", dout, q, v);
   });
   const int count = mpi_count(s.items(), "the (S, z) state");
   if (options.causal) {

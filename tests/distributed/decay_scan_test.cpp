@@ -7,6 +7,7 @@
 
 #include "linattn/decay.hpp"
 #include "linattn/distributed/scan.hpp"
+#include "linattn/error.hpp"
 #include "linattn/reference.hpp"
 #include "support/mpi_support.hpp"
 #include "support/tensors.hpp"
@@ -131,6 +132,28 @@ INSTANTIATE_TEST_SUITE_P(Cases, DistributedDecay,
                                            Case{Decay::token, Split::tiny}, Case{Decay::key, Split::uneven},
                                            Case{Decay::key, Split::tiny}),
                          case_name);
+
+TEST(DistributedDecayErrors, DecaysThatDisagreeAreFoundBeforeAnyArithmetic) {
+  const int last = world_size() - 1;
+  if (last == 0) GTEST_SKIP() << "one rank agrees with itself";
+  const Inputs in = inputs(Decay::head, 3);
+  const std::vector<int64_t> offsets = even_offsets(N, world_size());
+  const int r = world_rank();
+  const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
+  DecayedAttentionOptions options = options_for(Decay::head);
+  const float other[H] = {-0.2f, -0.06f};
+  if (r == last) options.g_gamma = other;
+  Gathered out({B, N, H, V});
+  std::string what;
+  try {
+    distributed::decayed_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), slice(in.q.view, begin, n),
+                                           slice(in.k.view, begin, n), slice(in.v.view, begin, n), {}, options);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("rank " + std::to_string(last) + "'s options.g_gamma (hash) is "), std::string::npos) << what;
+  EXPECT_EQ(out.data, std::vector<float>(out.data.size(), 0.0f)) << "no output was written";
+}
 
 }  // namespace
 }  // namespace linattn::test

@@ -7,6 +7,7 @@
 
 #include "linattn/delta.hpp"
 #include "linattn/distributed/scan.hpp"
+#include "linattn/error.hpp"
 #include "linattn/reference.hpp"
 #include "support/mpi_support.hpp"
 #include "support/tensors.hpp"
@@ -140,6 +141,28 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DeltaGate::token, false, Split::uneven}, Case{DeltaGate::token, true, Split::even},
                       Case{DeltaGate::key, false, Split::uneven}, Case{DeltaGate::key, false, Split::tiny}),
     case_name);
+
+TEST(DistributedDeltaErrors, ABadBetaOnOneRankIsNamedOnEveryRank) {
+  const int bad = world_size() - 1;
+  const Inputs in = inputs(DeltaGate::none, 3);
+  const std::vector<int64_t> offsets = even_offsets(N, world_size());
+  const int r = world_rank();
+  const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
+  TensorView beta = slice(in.beta.view, begin, n);
+  if (r == bad) beta.extent[2] = H + 1;
+  Gathered out({B, N, H, V});
+  std::string what;
+  try {
+    distributed::delta_rule_forward(MPI_COMM_WORLD, out.shard(offsets, r), slice(in.q.view, begin, n),
+                                    slice(in.k.view, begin, n), slice(in.v.view, begin, n), beta, {},
+                                    options_for(DeltaGate::none, false));
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what, "linattn: distributed delta_rule_forward: rank " + std::to_string(bad) +
+                      " failed its local checks: linattn: distributed delta_rule_forward: beta.extent[2] (heads) is 3, "
+                      "expected 2 (q's heads)");
+}
 
 }  // namespace
 }  // namespace linattn::test

@@ -20,6 +20,8 @@
 // payload once per round in which the rank has a partner (⌈log₂ P⌉ rounds at most). The traffic
 // inside a collective (an Allreduce's reduce-scatter and allgather, say) is MPI's algorithm and is
 // not counted: the bytes here are what the operator hands to MPI, per rank and call.
+#include <mpi.h>
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
