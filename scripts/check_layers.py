@@ -23,6 +23,7 @@ LIBRARY_BELOW = {
     "src/ops/softmax": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/softmax"},
     "src/ops/linear": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/linear"},
     "src/ops/linformer": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/linformer"},
+    "src/distributed": PUBLIC | {"core", "kernels", "feature_maps", "distributed"},
     "src/model": PUBLIC | {"core", "io", "kernels/gelu.hpp", "model"},
     "tools/quality": PUBLIC,
     "include/linattn": PUBLIC,

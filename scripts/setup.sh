@@ -3,7 +3,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libomp-dev
           libcli11-dev zlib1g-dev nlohmann-json3-dev libopenblas-dev pybind11-dev python3-dev python3-venv python3-numpy
-          python3-torch python3-pytest gnuplot-nox clang-14 libclang-rt-14-dev)
+          python3-torch python3-pytest gnuplot-nox clang-14 libclang-rt-14-dev
+          libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

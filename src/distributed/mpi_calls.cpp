@@ -1,0 +1,131 @@
+#include "distributed/mpi_calls.hpp"
+
+#include <climits>
+#include <cstdlib>
+#include <string>
+
+#include "linattn/error.hpp"
+
+namespace linattn::distributed {
+
+namespace {
+CommStats g_stats;
+}
+
+CommStats comm_stats() { return g_stats; }
+void reset_comm_stats() { g_stats = {}; }
+
+namespace detail {
+
+ErrorsReturn::ErrorsReturn(MPI_Comm comm) : comm_(comm) {
+  check_mpi(MPI_Comm_get_errhandler(comm_, &previous_), "MPI_Comm_get_errhandler", comm_);
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", comm_);
+}
+
+ErrorsReturn::~ErrorsReturn() {
+  if (previous_ != MPI_ERRHANDLER_NULL) {
+    MPI_Comm_set_errhandler(comm_, previous_);
+    MPI_Errhandler_free(&previous_);
+  }
+}
+
+void check_mpi(int rc, const char* call, MPI_Comm comm) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = 0;
+  int rank = -1;
+  MPI_Comm_rank(comm, &rank);
+  throw MpiError("linattn: " + std::string(call) + " failed on rank " + std::to_string(rank) + ": " +
+                 std::string(text, static_cast<size_t>(length)));
+}
+
+int comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", comm);
+  return rank;
+}
+
+int comm_size(MPI_Comm comm) {
+  int size = 0;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size", comm);
+  return size;
+}
+
+int64_t type_bytes(MPI_Datatype datatype, int64_t count) {
+  int size = 0;
+  MPI_Type_size(datatype, &size);
+  return static_cast<int64_t>(size) * count;
+}
+
+int mpi_count(int64_t count, const char* what) {
+  if (count < 0 || count > INT_MAX) {
+    throw Error("linattn: " + std::string(what) + " is " + std::to_string(count) + " elements, expected at most " +
+                std::to_string(INT_MAX) + " (one MPI message)");
+  }
+  return static_cast<int>(count);
+}
+
+namespace {
+// Times one MPI call and counts its bytes.
+class Counted {
+ public:
+  explicit Counted(int64_t bytes) : start_(MPI_Wtime()) {
+    g_stats.bytes_sent += bytes;
+    ++g_stats.calls;
+  }
+  ~Counted() { g_stats.comm_seconds += MPI_Wtime() - start_; }
+
+ private:
+  double start_;
+};
+}  // namespace
+
+void allgather(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Comm comm) {
+  Counted counted(type_bytes(datatype, count));
+  check_mpi(MPI_Allgather(send, count, datatype, recv, count, datatype, comm), "MPI_Allgather", comm);
+}
+
+void allreduce(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  Counted counted(type_bytes(datatype, count));
+  check_mpi(MPI_Allreduce(send, recv, count, datatype, op, comm), "MPI_Allreduce", comm);
+}
+
+void exscan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  Counted counted(type_bytes(datatype, count));
+  check_mpi(MPI_Exscan(send, recv, count, datatype, op, comm), "MPI_Exscan", comm);
+}
+
+void scan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  Counted counted(type_bytes(datatype, count));
+  check_mpi(MPI_Scan(send, recv, count, datatype, op, comm), "MPI_Scan", comm);
+}
+
+void bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  // Only the root sends.
+  Counted counted(comm_rank(comm) == root ? type_bytes(datatype, count) : 0);
+  check_mpi(MPI_Bcast(buffer, count, datatype, root, comm), "MPI_Bcast", comm);
+}
+
+void sendrecv(const void* send, int send_count, int dest, void* recv, int recv_count, int source, MPI_Datatype datatype,
+              int tag, MPI_Comm comm) {
+  Counted counted(dest == MPI_PROC_NULL ? 0 : type_bytes(datatype, send_count));
+  check_mpi(MPI_Sendrecv(send, send_count, datatype, dest, tag, recv, recv_count, datatype, source, tag, comm,
+                         MPI_STATUS_IGNORE),
+            "MPI_Sendrecv", comm);
+}
+
+ComputeTimer::~ComputeTimer() { g_stats.compute_seconds += MPI_Wtime() - start_; }
+
+void abort_job(MPI_Comm comm, const char* op, const char* what) {
+  int rank = -1;
+  MPI_Comm_rank(comm, &rank);
+  std::fprintf(stderr, "linattn: rank %d: %s: %s (aborting the job: the other ranks wait in a collective)\n", rank, op,
+               what);
+  std::fflush(stderr);
+  MPI_Abort(comm, 1);
+  std::abort();
+}
+
+}  // namespace detail
+}  // namespace linattn::distributed

@@ -1,0 +1,77 @@
+#pragma once
+// The MPI calls of linattn_mpi, each checked (an error becomes MpiError), timed and counted into
+// CommStats by the rule of include/linattn/distributed/comm.hpp: the bytes a rank passes as its send
+// buffer, once per call.
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include "linattn/distributed/comm.hpp"
+
+namespace linattn::distributed::detail {
+
+// Sets MPI_ERRORS_RETURN on comm for its lifetime and restores the handler it found, so that a
+// failed call returns to us (and becomes an MpiError) without changing the caller's communicator.
+class ErrorsReturn {
+ public:
+  explicit ErrorsReturn(MPI_Comm comm);
+  ~ErrorsReturn();
+  ErrorsReturn(const ErrorsReturn&) = delete;
+  ErrorsReturn& operator=(const ErrorsReturn&) = delete;
+
+ private:
+  MPI_Comm comm_;
+  MPI_Errhandler previous_ = MPI_ERRHANDLER_NULL;
+};
+
+// Throws MpiError naming call, this rank and MPI's error string unless rc is MPI_SUCCESS.
+void check_mpi(int rc, const char* call, MPI_Comm comm);
+int comm_rank(MPI_Comm comm);
+int comm_size(MPI_Comm comm);
+// count elements of datatype: the bytes they occupy (MPI_Type_size × count).
+int64_t type_bytes(MPI_Datatype datatype, int64_t count);
+// A count for MPI's int arguments; throws linattn::Error past INT_MAX.
+int mpi_count(int64_t count, const char* what);
+
+// The collectives and point-to-point calls, counted and timed.
+void allgather(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Comm comm);
+void allreduce(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+void exscan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+void scan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+void bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
+void sendrecv(const void* send, int send_count, int dest, void* recv, int recv_count, int source, MPI_Datatype datatype,
+              int tag, MPI_Comm comm);
+
+// Adds the wall time of its lifetime to CommStats::compute_seconds.
+class ComputeTimer {
+ public:
+  ComputeTimer() : start_(MPI_Wtime()) {}
+  ~ComputeTimer();
+  ComputeTimer(const ComputeTimer&) = delete;
+  ComputeTimer& operator=(const ComputeTimer&) = delete;
+
+ private:
+  double start_;
+};
+
+// Prints "linattn: rank r: op: <what>" to stderr and aborts the job (MPI_Abort on comm, code 1):
+// for a failure after the agreement, when the other ranks already wait in a collective.
+[[noreturn]] void abort_job(MPI_Comm comm, const char* op, const char* what);
+
+// Runs f(); an exception from it ends the job through abort_job instead of leaving the other ranks
+// waiting forever.
+template <class F>
+void or_abort(MPI_Comm comm, const char* op, F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const std::exception& e) {
+    abort_job(comm, op, e.what());
+  } catch (...) {
+    abort_job(comm, op, "an exception that is not a std::exception");
+  }
+}
+
+}  // namespace linattn::distributed::detail
