@@ -43,6 +43,9 @@ AGREEMENT_BYTES = 64 + 8 + 8 + 24 * 8 + 448
 
 # The measured operator of each family (`linattn bench --op`) and the ops of the check.
 FAMILY_OP = {"plain": "causal", "decayed": "gla", "delta": "delta_rule", "softmax": "softmax"}
+# The delta rule's shard map (A, B) comes from one single-process pass with K + V value columns
+# (values [0 | v] from the state [I | 0]: src/distributed/delta_scan.cpp), measured as such.
+WIDE = "delta_wide"
 OP_FAMILY = {
     "causal": "plain", "linear": "plain_noncausal",
     "retention": "decayed", "lightning": "decayed", "simple_gla": "decayed", "gla": "decayed",
@@ -55,10 +58,9 @@ LINEAR_METHODS = ["linattn_exscan", "lasp_ring", "lasp2_allgather", "zeco_allsca
 class Shape:
     """One layer: B sequences, H heads, key dim K (the feature dim M of plain attention), value dim V."""
 
-    def __init__(self, batch, heads, dim, value_dim, feature_dim=None, chunk=64):
+    def __init__(self, batch, heads, dim, value_dim, feature_dim=None):
         self.B, self.H, self.D, self.V = batch, heads, dim, value_dim
         self.K = feature_dim if feature_dim else dim
-        self.chunk = chunk
 
     def heads_total(self):
         return self.B * self.H
@@ -104,15 +106,12 @@ def apply_flops(family, s):
     return 2 * s.K * s.K * s.V
 
 
-def transform_flops_per_token(family, s):
-    """Forming a shard's transform from its tokens, per token and (b, h): the part of a rank's compute
-    beyond the single-process chunked pass (an estimate from the operation count; the measured
-    parallel compute replaces it under --compute-from)."""
-    if family in ("plain", "plain_noncausal", "decayed"):
-        return 2 * s.K * s.V + s.K
-    # delta rule: the chunk's WY factors (about 2 K^2 per token) and B (2 K V), and composing the
-    # chunks' maps A <- A_c A, B <- A_c B + B_c once per chunk.
-    return 2 * s.K * s.K + 2 * s.K * s.V + (2 * s.K ** 3 + 2 * s.K * s.K * s.V) / s.chunk
+def extra_flops_per_token(family, s):
+    """What a rank computes per token and (b, h) beyond its measured pass (linattn_mpi's plan,
+    src/distributed/*_scan.cpp): plain and decayed form the shard's sums S_r = sum k v^T (2 K V) before
+    the single-process pass from the entering state; the delta rule's widened pass gives its outputs
+    from a zero state and u_t, finished as out_t += u_t S_in (2 K V)."""
+    return 2 * s.K * s.V + (s.K if family != "delta" else 0)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -122,16 +121,24 @@ def ceil_log2(p):
     return max(0, math.ceil(math.log2(p))) if p > 1 else 0
 
 
-def linattn_bytes_sent(op, s, ranks, n_per_rank, backward=False):
+def bench_shards(N, P):
+    """The shard lengths of `linattn bench --seq-parallel`: N // P each, the last rank the rest."""
+    return [N // P] * (P - 1) + [N - (P - 1) * (N // P)]
+
+
+def linattn_bytes_sent(op, s, lengths, backward=False):
     """What `linattn bench --seq-parallel` reports (the largest over ranks, per call), by the rule of
-    include/linattn/distributed/comm.hpp. n_per_rank: the largest shard (ring attention only)."""
+    include/linattn/distributed/comm.hpp, for shards of these lengths (one per rank)."""
     family = OP_FAMILY[op]
+    P = len(lengths)
     if family == "softmax":
-        shard = FLOAT_BYTES * s.B * n_per_rank * s.H * (s.D + s.V)
-        # forward: the agreement and P - 1 k/v shards; backward (include/linattn/distributed/ring.hpp):
-        # its own agreement, P - 1 k/v shards and P dk/dv shards.
-        fwd = AGREEMENT_BYTES + (ranks - 1) * shard
-        bwd = AGREEMENT_BYTES + (ranks - 1) * shard + ranks * shard
+        per_token = FLOAT_BYTES * s.B * s.H * (s.D + s.V)
+        # forward: the agreement, then rank r passes on every shard but its successor's, P - 1
+        # sends; backward (include/linattn/distributed/ring.hpp): its own agreement, the k/v shards
+        # again and every shard's dk/dv accumulator once, P sends.
+        kv = max(sum(lengths) - lengths[(r + 1) % P] for r in range(P)) * per_token
+        fwd = AGREEMENT_BYTES + kv
+        bwd = AGREEMENT_BYTES + kv + sum(lengths) * per_token
         return fwd + (bwd if backward else 0)
     item = FLOAT_BYTES * s.heads_total() * transform_floats(family, s)
     # forward: the agreement and one collective of the transforms (an Exscan; an Allreduce when
@@ -192,12 +199,14 @@ class Compute:
         return self.m[family]["flops"] / self.m[family]["seconds"]
 
     def local(self, family, n):
-        """The rank's pass over its n tokens and forming its transform."""
+        """The rank's local work on its n tokens: its pass (the delta rule's widened one) and the rest
+        of linattn_mpi's plan at the pass's measured flop rate."""
         if family in self.parallel:  # measured compute_seconds of the parallel operator, per token
             return self.parallel[family] * n / self.speedup
-        per_token_flops = self.m[family]["flops"] / self.m[family]["tokens"]
-        extra = transform_flops_per_token(family, self.s) * self.s.heads_total() / per_token_flops
-        return self.per_token(family) * n * (1 + extra) / self.speedup
+        measured = WIDE if family == "delta" else family
+        pass_seconds = self.per_token(measured) * n
+        extra = extra_flops_per_token(family, self.s) * self.s.heads_total() * n / self.flop_rate(measured)
+        return (pass_seconds + extra) / self.speedup
 
     def flops(self, family, flops):
         return flops * self.s.heads_total() / self.flop_rate(family) / self.speedup
@@ -255,9 +264,9 @@ def layer_time(method, family, P, N, s, net, comp):
 # ---------------------------------------------------------------------------------------------------
 # Measuring and checking.
 
-def bench(binary, op, s, seq, threads, budget, causal=False):
+def bench(binary, op, s, seq, threads, budget, causal=False, value_dim=None):
     cmd = [binary, "bench", "--op", op, "--batch", str(s.B), "--heads", str(s.H), "--seq", str(seq),
-           "--dim", str(s.D), "--value-dim", str(s.V), "--threads", str(threads), "--budget", str(budget),
+           "--dim", str(s.D), "--value-dim", str(value_dim or s.V), "--threads", str(threads), "--budget", str(budget),
            "--min-reps", "3", "--json"]
     if causal:
         cmd.append("--causal")
@@ -270,9 +279,10 @@ def bench(binary, op, s, seq, threads, budget, causal=False):
 
 def measure(args, s):
     measured = {}
-    for family, op in FAMILY_OP.items():
+    for family, op in list(FAMILY_OP.items()) + [(WIDE, "delta_rule")]:
         seq = args.softmax_seq if family == "softmax" else args.measure_seq
-        measured[family] = bench(args.bin, op, s, seq, args.threads, args.budget, causal=(family == "softmax"))
+        measured[family] = bench(args.bin, op, s, seq, args.threads, args.budget, causal=(family == "softmax"),
+                                 value_dim=s.K + s.V if family == WIDE else None)
         m = measured[family]
         print(f"measured {family:8s} ({op}, N = {seq}): {m['seconds'] * 1e3:.2f} ms median, "
               f"{m['seconds'] / m['tokens'] * 1e6:.3f} us per token, {m['flops'] / m['seconds'] * 1e-9:.2f} GFLOP/s",
@@ -303,8 +313,7 @@ def check_measured(path):
                 return 1
         s = Shape(r["batch"], r["heads"], r["dim"], r.get("value_dim") or r["dim"], r.get("feature_dim"))
         P = r["ranks"]
-        n = math.ceil(r["seq"] / P)  # the largest shard of an even split
-        model = linattn_bytes_sent(r["op"], s, P, n, bool(r.get("backward")))
+        model = linattn_bytes_sent(r["op"], s, bench_shards(r["seq"], P), bool(r.get("backward")))
         ok = int(model) == int(r["bytes_sent"])
         bad += 0 if ok else 1
         print(f"{'ok  ' if ok else 'DIFF'} op={r['op']} P={P} N={r['seq']} B={s.B} H={s.H} D={s.D} E={s.V}"
