@@ -11,11 +11,17 @@ numpy (float32 arrays, any strides; the options of linattn.linear_attention, wit
 
 - linear_attention(comm, q, k, v, *, feature_map="elu", causal=False, eps=1e-6, n_features=None, seed=0)
 - linear_attention_backward(comm, q, k, v, dout, *, same options) -> (dq, dk, dv)
+- decayed_attention(comm, q, k, v, g=None, *, decay, g_gamma=None, scale=None, chunk_size=64) and
+  decayed_attention_backward(comm, q, k, v, g, dout, ...) -> (dq, dk, dv, dg): linattn.decayed_attention
+- delta_rule(comm, q, k, v, beta, g=None, *, gate="delta_rule", scale=None, use_qk_l2norm=False,
+  chunk_size=64) and delta_rule_backward(comm, q, k, v, beta, g, dout, ...) -> (dq, dk, dv, dbeta, dg)
 - comm_stats() -> {"bytes_sent", "calls", "comm_seconds", "compute_seconds"}; reset_comm_stats()
 
 torch (autograd; float32 CPU tensors; layout "bnhd" [B, n, H, D] or "bhnd" [B, H, n, D], as linattn.torch):
 
 - torch_linear_attention(comm, q, k, v, *, layout, feature_map="elu", causal=False, eps=1e-6, ...)
+- torch_decayed_attention(comm, q, k, v, g=None, *, decay, ...), torch_delta_rule(comm, q, k, v, beta,
+  g=None, *, gate, ...): [B, n_r, H, K] tensors (flash-linear-attention's layout)
 
 Every rank must make the same call: shapes that disagree between ranks, or a bad argument on one rank,
 raise ValueError on every rank naming the rank at fault, before any arithmetic. Needs linattn built
@@ -29,8 +35,9 @@ except ImportError as e:  # linattn built without LINATTN_MPI, or MPI's library 
     raise ImportError(f"linattn.distributed needs linattn built with LINATTN_MPI=ON (the _distributed module): {e}"
                       ) from e
 
-__all__ = ["linear_attention", "linear_attention_backward", "torch_linear_attention", "comm_stats",
-           "reset_comm_stats"]
+__all__ = ["linear_attention", "linear_attention_backward", "decayed_attention", "decayed_attention_backward",
+           "delta_rule", "delta_rule_backward", "torch_linear_attention", "torch_decayed_attention",
+           "torch_delta_rule", "comm_stats", "reset_comm_stats"]
 
 
 def _handle(comm):
@@ -65,10 +72,41 @@ def reset_comm_stats():
     _distributed.reset_comm_stats()
 
 
+def decayed_attention(comm, q, k, v, g=None, *, decay, g_gamma=None, scale=None, chunk_size=64):
+    """This rank's o [B, n_r, H, V]: linattn.decayed_attention over the whole sharded sequence, which
+    starts from the zero state on rank 0 (q, k [B, n_r, H, K], g [B, n_r, H] or [B, n_r, H, 1] for
+    simple_gla, [B, n_r, H, K] for gla, None for linear, retention and lightning's g_gamma [H])."""
+    return _distributed.decayed_attention(_handle(comm), q, k, v, g, decay=decay, g_gamma=g_gamma, scale=scale,
+                                          chunk_size=int(chunk_size))
+
+
+def decayed_attention_backward(comm, q, k, v, g, dout, *, decay, g_gamma=None, scale=None, chunk_size=64):
+    """This rank's (dq, dk, dv, dg) (dg None without g)."""
+    return _distributed.decayed_attention_backward(_handle(comm), q, k, v, g, dout, decay=decay, g_gamma=g_gamma,
+                                                   scale=scale, chunk_size=int(chunk_size))
+
+
+def delta_rule(comm, q, k, v, beta, g=None, *, gate="delta_rule", scale=None, use_qk_l2norm=False, chunk_size=64):
+    """This rank's o [B, n_r, H, V]: linattn.delta_rule over the whole sharded sequence (beta
+    [B, n_r, H]; g [B, n_r, H] for gated_delta_rule, [B, n_r, H, K] for kda, None for delta_rule)."""
+    return _distributed.delta_rule(_handle(comm), q, k, v, beta, g, gate=gate, scale=scale,
+                                   use_qk_l2norm=bool(use_qk_l2norm), chunk_size=int(chunk_size))
+
+
+def delta_rule_backward(comm, q, k, v, beta, g, dout, *, gate="delta_rule", scale=None, use_qk_l2norm=False,
+                        chunk_size=64):
+    """This rank's (dq, dk, dv, dbeta, dg) (dg None without g)."""
+    return _distributed.delta_rule_backward(_handle(comm), q, k, v, beta, g, dout, gate=gate, scale=scale,
+                                            use_qk_l2norm=bool(use_qk_l2norm), chunk_size=int(chunk_size))
+
+
+_FORWARD = {"linear": linear_attention, "decayed": decayed_attention, "delta": delta_rule}
+_BACKWARD = {"linear": linear_attention_backward, "decayed": decayed_attention_backward,
+             "delta": delta_rule_backward}
 _torch_function = None
 
 
-def _linear_function():
+def _function():
     """The torch.autograd.Function, made on first use so that importing this module needs no torch."""
     global _torch_function
     if _torch_function is not None:
@@ -76,26 +114,29 @@ def _linear_function():
     import torch
     from torch.autograd.function import once_differentiable
 
-    class LinearAttentionFunction(torch.autograd.Function):
-        """out = linear_attention(comm, q, k, v); its backward is the distributed backward, a
-        collective: every rank's loss.backward() must reach it (as with torch.distributed)."""
+    class Distributed(torch.autograd.Function):
+        """out = _FORWARD[family](comm, *tensors, **options) (None for an absent g), whose backward is
+        the distributed backward: a collective, so every rank's loss.backward() must reach it (as
+        with torch.distributed)."""
 
         @staticmethod
-        def forward(ctx, comm, options, q, k, v):
-            ctx.comm, ctx.options = comm, options
-            ctx.save_for_backward(q, k, v)
-            arrays = [_array(x) for x in (q, k, v)]
-            return torch.from_numpy(linear_attention(comm, *arrays, **options))
+        def forward(ctx, comm, family, options, *tensors):
+            ctx.comm, ctx.family, ctx.options = comm, family, options
+            ctx.absent = [x is None for x in tensors]
+            ctx.save_for_backward(*(x for x in tensors if x is not None))
+            arrays = [None if x is None else _array(x) for x in tensors]
+            return torch.from_numpy(_FORWARD[family](comm, *arrays, **options))
 
         @staticmethod
         @once_differentiable
         def backward(ctx, dout):
-            q, k, v = ctx.saved_tensors
-            grads = linear_attention_backward(ctx.comm, *(_array(x) for x in (q, k, v)),
-                                              _array(dout.to(torch.float32)), **ctx.options)
-            return (None, None, *(torch.from_numpy(g) for g in grads))
+            saved = iter(ctx.saved_tensors)
+            arrays = [None if absent else _array(next(saved)) for absent in ctx.absent]
+            grads = _BACKWARD[ctx.family](ctx.comm, *arrays, _array(dout.to(torch.float32).contiguous()),
+                                          **ctx.options)
+            return (None, None, None, *(None if g is None else torch.from_numpy(g) for g in grads))
 
-    _torch_function = LinearAttentionFunction
+    _torch_function = Distributed
     return _torch_function
 
 
@@ -119,4 +160,18 @@ def torch_linear_attention(comm, q, k, v, *, layout=None, feature_map="elu", cau
     check_layout(layout, "torch_linear_attention")
     q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
     options = dict(feature_map=feature_map, causal=bool(causal), eps=float(eps), n_features=n_features, seed=int(seed))
-    return from_bnhd(_linear_function().apply(comm, options, q, k, v), layout)
+    return from_bnhd(_function().apply(comm, "linear", options, q, k, v), layout)
+
+
+def torch_decayed_attention(comm, q, k, v, g=None, *, decay, g_gamma=None, scale=None, chunk_size=64):
+    """decayed_attention with autograd (dq, dk, dv, dg) on [B, n_r, H, K] tensors (flash-linear-
+    attention's layout, as linattn.fla)."""
+    options = dict(decay=decay, g_gamma=g_gamma, scale=scale, chunk_size=int(chunk_size))
+    return _function().apply(comm, "decayed", options, q, k, v, g)
+
+
+def torch_delta_rule(comm, q, k, v, beta, g=None, *, gate="delta_rule", scale=None, use_qk_l2norm=False,
+                     chunk_size=64):
+    """delta_rule with autograd (dq, dk, dv, dbeta, dg) on [B, n_r, H, K] tensors."""
+    options = dict(gate=gate, scale=scale, use_qk_l2norm=bool(use_qk_l2norm), chunk_size=int(chunk_size))
+    return _function().apply(comm, "delta", options, q, k, v, beta, g)

@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 import linattn.distributed as dist
 import linattn.torch as lt
+from linattn import _linattn
 
 TOL = 2e-5  # max |distributed - single process| / max |single process|, fp32 sums in another order
 
@@ -70,6 +71,8 @@ def main():
         for name, got, want in zip(names[1:], grads, first[1:]):
             np.testing.assert_array_equal(got, want.numpy(), err_msg=name)
 
+    check_families(comm, lengths, begin, end)
+
     # Shapes that disagree between ranks: every rank raises, naming the rank at fault (rank 1 here).
     if comm.Get_size() > 1:
         dim = D + (1 if rank == 1 else 0)
@@ -85,6 +88,39 @@ def main():
     comm.Barrier()
     if rank == 0:
         print(f"distributed_worker: {comm.Get_size()} ranks, shards {lengths}: ok")
+
+
+def check_families(comm, lengths, begin, end):
+    """GLA (a decay per key) and Gated DeltaNet (a decay per token), through torch's autograd, against
+    the single-process numpy forward and backward of the whole sequence."""
+    rank = comm.Get_rank()
+    B, H, K, V = 1, 2, 8, 8
+    N = sum(lengths)
+    r = np.random.default_rng(99)
+    q, k, v, dout = (r.standard_normal((B, N, H, d)).astype(np.float32) for d in (K, K, V, V))
+    gla_g = (np.log(1 / (1 + np.exp(-r.standard_normal((B, N, H, K))))) / 16).astype(np.float32)
+    kn = (k / np.linalg.norm(k, axis=-1, keepdims=True)).astype(np.float32)  # the delta rule's unit keys
+    qn = (q / np.linalg.norm(q, axis=-1, keepdims=True)).astype(np.float32)
+    beta = (1 / (1 + np.exp(-r.standard_normal((B, N, H))))).astype(np.float32)
+    gdn_g = (np.log(1 / (1 + np.exp(-r.standard_normal((B, N, H))))) / 16).astype(np.float32)
+    cases = [
+        ("gla", (q, k, v, gla_g), dict(decay="gla"), _linattn.decayed_attention, _linattn.decayed_attention_backward,
+         dist.torch_decayed_attention),
+        ("gated_delta_rule", (qn, kn, v, beta, gdn_g), dict(gate="gated_delta_rule"), _linattn.delta_rule,
+         _linattn.delta_rule_backward, dist.torch_delta_rule),
+    ]
+    for name, inputs, options, forward, backward, sharded in cases:
+        want_out = forward(*inputs, **options)[0]
+        want_grads = backward(*inputs, dout, **options)[: len(inputs)]
+        tensors = [torch.from_numpy(x[:, begin:end].copy()).requires_grad_() for x in inputs]
+        out = sharded(comm, *tensors, **options)
+        (out * torch.from_numpy(dout[:, begin:end])).sum().backward()
+        for what, got, want in [("out", out.detach(), want_out)] + [
+                (f"d{i}", t.grad, g) for i, (t, g) in enumerate(zip(tensors, want_grads))]:
+            want = want[:, begin:end]
+            assert tuple(got.shape) == want.shape, (name, what, got.shape, want.shape)
+            err = relative_error(got, want)
+            assert err < TOL, f"rank {rank} {name} {what}: error {err:.3g} > {TOL}"
 
 
 if __name__ == "__main__":
