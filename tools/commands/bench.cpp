@@ -4,6 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "commands/bench_seq_parallel.hpp"
 #include "common/command.hpp"
 #include "common/flags.hpp"
 #include "common/measure.hpp"
@@ -19,6 +20,7 @@ struct BenchArgs {
   int64_t value_dim = 0;
   MeasureOptions measure;
   bool json = false;
+  bool seq_parallel = false;
 };
 
 int bench(BenchArgs& args) {
@@ -28,6 +30,7 @@ int bench(BenchArgs& args) {
     throw UsageError(std::string("--backward: --op ") + op_name(p.op) + " has no backward (it serves generation)");
   if (p.causal && p.op != Op::softmax) throw UsageError("--causal applies to --op softmax only");
   args.measure.forward = !args.measure.backward;
+  if (args.seq_parallel) return bench_seq_parallel(p, args.measure, args.json);
   check_memory(estimated_bytes(p, args.measure.backward), std::string("bench --op ") + op_name(p.op));
   warn_if_busy();  // after the refusal, so that an error stays one line
   const Measurement m = measure(p, args.measure);
@@ -102,6 +105,9 @@ const Registrar registrar{
            ->check(flags::finite(0, limits::kMaxBudgetSeconds));
        app.add_option("--min-reps", args->measure.min_reps, "Fewest repetitions")->check(flags::bounded(1, 1000));
        app.add_flag("--json", args->json, "Print one JSON object");
+       app.add_flag("--seq-parallel", args->seq_parallel,
+                    "Under mpirun: split the sequence over the ranks (--op causal or linear; linattn_mpi); rank 0 "
+                    "prints per-rank compute and communication time and bytes sent");
        app.footer(
            "seconds: median over repetitions after one warm-up. gflops: the documented flop "
            "count (docs/cli.md) / seconds. peak_bytes: growth of the resident set's high-water "
