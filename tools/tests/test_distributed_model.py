@@ -62,9 +62,19 @@ def _seq_parallel_bench(bin_path):
     return None
 
 
-# (op, extra flags): every operator bench --seq-parallel takes, forward and forward+backward.
-CASES = [("causal", []), ("linear", []), ("softmax", ["--causal"]), ("causal", ["--backward"]),
-         ("linear", ["--backward"]), ("softmax", ["--causal", "--backward"])]
+# The operators the check needs (causal and non-causal linear attention, forward and forward+backward),
+# and those it takes where bench --seq-parallel has them (a usage error, exit 2, where it does not).
+REQUIRED = ["causal", "linear"]
+OPTIONAL = {"softmax": ["--causal"], "gla": [], "delta_rule": []}
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+           OMP_WAIT_POLICY="passive")
+
+
+def _bench(bin_path, ranks, op, seq, flags):
+    cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", bin_path, "bench", "--op", op, "--batch", "2", "--heads",
+           "3", "--seq", str(seq), "--dim", "16", "--value-dim", "8", "--seq-parallel", "--threads", "1", "--budget",
+           "0", "--min-reps", "1", "--json", *flags]
+    return cmd, subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
 
 
 def test_model_bytes_equal_measured(tmp_path):
@@ -72,23 +82,24 @@ def test_model_bytes_equal_measured(tmp_path):
     reason = _seq_parallel_bench(bin_path)
     if reason:
         pytest.skip(reason)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
-               OMP_WAIT_POLICY="passive")
+    cases = [(op, []) for op in REQUIRED]
+    for op, flags in OPTIONAL.items():
+        _, probe = _bench(bin_path, 1, op, 8, flags)
+        if probe.returncode == 2 and "--seq-parallel" in probe.stderr:
+            continue  # not sequence-parallel in this build
+        assert probe.returncode == 0, (op, probe.stdout, probe.stderr)
+        cases.append((op, flags))
+    # Forward+backward at every P; the forward alone at P = 2 and 4, and at another N (uneven shards).
+    runs = [(ranks, 96, ["--backward"]) for ranks in (1, 2, 3, 4)] + [(2, 96, []), (4, 96, []), (4, 193, [])]
     lines = []
-    for ranks in (1, 2, 3, 4):
-        for seq in (96, 192):  # the bytes of the linear ops must not change with N
-            for op, flags in CASES:
-                if seq == 192 and ranks != 4:
-                    continue
-                cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", bin_path, "bench", "--op", op, "--batch", "2",
-                       "--heads", "3", "--seq", str(seq), "--dim", "16", "--value-dim", "8", "--seq-parallel",
-                       "--threads", "1", "--budget", "0", "--min-reps", "1", "--json", *flags]
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-                assert proc.returncode == 0, (cmd, proc.stdout, proc.stderr)
-                objects = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-                assert len(objects) == 1, proc.stdout  # rank 0 prints one object
-                assert json.loads(objects[0])["ranks"] == ranks
-                lines.append(objects[0])
+    for ranks, seq, backward in runs:
+        for op, flags in cases:
+            cmd, proc = _bench(bin_path, ranks, op, seq, flags + backward)
+            assert proc.returncode == 0, (cmd, proc.stdout, proc.stderr)
+            objects = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+            assert len(objects) == 1, proc.stdout  # rank 0 prints one object
+            assert json.loads(objects[0])["ranks"] == ranks
+            lines.append(objects[0])
     measured = tmp_path / "measured.json"
     measured.write_text("\n".join(lines) + "\n")
     proc = subprocess.run([sys.executable, str(SCRIPT), "--check-measured", str(measured)], capture_output=True,
