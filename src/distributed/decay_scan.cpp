@@ -177,7 +177,7 @@ std::vector<float> entering_state(MPI_Comm comm, const Shard& s, ConstTensorView
   }
   std::vector<float> entering(maps.size(), 0.0f);
   const ItemType type(ItemType::Kind::diagonal, s.K, s.V);
-  exscan(maps.data(), entering.data(), mpi_count(s.B * s.H, "the heads"), type.type(), diagonal_op(), comm);
+  exclusive_scan(maps.data(), entering.data(), mpi_count(s.B * s.H, "the heads"), type.type(), diagonal_op(), comm);
   if (s.rank == 0) return {};
   return states_of(s, entering);
 }
@@ -231,7 +231,8 @@ void decayed_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Ten
   }
   std::vector<float> later(maps.size(), 0.0f);
   const ItemType type(ItemType::Kind::diagonal, s.K, s.V);
-  exscan(maps.data(), later.data(), mpi_count(s.B * s.H, "the heads"), type.type(), diagonal_op(), reversed(comm));
+  exclusive_scan(maps.data(), later.data(), mpi_count(s.B * s.H, "the heads"), type.type(), diagonal_op(),
+                 reversed(comm));
   const std::vector<float> dfinal = s.last() ? std::vector<float>() : states_of(s, later);
   or_abort(comm, op, [&] {
     if (s.n == 0) return;

@@ -137,7 +137,7 @@ std::vector<float> states_of(const Shard& s, const std::vector<float>& items) {
 std::vector<float> exscan_maps(MPI_Comm comm, const Shard& s, const std::vector<float>& maps) {
   std::vector<float> result(maps.size(), 0.0f);
   const ItemType type(ItemType::Kind::matrix, s.K, s.V);
-  exscan(maps.data(), result.data(), mpi_count(s.B * s.H, "the heads"), type.type(), matrix_op(), comm);
+  exclusive_scan(maps.data(), result.data(), mpi_count(s.B * s.H, "the heads"), type.type(), matrix_op(), comm);
   return result;
 }
 
@@ -240,8 +240,8 @@ void delta_rule_backward(MPI_Comm comm, TensorView dq, TensorView dk, TensorView
   }
   std::vector<float> later(reverse_maps.size(), 0.0f);
   const ItemType type(ItemType::Kind::matrix, s.K, s.V);
-  exscan(reverse_maps.data(), later.data(), mpi_count(s.B * s.H, "the heads"), type.type(), matrix_op(),
-         reversed(comm));
+  exclusive_scan(reverse_maps.data(), later.data(), mpi_count(s.B * s.H, "the heads"), type.type(), matrix_op(),
+                 reversed(comm));
   const std::vector<float> initial = s.rank == 0 ? std::vector<float>() : states_of(s, entering);
   const std::vector<float> dfinal = s.last() ? std::vector<float>() : states_of(s, later);
   or_abort(comm, op, [&] {

@@ -10,15 +10,27 @@ namespace linattn::distributed::detail {
 namespace {
 
 // Tokens per tile of the local passes: a fixed number, so the order of every sum is fixed.
-constexpr int64_t kRows = 128;
+constexpr int64_t kRows = 256;
 
 // rows [t0, t0 + count) of head (b, h) of x into dst: [count, x.dim()] contiguous.
 void gather(float* dst, ConstTensorView x, int64_t b, int64_t h, int64_t t0, int64_t count) {
   const int64_t D = x.dim();
   for (int64_t t = 0; t < count; ++t) {
     const float* src = x.row(b, t0 + t, h);
-    for (int64_t d = 0; d < D; ++d) dst[t * D + d] = src[d * x.stride[3]];
+    if (x.stride[3] == 1) {
+      std::copy_n(src, D, dst + t * D);
+    } else {
+      for (int64_t d = 0; d < D; ++d) dst[t * D + d] = src[d * x.stride[3]];
+    }
   }
+}
+
+// Rows [t0, t0 + count) of head (b, h) of x as a GEMM operand: in place when x's rows are
+// contiguous, else gathered into scratch.
+kernels::ConstTile rows_of(ConstTensorView x, int64_t b, int64_t h, int64_t t0, int64_t count, float* scratch) {
+  if (x.stride[3] == 1 && count > 0) return {x.row(b, t0, h), count > 1 ? x.stride[1] : x.dim(), count, x.dim()};
+  gather(scratch, x, b, h, t0, count);
+  return {scratch, x.dim(), count, x.dim()};
 }
 
 // dst's rows [t0, t0 + count) of head (b, h) = (or +=) src: [count, dst.dim()].
@@ -31,6 +43,12 @@ void scatter(TensorView dst, const float* src, int64_t b, int64_t h, int64_t t0,
       x = accumulate ? x + src[t * D + d] : src[t * D + d];
     }
   }
+}
+
+// z[m] += Σ_t phi[t, m], t ascending (restrict: the sum vectorises over m).
+void add_rows(float* __restrict z, const float* __restrict phi, int64_t rows, int64_t M) {
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t m = 0; m < M; ++m) z[m] += phi[t * M + m];
 }
 
 // [rows, cols] → [cols, rows].
@@ -56,12 +74,11 @@ void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView 
     for (int64_t t0 = 0; t0 < n; t0 += kRows) {
       const int64_t T = std::min(kRows, n - t0);
       gather(x.data(), k, b, h, t0, T);
-      gather(vt.data(), v, b, h, t0, T);
       map.forward(phi.data(), x.data(), T, D, FeatureRole::key);
       // S += φᵀ v: [M, T] · [T, E].
-      kernels::gemm({S, E, M, E}, kernels::transposed(phi.data(), M), {vt.data(), E, T, E}, {.accumulate = true});
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t m = 0; m < M; ++m) z[m] += phi[t * M + m];
+      kernels::gemm({S, E, M, E}, kernels::transposed(phi.data(), M), rows_of(v, b, h, t0, T, vt.data()),
+                    {.accumulate = true});
+      add_rows(z, phi.data(), T, M);
     }
   }
 }

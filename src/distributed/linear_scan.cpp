@@ -106,7 +106,7 @@ std::vector<float> entering_state(MPI_Comm comm, const Shard& s, ConstTensorView
                                   const LinearAttentionOptions& options) {
   const std::vector<float> sums = local_sums(s, k, v, options, s.last());
   std::vector<float> state(sums.size(), 0.0f);
-  exscan(sums.data(), state.data(), mpi_count(s.items(), "the (S, z) state"), MPI_FLOAT, add_op(), comm);
+  exclusive_scan(sums.data(), state.data(), mpi_count(s.items(), "the (S, z) state"), MPI_FLOAT, add_op(), comm);
   if (s.rank == 0) std::fill(state.begin(), state.end(), 0.0f);
   return state;
 }
@@ -189,7 +189,7 @@ void linear_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tens
     });
     // Rank 0's ∂L/∂S_in is never read (nothing precedes it), like the last rank's sums.
     std::vector<float> later(items.size(), 0.0f);
-    exscan(dentering.data(), later.data(), count, MPI_FLOAT, add_op(), reversed(comm));
+    exclusive_scan(dentering.data(), later.data(), count, MPI_FLOAT, add_op(), reversed(comm));
     or_abort(comm, op, [&] {
       if (s.last() || s.nk == 0) return;
       ComputeTimer timer;

@@ -2,7 +2,10 @@
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "linattn/error.hpp"
 
@@ -99,6 +102,41 @@ void exscan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_
 void scan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   Counted counted(type_bytes(datatype, count));
   check_mpi(MPI_Scan(send, recv, count, datatype, op, comm), "MPI_Scan", comm);
+}
+
+void exclusive_scan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  const char* choice = std::getenv("LINATTN_MPI_SCAN");
+  if (choice && std::string_view(choice) == "exscan") {
+    exscan(send, recv, count, datatype, op, comm);
+    return;
+  }
+  const int rank = comm_rank(comm), size = comm_size(comm);
+  const size_t bytes = size_t(type_bytes(datatype, count));
+  // partial: the reduction of this rank's aligned block of ranks (of the current size) seen so far;
+  // recv: that of the ranks below this one, once any arrived.
+  std::vector<unsigned char> partial(static_cast<const unsigned char*>(send),
+                                     static_cast<const unsigned char*>(send) + bytes),
+      incoming(bytes);
+  bool have = false;
+  for (int mask = 1; mask < size; mask <<= 1) {
+    const int partner = rank ^ mask;
+    if (partner >= size) continue;
+    sendrecv(partial.data(), count, partner, incoming.data(), count, partner, datatype, /*tag=*/7401, comm);
+    if (partner < rank) {
+      // incoming covers lower ranks: it goes first.
+      check_mpi(MPI_Reduce_local(incoming.data(), partial.data(), count, datatype, op), "MPI_Reduce_local", comm);
+      if (have) {
+        check_mpi(MPI_Reduce_local(incoming.data(), recv, count, datatype, op), "MPI_Reduce_local", comm);
+      } else {
+        std::memcpy(recv, incoming.data(), bytes);
+        have = true;
+      }
+    } else {
+      // incoming covers higher ranks: partial ← partial ∘ incoming.
+      check_mpi(MPI_Reduce_local(partial.data(), incoming.data(), count, datatype, op), "MPI_Reduce_local", comm);
+      partial.swap(incoming);
+    }
+  }
 }
 
 void bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {

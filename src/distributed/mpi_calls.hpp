@@ -41,6 +41,14 @@ void allgather(const void* send, void* recv, int count, MPI_Datatype datatype, M
 void allreduce(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 void exscan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 void scan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+
+// The exclusive scan of the causal families: recv on rank r ← send_0 ∘ … ∘ send_{r−1} (op applied as
+// MPI_Reduce_local does, inout ← in ∘ inout; recv undefined on rank 0). By recursive doubling over
+// MPI_Sendrecv: ⌈log₂ P⌉ rounds, each a send of the whole payload, in a fixed order for a given P
+// (deterministic for any op, commutative or not). Debian's OpenMPI 4.1 runs MPI_Exscan as a linear
+// chain (P − 1 sequential steps) unless told otherwise; LINATTN_MPI_SCAN=exscan in the environment
+// makes this call MPI_Exscan instead (then counted once, as any collective).
+void exclusive_scan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 void bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
 void sendrecv(const void* send, int send_count, int dest, void* recv, int recv_count, int source, MPI_Datatype datatype,
               int tag, MPI_Comm comm);

@@ -14,12 +14,12 @@
 // the message to stderr: the other ranks are inside a collective by then and can only be ended.
 //
 // Byte counting (CommStats::bytes_sent): each rank counts the bytes it passes as its send buffer to
-// each MPI call, count × type size, once per call: an MPI_Exscan or MPI_Allreduce of n bytes counts
-// n, an MPI_Allgather counts its own n (not P·n), a point-to-point send counts its message. MPI's
-// internal traffic (an Exscan's ⌈log₂ P⌉ rounds of recursive doubling, say) is MPI's algorithm and
-// is not counted: the bytes here are what the operator asks the network to carry, per rank and call.
-#include <mpi.h>
-
+// each MPI call, count × type size, once per call: an MPI_Allreduce of n bytes counts n, an
+// MPI_Allgather counts its own n (not P·n), a point-to-point send (MPI_Sendrecv) its message. The
+// causal scans are recursive doubling over MPI_Sendrecv, so they count what goes on the wire: the
+// payload once per round in which the rank has a partner (⌈log₂ P⌉ rounds at most). The traffic
+// inside a collective (an Allreduce's reduce-scatter and allgather, say) is MPI's algorithm and is
+// not counted: the bytes here are what the operator hands to MPI, per rank and call.
 #include <cstdint>
 #include <stdexcept>
 #include <string>

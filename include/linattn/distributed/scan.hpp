@@ -9,16 +9,18 @@
 //        plain        (S, z) ↦ (S + S_r, z + z_r)             an addition
 //        decayed      S ↦ diag(a_r) S + S_r                    an affine map (a_r: the shard's decay)
 //        delta rule   S ↦ A_r S + B_r                          an affine map with a K×K matrix
-//   3. one MPI_Exscan with a user-defined associative, non-commutative operator (composition of the
+//   3. one exclusive scan with a user-defined associative, non-commutative MPI_Op (composition of the
 //      transforms, in rank order) gives rank r the state entering its shard, T_{r−1}∘…∘T_0(0), in
-//      ⌈log₂ P⌉ rounds inside MPI;
+//      ⌈log₂ P⌉ rounds: recursive doubling over MPI_Sendrecv with MPI_Reduce_local, because Debian's
+//      OpenMPI 4.1 runs MPI_Exscan as a chain of P − 1 steps (LINATTN_MPI_SCAN=exscan selects
+//      MPI_Exscan itself);
 //   4. the rank finishes its outputs with the single-process operator from that state.
 // The backward is the reverse scan of the state gradients (the transposed maps, in reverse rank
 // order, over a communicator of the same ranks reversed; cached on comm as an attribute).
 // Non-causal linear attention sums (S, z) over all ranks: one MPI_Allreduce, in rank order.
 //
-// Results are the same bitwise from run to run for a given P and shard split (the scan operators are
-// declared non-commutative, so MPI combines in rank order, and the local passes are deterministic),
+// Results are the same bitwise from run to run for a given P and shard split (the scan's order of
+// combination is fixed by P, the operators keep rank order, and the local passes are deterministic),
 // and equal to the single-process operator's within fp32 rounding. Not supported here: key_lengths
 // and cu_seqlens (a shard is one contiguous piece of each batch row's sequence).
 #include "linattn/decay.hpp"
