@@ -5,7 +5,7 @@ Predicts the time of one attention layer's forward pass per rank, and the bytes 
 P ranks sharing a sequence of N tokens, for five ways of passing what a shard needs from the shards
 before it:
 
-  linattn_exscan   linattn_mpi: one MPI_Exscan of the shard's state transform, ceil(log2 P) rounds
+  linattn_exscan   linattn_mpi: one exclusive scan of the shards' transforms, ceil(log2 P) rounds of sends
   lasp_ring        LASP: the state passed rank to rank, P - 1 sequential steps
   lasp2_allgather  LASP-2: one AllGather of every rank's state, each rank combining the earlier ones
   zeco_allscan     ZeCO: the All-Scan, the state split into k blocks pipelined along the chain
@@ -20,7 +20,7 @@ communication only; ring attention overlaps each step's transfer with that step'
 
 Two byte counts per rank and layer: bytes_sent, by linattn_mpi's rule (include/linattn/distributed/
 comm.hpp: the send buffer handed to each MPI call, once per call; the figure `linattn bench
---seq-parallel` reports), and wire_bytes, what the algorithm puts on the network (an Exscan's
+--seq-parallel` reports), and wire_bytes, what the algorithm puts on the network (a scan's
 ceil(log2 P) rounds, an AllGather's P - 1 states). --check-measured compares bytes_sent with the
 measured JSON of `mpirun -np P linattn bench --seq-parallel --json` and exits 1 on any difference.
 
@@ -70,7 +70,7 @@ class Shape:
 # What travels: per (b, h) item, in floats.
 
 def transform_floats(family, s):
-    """The shard's state transform that linattn's Exscan (and LASP-2's AllGather) carries."""
+    """The shard's state transform that linattn's scan (and LASP-2's AllGather) carries."""
     if family in ("plain", "plain_noncausal"):
         return s.K * s.V + s.K  # (S, z)
     if family == "decayed":
@@ -89,7 +89,7 @@ def state_floats(family, s):
 
 
 def combine_flops(family, s):
-    """Flops of one composition of two transforms (the Exscan's operator), per (b, h)."""
+    """Flops of one composition of two transforms (the scan's operator), per (b, h)."""
     if family in ("plain", "plain_noncausal"):
         return s.K * s.V + s.K  # additions
     if family == "decayed":
@@ -121,6 +121,16 @@ def ceil_log2(p):
     return max(0, math.ceil(math.log2(p))) if p > 1 else 0
 
 
+def scan_rounds(rank, P):
+    """The rounds in which `rank` sends under linattn_mpi's recursive doubling (src/distributed/
+    mpi_calls.cpp, exclusive_scan): one per mask 1, 2, 4, ... < P whose partner rank ^ mask exists."""
+    rounds, mask = 0, 1
+    while mask < P:
+        rounds += (rank ^ mask) < P
+        mask <<= 1
+    return rounds
+
+
 def bench_shards(N, P):
     """The shard lengths of `linattn bench --seq-parallel`: N // P each, the last rank the rest."""
     return [N // P] * (P - 1) + [N - (P - 1) * (N // P)]
@@ -141,18 +151,17 @@ def linattn_bytes_sent(op, s, lengths, backward=False):
         bwd = AGREEMENT_BYTES + kv + sum(lengths) * per_token
         return fwd + (bwd if backward else 0)
     item = FLOAT_BYTES * s.heads_total() * transform_floats(family, s)
-    # forward: the agreement and one collective of the transforms (an Exscan; an Allreduce when
-    # non-causal).
-    fwd = AGREEMENT_BYTES + item
-    if not backward:
-        return fwd
-    return fwd + backward_bytes(family, s, item)
-
-
-def backward_bytes(family, s, item):
-    # The backward: its own agreement, the forward's Exscan again (the entering states) and the
-    # reverse Exscan of the state gradients, an item of the same size.
-    return AGREEMENT_BYTES + 2 * item
+    if family == "plain_noncausal":
+        # the agreement and one Allreduce of (S, z), counted once; the backward: its agreement and two.
+        return AGREEMENT_BYTES + item + ((AGREEMENT_BYTES + 2 * item) if backward else 0)
+    # forward: the agreement and the scan of the transforms, one item per round the rank sends in;
+    # backward: its agreement, the forward's scan again (the entering states) and the reverse scan of
+    # the state gradients over the reversed ranks (rank r is P - 1 - r there), items of the same size.
+    def sent(r):
+        fwd = AGREEMENT_BYTES + scan_rounds(r, P) * item
+        bwd = AGREEMENT_BYTES + (scan_rounds(r, P) + scan_rounds(P - 1 - r, P)) * item
+        return fwd + (bwd if backward else 0)
+    return max(sent(r) for r in range(P))
 
 
 def method_bytes(method, family, s, P, N):
@@ -164,7 +173,8 @@ def method_bytes(method, family, s, P, N):
     item = FLOAT_BYTES * s.heads_total() * transform_floats(family, s)
     state = FLOAT_BYTES * s.heads_total() * state_floats(family, s)
     if method == "linattn_exscan":
-        return AGREEMENT_BYTES + item, ceil_log2(P) * item  # recursive doubling: one item a round
+        # recursive doubling over MPI_Sendrecv: one item a round, on the wire and counted alike
+        return AGREEMENT_BYTES + ceil_log2(P) * item, ceil_log2(P) * item
     if method == "lasp_ring":
         return state, state  # one send (the last rank sends none)
     if method == "lasp2_allgather":

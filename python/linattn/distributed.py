@@ -3,9 +3,10 @@
 Rank r of `comm` (an mpi4py communicator, e.g. MPI.COMM_WORLD) holds a contiguous shard of the
 sequence — rank order is sequence order — and calls the same function with its own shard: q, k
 [B, n_r, H, D], v [B, n_r, H, E] (n_r may differ between ranks, and may be 0). It gets back its own
-rows of the result; the ranks exchange only the K×V states (one MPI_Exscan when causal, one
-MPI_Allreduce when not), never tokens. Results are the same on every run for a given split, and
-equal to the single-process linattn.linear_attention of the whole sequence within fp32 rounding.
+rows of the result; the ranks exchange only the K×V states (an exclusive scan of ceil(log2 P)
+rounds of MPI_Sendrecv when causal, one MPI_Allreduce when not), never tokens. Results are the same
+on every run for a given split, and equal to the single-process operator (linattn.linear_attention,
+decayed_attention, delta_rule) on the whole sequence within fp32 rounding.
 
 numpy (float32 arrays, any strides; the options of linattn.linear_attention, without key_lengths):
 
