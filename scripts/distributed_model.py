@@ -131,9 +131,17 @@ def scan_rounds(rank, P):
     return rounds
 
 
-def bench_shards(N, P):
-    """The shard lengths of `linattn bench --seq-parallel`: N // P each, the last rank the rest."""
-    return [N // P] * (P - 1) + [N - (P - 1) * (N // P)]
+def bench_shards(N, P, op="causal", causal=False):
+    """The shard lengths of `linattn bench --seq-parallel` (tools/commands/bench_seq_parallel.cpp,
+    bench_ring.cpp): the linear ops N // P each, the last rank the rest; ring attention the first
+    N mod P ranks one more, or under the causal (balanced) layout rank r blocks r and 2P - 1 - r of
+    2P blocks of N // 2P (the first N mod 2P one more)."""
+    if op != "softmax":
+        return [N // P] * (P - 1) + [N - (P - 1) * (N // P)]
+    if not causal:
+        return [N // P + (r < N % P) for r in range(P)]
+    block = [N // (2 * P) + (i < N % (2 * P)) for i in range(2 * P)]
+    return [block[r] + block[2 * P - 1 - r] for r in range(P)]
 
 
 def linattn_bytes_sent(op, s, lengths, backward=False):
@@ -146,6 +154,8 @@ def linattn_bytes_sent(op, s, lengths, backward=False):
         # forward: the agreement, then rank r passes on every shard but its successor's, P - 1
         # sends; backward (include/linattn/distributed/ring.hpp): its own agreement, the k/v shards
         # again and every shard's dk/dv accumulator once, P sends.
+        if P == 1:  # one rank passes nothing
+            return AGREEMENT_BYTES * (2 if backward else 1)
         kv = max(sum(lengths) - lengths[(r + 1) % P] for r in range(P)) * per_token
         fwd = AGREEMENT_BYTES + kv
         bwd = AGREEMENT_BYTES + kv + sum(lengths) * per_token
@@ -323,7 +333,8 @@ def check_measured(path):
                 return 1
         s = Shape(r["batch"], r["heads"], r["dim"], r.get("value_dim") or r["dim"], r.get("feature_dim"))
         P = r["ranks"]
-        model = linattn_bytes_sent(r["op"], s, bench_shards(r["seq"], P), bool(r.get("backward")))
+        lengths = bench_shards(r["seq"], P, r["op"], bool(r.get("causal")))
+        model = linattn_bytes_sent(r["op"], s, lengths, bool(r.get("backward")))
         ok = int(model) == int(r["bytes_sent"])
         bad += 0 if ok else 1
         print(f"{'ok  ' if ok else 'DIFF'} op={r['op']} P={P} N={r['seq']} B={s.B} H={s.H} D={s.D} E={s.V}"
