@@ -31,4 +31,13 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
                                 ConstTensorView k, ConstTensorView v, ConstTensorView out, std::span<const float> lse,
                                 const SoftmaxAttentionOptions& options = {});
 
+// Merges two partial results over disjoint key sets, as the online softmax does: on return (out, lse)
+// is the attention of the same queries over the union of both key sets. Exact up to rounding:
+// out = (e^(lse−m) out + e^(lse_other−m) out_other) / Σ, lse = m + log Σ, m the larger lse. A side
+// with lse = −∞ (a row that saw no key there) contributes nothing; both −∞ leaves out = 0, lse = −∞.
+// Split-key decoding and ring attention (src/distributed/) combine their blocks with it.
+// out, out_other: [B, N, H, E]; lse, lse_other: [B, H, N] contiguous.
+void softmax_attention_merge(TensorView out, std::span<float> lse, ConstTensorView out_other,
+                             std::span<const float> lse_other);
+
 }  // namespace linattn

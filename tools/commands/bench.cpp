@@ -4,6 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "commands/bench_ring.hpp"
 #include "commands/bench_seq_parallel.hpp"
 #include "common/command.hpp"
 #include "common/flags.hpp"
@@ -30,7 +31,9 @@ int bench(BenchArgs& args) {
     throw UsageError(std::string("--backward: --op ") + op_name(p.op) + " has no backward (it serves generation)");
   if (p.causal && p.op != Op::softmax) throw UsageError("--causal applies to --op softmax only");
   args.measure.forward = !args.measure.backward;
-  if (args.seq_parallel) return bench_seq_parallel(p, args.measure, args.json);
+  if (args.seq_parallel)  // softmax: ring attention (bench_ring.cpp); causal, linear: the scans
+    return p.op == Op::softmax ? bench_ring(p, args.measure, args.json)
+                               : bench_seq_parallel(p, args.measure, args.json);
   check_memory(estimated_bytes(p, args.measure.backward), std::string("bench --op ") + op_name(p.op));
   warn_if_busy();  // after the refusal, so that an error stays one line
   const Measurement m = measure(p, args.measure);
@@ -105,9 +108,10 @@ const Registrar registrar{
            ->check(flags::finite(0, limits::kMaxBudgetSeconds));
        app.add_option("--min-reps", args->measure.min_reps, "Fewest repetitions")->check(flags::bounded(1, 1000));
        app.add_flag("--json", args->json, "Print one JSON object");
-       app.add_flag("--seq-parallel", args->seq_parallel,
-                    "Under mpirun: split the sequence over the ranks (--op causal or linear; linattn_mpi); rank 0 "
-                    "prints per-rank compute and communication time and bytes sent");
+       app.add_flag(
+           "--seq-parallel", args->seq_parallel,
+           "Under mpirun: split the sequence over the ranks (--op causal, linear or softmax; linattn_mpi); rank 0 "
+           "prints per-rank compute and communication time and bytes sent");
        app.footer(
            "seconds: median over repetitions after one warm-up. gflops: the documented flop "
            "count (docs/cli.md) / seconds. peak_bytes: growth of the resident set's high-water "
