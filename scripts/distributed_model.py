@@ -396,7 +396,8 @@ plot for [m in methods] '{csv}' using 3:(sel(m, 'plain', {n_large}) ? $8 : 1/0) 
 set key top left
 set title 'communication per layer (any N for the linear methods); delta rule dashed'
 plot for [m in methods] '{csv}' using 3:(sel(m, 'plain', {n_small}) ? $7 : 1/0) lw 2 title m.' plain', \
-     for [i=1:4] '{csv}' using 3:(sel(word(methods, i), 'delta', {n_small}) ? $7 : 1/0) lw 1 dt 2 lc i title word(methods, i).' delta'
+     for [i=1:4] '{csv}' using 3:(sel(word(methods, i), 'delta', {n_small}) ? $7 : 1/0) \
+       lw 1 dt 2 lc i title word(methods, i).' delta'
 set title 'bytes on the wire per rank and layer (linear: any N; ring attention at N = {n_small})'
 set ylabel 'bytes'
 plot for [m in methods] '{csv}' using 3:(sel(m, 'plain', {n_small}) ? $10 : 1/0) lw 2 title m.' plain', \

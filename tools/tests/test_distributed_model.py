@@ -25,7 +25,8 @@ def _model():
 
 def _fake_compute():
     """Compute figures of the right form (the laws below hold for any)."""
-    return {f: {"seconds": 1.0, "tokens": 1000, "flops": 1e10} for f in ("plain", "decayed", "delta", "delta_wide", "softmax")}
+    families = ("plain", "decayed", "delta", "delta_wide", "softmax")
+    return {f: {"seconds": 1.0, "tokens": 1000, "flops": 1e10} for f in families}
 
 
 def test_linear_bytes_do_not_depend_on_n_and_ring_attention_bytes_do():
