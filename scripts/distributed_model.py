@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOAT_BYTES = 4
 # linattn_mpi's agreement: every distributed call starts with one MPI_Allgather of a fixed record per
 # rank (src/distributed/agreement.cpp, struct Record: a 64-byte name, two int64, 24 int64 fields and a
@@ -293,7 +294,8 @@ def bench(binary, op, s, seq, threads, budget, causal=False, value_dim=None):
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     j = json.loads(out.strip().splitlines()[-1])
-    return {"op": op, "command": " ".join(cmd), "seconds": j["seconds"], "seconds_min": j["seconds_min"],
+    shown = [os.path.relpath(binary, ROOT) if os.path.abspath(binary).startswith(ROOT + os.sep) else binary] + cmd[1:]
+    return {"op": op, "command": " ".join(shown), "seconds": j["seconds"], "seconds_min": j["seconds_min"],
             "flops": j["flops"], "tokens": s.B * seq, "seq": seq, "repetitions": j["repetitions"]}
 
 
@@ -471,7 +473,7 @@ def main(argv):
         measured = measure(args, s)
         with open(compute_path, "w") as f:
             json.dump({"shape": {"batch": s.B, "heads": s.H, "dim": s.D, "value_dim": s.V},
-                       "threads": args.threads, "measured": measured}, f, indent=1)
+                       "threads": args.threads, "load_average": os.getloadavg(), "measured": measured}, f, indent=1)
             f.write("\n")
     parallel = {}
     if args.compute_from:
