@@ -57,9 +57,13 @@ def _seq_parallel_bench(bin_path):
     """The reason the measured check cannot run here, or None."""
     if shutil.which("mpirun") is None:
         return "mpirun not found (apt-get install openmpi-bin)"
-    help_text = subprocess.run([bin_path, "bench", "--help"], capture_output=True, text=True).stdout
-    if "--seq-parallel" not in help_text:
-        return "this linattn has no `bench --seq-parallel` (built without LINATTN_MPI)"
+    # One rank without mpirun (a singleton MPI job); a linattn built without MPI refuses the flag.
+    probe = subprocess.run([bin_path, "bench", "--op", "causal", "--batch", "1", "--heads", "1", "--seq", "4", "--dim",
+                            "4", "--seq-parallel", "--budget", "0", "--min-reps", "1", "--json"],
+                           capture_output=True, text=True, env=ENV, timeout=60)
+    if probe.returncode == 2 and "without MPI" in probe.stderr:
+        return "this linattn was built without LINATTN_MPI: " + probe.stderr.strip()
+    assert probe.returncode == 0, (probe.stdout, probe.stderr)
     return None
 
 
