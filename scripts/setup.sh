@@ -5,6 +5,8 @@ packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchma
           libcli11-dev zlib1g-dev nlohmann-json3-dev libopenblas-dev pybind11-dev python3-dev python3-venv python3-numpy
           python3-torch python3-pytest gnuplot-nox clang-14 libclang-rt-14-dev
           libopenmpi-dev openmpi-bin)
+# linattn.distributed's tests: mpi4py built against Debian's Open MPI (python/tests/test_distributed.py).
+packages+=(python3-mpi4py)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

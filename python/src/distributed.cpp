@@ -1,0 +1,241 @@
+// The _distributed extension module (built with LINATTN_MPI): linattn_mpi's sequence-parallel
+// operators on float32 numpy shards, for linattn/distributed.py. A communicator arrives as its
+// Fortran handle (mpi4py's Comm.py2f()), which MPI_Comm_f2c turns back into this process's MPI_Comm:
+// the one portable conversion, needing neither mpi4py's headers nor its version's C API.
+#include <mpi.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "family_args.hpp"
+#include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
+#include "linattn/distributed/comm.hpp"
+#include "linattn/distributed/scan.hpp"
+
+namespace linattn::python {
+namespace {
+
+// comm: an mpi4py communicator's Fortran handle. MPI must be running (mpi4py initialises it on
+// `from mpi4py import MPI`) and the handle must name a communicator.
+MPI_Comm comm_arg(int64_t handle) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized)
+    throw py::value_error(std::string("comm: MPI is ") + (finalized ? "finalized" : "not initialized") +
+                          ", expected a running MPI (import mpi4py.MPI first)");
+  const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(handle));
+  if (comm == MPI_COMM_NULL) throw py::value_error("comm: MPI_COMM_NULL, expected a communicator");
+  return comm;
+}
+
+struct Shard {
+  InputView<float> q, k, v;
+};
+
+// q, k: [B, n_r, H, D], v: [B, n_r, H, E] of this rank; n_r may be 0 (the shapes are agreed with the
+// other ranks by linattn_mpi, which names a rank whose shard disagrees).
+Shard shard_args(const py::object& q, const py::object& k, const py::object& v) {
+  return {input_view<float>(q, "q", 4, "[B, n, H, D]"), input_view<float>(k, "k", 4, "[B, n, H, D]"),
+          input_view<float>(v, "v", 4, "[B, n, H, E]")};
+}
+
+std::array<int64_t, 4> out_shape(const Shard& s) {
+  return {s.q.view.extent[0], s.q.view.extent[1], s.q.view.extent[2], s.v.view.extent[3]};
+}
+
+py::array linear_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                         const std::string& feature_map, bool causal, float eps, std::optional<int64_t> n_features,
+                         uint64_t seed) {
+  const MPI_Comm c = comm_arg(comm);
+  const Shard s = shard_args(q, k, v);
+  const LinearAttentionOptions options =
+      linear_options({}, s.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+  OutputArray<float> out = output_array<float>(out_shape(s));
+  {
+    py::gil_scoped_release nogil;
+    distributed::linear_attention_forward(c, out.view, s.q.view, s.k.view, s.v.view, options);
+  }
+  return out.array;
+}
+
+py::tuple linear_backward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                          const py::object& dout, const std::string& feature_map, bool causal, float eps,
+                          std::optional<int64_t> n_features, uint64_t seed) {
+  const MPI_Comm c = comm_arg(comm);
+  const Shard s = shard_args(q, k, v);
+  const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, n, H, E]");
+  const LinearAttentionOptions options =
+      linear_options({}, s.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+  OutputArray<float> dq = output_array<float>(s.q.view.extent), dk = output_array<float>(s.k.view.extent),
+                     dv = output_array<float>(s.v.view.extent);
+  {
+    py::gil_scoped_release nogil;
+    distributed::linear_attention_backward(c, dq.view, dk.view, dv.view, d.view, s.q.view, s.k.view, s.v.view, options);
+  }
+  return py::make_tuple(dq.array, dk.array, dv.array);
+}
+
+Decay decay_arg(const std::string& name) {
+  for (Decay d : {Decay::none, Decay::retention, Decay::head, Decay::token, Decay::key})
+    if (decay_name(d) == name) return d;
+  throw py::value_error("decay: expected \"linear\", \"retention\", \"lightning\", \"simple_gla\" or \"gla\", got \"" +
+                        name + "\"");
+}
+
+DeltaGate gate_arg(const std::string& name) {
+  for (DeltaGate g : {DeltaGate::none, DeltaGate::token, DeltaGate::key})
+    if (delta_name(g) == name) return g;
+  throw py::value_error("gate: expected \"delta_rule\", \"gated_delta_rule\" or \"kda\", got \"" + name + "\"");
+}
+
+constexpr const char* kGate = "[B, n, H] or [B, n, H, 1] (per token), [B, n, H, K] (per key)";
+
+// The decayed family's options of one call and the vector g_gamma's span points into.
+struct DecayArgs {
+  std::vector<float> g_gamma;
+  DecayedAttentionOptions options;
+};
+DecayArgs decay_args(const std::string& decay, const py::object& g_gamma, std::optional<float> scale,
+                     int64_t chunk_size) {
+  DecayArgs a{vector_arg<float>(g_gamma, "g_gamma", "[H]"), {}};
+  a.options.decay = decay_arg(decay);
+  a.options.g_gamma = a.g_gamma;
+  a.options.scale = scale;
+  a.options.chunk_size = chunk_size;
+  return a;
+}
+
+DeltaRuleOptions delta_options(const std::string& gate, std::optional<float> scale, bool qk_l2norm,
+                               int64_t chunk_size) {
+  DeltaRuleOptions o;
+  o.gate = gate_arg(gate);
+  o.scale = scale;
+  o.qk_l2norm = qk_l2norm;
+  o.chunk_size = chunk_size;
+  return o;
+}
+
+py::array decayed_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                          const py::object& g, const std::string& decay, const py::object& g_gamma,
+                          std::optional<float> scale, int64_t chunk_size) {
+  const MPI_Comm c = comm_arg(comm);
+  const Shard s = shard_args(q, k, v);
+  const TrailingView<float> gate = trailing_arg<float>(g, "g", kGate);
+  const DecayArgs a = decay_args(decay, g_gamma, scale, chunk_size);
+  OutputArray<float> out = output_array<float>(out_shape(s));
+  {
+    py::gil_scoped_release nogil;
+    distributed::decayed_attention_forward(c, out.view, s.q.view, s.k.view, s.v.view, gate.in.view, a.options);
+  }
+  return out.array;
+}
+
+// (dq, dk, dv, dg): dg in g's shape, None without g.
+py::tuple decayed_backward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                           const py::object& g, const py::object& dout, const std::string& decay,
+                           const py::object& g_gamma, std::optional<float> scale, int64_t chunk_size) {
+  const MPI_Comm c = comm_arg(comm);
+  const Shard s = shard_args(q, k, v);
+  const TrailingView<float> gate = trailing_arg<float>(g, "g", kGate);
+  const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, n, H, V]");
+  const DecayArgs a = decay_args(decay, g_gamma, scale, chunk_size);
+  OutputArray<float> dq = output_array<float>(s.q.view.extent), dk = output_array<float>(s.k.view.extent),
+                     dv = output_array<float>(s.v.view.extent), dg;
+  if (gate.given) dg = output_array<float>(gate.in.view.extent);
+  {
+    py::gil_scoped_release nogil;
+    distributed::decayed_attention_backward(c, dq.view, dk.view, dv.view, dg.view, d.view, s.q.view, s.k.view, s.v.view,
+                                            gate.in.view, a.options);
+  }
+  return py::make_tuple(dq.array, dk.array, dv.array, trailing_result(dg.array, gate));
+}
+
+py::array delta_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                        const py::object& beta, const py::object& g, const std::string& gate_name,
+                        std::optional<float> scale, bool use_qk_l2norm, int64_t chunk_size) {
+  const MPI_Comm c = comm_arg(comm);
+  const Shard s = shard_args(q, k, v);
+  if (beta.is_none()) throw py::type_error("beta: expected a float32 array [B, n, H], got None");
+  const TrailingView<float> b = trailing_arg<float>(beta, "beta", "[B, n, H] or [B, n, H, 1]");
+  const TrailingView<float> gate = trailing_arg<float>(g, "g", kGate);
+  const DeltaRuleOptions options = delta_options(gate_name, scale, use_qk_l2norm, chunk_size);
+  OutputArray<float> out = output_array<float>(out_shape(s));
+  {
+    py::gil_scoped_release nogil;
+    distributed::delta_rule_forward(c, out.view, s.q.view, s.k.view, s.v.view, b.in.view, gate.in.view, options);
+  }
+  return out.array;
+}
+
+// (dq, dk, dv, dbeta, dg): dbeta and dg in their tensors' shapes, dg None without g.
+py::tuple delta_backward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                         const py::object& beta, const py::object& g, const py::object& dout,
+                         const std::string& gate_name, std::optional<float> scale, bool use_qk_l2norm,
+                         int64_t chunk_size) {
+  const MPI_Comm c = comm_arg(comm);
+  const Shard s = shard_args(q, k, v);
+  if (beta.is_none()) throw py::type_error("beta: expected a float32 array [B, n, H], got None");
+  const TrailingView<float> b = trailing_arg<float>(beta, "beta", "[B, n, H] or [B, n, H, 1]");
+  const TrailingView<float> gate = trailing_arg<float>(g, "g", kGate);
+  const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, n, H, V]");
+  const DeltaRuleOptions options = delta_options(gate_name, scale, use_qk_l2norm, chunk_size);
+  OutputArray<float> dq = output_array<float>(s.q.view.extent), dk = output_array<float>(s.k.view.extent),
+                     dv = output_array<float>(s.v.view.extent), dbeta = output_array<float>(b.in.view.extent), dg;
+  if (gate.given) dg = output_array<float>(gate.in.view.extent);
+  {
+    py::gil_scoped_release nogil;
+    distributed::delta_rule_backward(c, dq.view, dk.view, dv.view, dbeta.view, dg.view, d.view, s.q.view, s.k.view,
+                                     s.v.view, b.in.view, gate.in.view, options);
+  }
+  return py::make_tuple(dq.array, dk.array, dv.array, trailing_result(dbeta.array, b), trailing_result(dg.array, gate));
+}
+
+py::dict comm_stats() {
+  const distributed::CommStats s = distributed::comm_stats();
+  py::dict d;
+  d["bytes_sent"] = s.bytes_sent;
+  d["calls"] = s.calls;
+  d["comm_seconds"] = s.comm_seconds;
+  d["compute_seconds"] = s.compute_seconds;
+  return d;
+}
+
+}  // namespace
+}  // namespace linattn::python
+
+PYBIND11_MODULE(_distributed, m) {
+  namespace py = pybind11;
+  using namespace linattn::python;
+  using py::arg;
+  m.doc() = "linattn_mpi's sequence-parallel operators on float32 numpy shards (use linattn.distributed).";
+  // linattn::Error (std::invalid_argument) becomes ValueError; MpiError (std::runtime_error) RuntimeError.
+  m.def("linear_attention", &linear_forward, arg("comm"), arg("q"), arg("k"), arg("v"), py::kw_only(),
+        arg("feature_map") = "elu", arg("causal") = false, arg("eps") = 1e-6f, arg("n_features") = py::none(),
+        arg("seed") = 0,
+        "This rank's out [B, n, H, E] of linear attention over the shards of comm (a Fortran handle).");
+  m.def("linear_attention_backward", &linear_backward, arg("comm"), arg("q"), arg("k"), arg("v"), arg("dout"),
+        py::kw_only(), arg("feature_map") = "elu", arg("causal") = false, arg("eps") = 1e-6f,
+        arg("n_features") = py::none(), arg("seed") = 0, "This rank's (dq, dk, dv) of linear_attention.");
+  m.def("decayed_attention", &decayed_forward, arg("comm"), arg("q"), arg("k"), arg("v"), arg("g") = py::none(),
+        py::kw_only(), arg("decay"), arg("g_gamma") = py::none(), arg("scale") = py::none(), arg("chunk_size") = 64,
+        "This rank's o [B, n, H, V] of decayed attention (linattn.decayed_attention's decays) over comm's shards.");
+  m.def("decayed_attention_backward", &decayed_backward, arg("comm"), arg("q"), arg("k"), arg("v"), arg("g"),
+        arg("dout"), py::kw_only(), arg("decay"), arg("g_gamma") = py::none(), arg("scale") = py::none(),
+        arg("chunk_size") = 64, "This rank's (dq, dk, dv, dg) of decayed_attention.");
+  m.def("delta_rule", &delta_forward, arg("comm"), arg("q"), arg("k"), arg("v"), arg("beta"), arg("g") = py::none(),
+        py::kw_only(), arg("gate") = "delta_rule", arg("scale") = py::none(), arg("use_qk_l2norm") = false,
+        arg("chunk_size") = 64,
+        "This rank's o [B, n, H, V] of the delta rule (gate: delta_rule, gated_delta_rule, kda).");
+  m.def("delta_rule_backward", &delta_backward, arg("comm"), arg("q"), arg("k"), arg("v"), arg("beta"), arg("g"),
+        arg("dout"), py::kw_only(), arg("gate") = "delta_rule", arg("scale") = py::none(), arg("use_qk_l2norm") = false,
+        arg("chunk_size") = 64, "This rank's (dq, dk, dv, dbeta, dg) of delta_rule.");
+  m.def("comm_stats", &comm_stats, "This process's CommStats (bytes_sent, calls, comm_seconds, compute_seconds).");
+  m.def("reset_comm_stats", &linattn::distributed::reset_comm_stats);
+}
