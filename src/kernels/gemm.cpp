@@ -195,6 +195,13 @@ void TailColumns(const Job& g, int64_t j0) {
 void Gemm(Tile c, Strided a, ConstTile b, const GemmOptions& o) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
+  // A depth-0 product may come with null a and b (an empty vector's data()); the blocks offset them
+  // before the (empty) depth loop, and an offset null pointer is undefined: point them at a dummy.
+  static const float kNothing[1] = {0.0f};
+  if (b.rows == 0) {
+    if (a.data == nullptr) a.data = kNothing;
+    if (b.data == nullptr) b.data = kNothing;
+  }
   const Job g{c, a, b, o};
   Prefetcher prefetch(o.ahead);
   int64_t j = 0;
