@@ -11,6 +11,7 @@
 #include "arrays.hpp"
 #include "bindings.hpp"
 #include "linattn/boundary.hpp"
+#include "linattn/half.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
 
@@ -82,7 +83,13 @@ class State {
   // Copies: a view would dangle once load() replaces the buffers.
   py::array S() {
     std::lock_guard lock(mutex_);
-    return copy(state_.S(), {state_.batch(), state_.heads(), state_.feature_dim(), state_.value_dim()});
+    const std::vector<py::ssize_t> shape{state_.batch(), state_.heads(), state_.feature_dim(), state_.value_dim()};
+    if (state_.dtype() == DType::bf16) {  // a loaded bf16 state (docs/half-precision.md): S widened
+      py::array_t<float> a(shape);
+      convert(std::span<float>(a.mutable_data(), size_t(a.size())), std::span<const bf16>(state_.S_bf16()));
+      return a;
+    }
+    return copy(state_.S(), shape);
   }
   py::array z() {
     std::lock_guard lock(mutex_);

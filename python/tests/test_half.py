@@ -89,3 +89,24 @@ def test_mixed_dtypes_are_refused():
     tq, tk, tv = _inputs(torch.bfloat16, (1, 3, 1, 4), nk=3, e=4)
     with pytest.raises(TypeError, match="k: expected torch.bfloat16"):
         lt.linear_attention(tq, tk.half(), tv, layout="bnhd")
+
+
+def test_loaded_bf16_state_reads_and_steps(tmp_path):
+    """A bf16 state file (written by the C++ API: RecurrentState(..., DType::bf16)) loads in Python;
+    S reads widened and steps run on it. Written here by hand in the format of docs/state-format.md."""
+    import struct
+    import zlib
+
+    B, H, M, E = 1, 1, 2, 3
+    name = b"elu"
+    head = b"LNATSTAT" + struct.pack("<I5qI", 2, B, H, M, E, 4, len(name)) + name + struct.pack("<I", 1)
+    head += struct.pack("<I", zlib.crc32(head))
+    S = np.arange(6, dtype=np.float32) * 0.5
+    body = head + (S.view(np.uint32) >> 16).astype("<u2").tobytes() + np.ones(2, "<f4").tobytes()
+    path = tmp_path / "bf16.state"
+    path.write_bytes(body + struct.pack("<I", zlib.crc32(body)))
+    state = linattn.RecurrentState(B, H, M, E)
+    state.load(str(path))
+    np.testing.assert_array_equal(state.S.reshape(-1), S)
+    out = state.step(*(np.full((1, 1, 2), 0.5, np.float32),) * 2, np.ones((1, 1, 3), np.float32))
+    assert out.shape == (1, 1, 3) and np.all(np.isfinite(out))
