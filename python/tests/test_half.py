@@ -110,3 +110,24 @@ def test_loaded_bf16_state_reads_and_steps(tmp_path):
     np.testing.assert_array_equal(state.S.reshape(-1), S)
     out = state.step(*(np.full((1, 1, 2), 0.5, np.float32),) * 2, np.ones((1, 1, 3), np.float32))
     assert out.shape == (1, 1, 3) and np.all(np.isfinite(out))
+
+
+def test_bf16_state_steps_saves_and_loads(tmp_path):
+    rng = np.random.default_rng(1)
+    B, H, D, E = 2, 3, 16, 8
+    s16 = linattn.RecurrentState(B, H, D, E, dtype="bf16")
+    s32 = linattn.RecurrentState(B, H, D, E)
+    assert s16.dtype == "bf16" and s32.dtype == "f32"
+    for _ in range(20):
+        q, k = (rng.uniform(-1, 1, (B, H, D)).astype(np.float32) for _ in range(2))
+        v = rng.uniform(-1, 1, (B, H, E)).astype(np.float32)
+        o16, o32 = s16.step(q, k, v), s32.step(q, k, v)
+    assert np.abs(o16 - o32).max() / np.abs(o32).max() < 2e-2  # S held to bf16's 8 bits
+    np.testing.assert_array_equal(s16.S.view(np.uint32) & 0xFFFF, 0)  # every element a bf16 value
+    s16.save(str(tmp_path / "s.state"))
+    t = linattn.RecurrentState(B, H, D, E)
+    t.load(str(tmp_path / "s.state"))
+    assert t.dtype == "bf16" and t.position == 20
+    np.testing.assert_array_equal(t.S, s16.S)
+    with pytest.raises(ValueError, match='dtype: expected "f32" or "bf16"'):
+        linattn.RecurrentState(1, 1, 4, 4, dtype="f16")
