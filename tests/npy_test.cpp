@@ -203,13 +203,31 @@ TEST(Npy, AcceptsTheSpellingsPythonAllows) {
             128);  // 10 + 60 + 1 rounded up to 64
 }
 
+// float16 files ('<f2' and '>f2') load widened exactly; save with DType::f16 writes '<f2', rounded.
+TEST(Npy, Float16) {
+  const std::vector<float> values{1.0f, -2.5f, 65504.0f, 0.0009765625f, 3.140625f, -0.0f};
+  const int64_t shape[] = {2, 3};
+  const std::string bytes = npy::serialize(shape, values, DType::f16);
+  EXPECT_NE(bytes.find("'descr': '<f2'"), std::string::npos);
+  const npy::Array a = npy::parse(bytes);
+  EXPECT_EQ(a.dtype, DType::f16);
+  EXPECT_EQ(a.data, values);  // every value is a float16 already
+  EXPECT_EQ(npy::parse(npy::serialize(shape, std::vector<float>(6, 1.0001f), DType::f16)).data[0], 1.0f);
+  std::string big =
+      npy_bytes("{'descr': '>f2', 'fortran_order': False, 'shape': (2,), }", std::string("\x3c\x00\xc0\x00", 4));
+  EXPECT_EQ(npy::parse(big).data, (std::vector<float>{1.0f, -2.0f}));
+  expect_error(npy_bytes("{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }", "1234"),
+               "truncated: data is 4 bytes, expected 6 (float16, shape (3,))");
+  EXPECT_THROW(npy::serialize(shape, values, DType::bf16), Error);
+}
+
 TEST(Npy, RejectsOtherDtypesNamingThem) {
-  for (const char* descr : {"<f8", "<i4", "|f4", "f4", "=f4", "<f2", "|b1", "|O", "<c8", ""}) {
+  for (const char* descr : {"<f8", "<i4", "|f4", "f4", "=f4", "|f2", "|b1", "|O", "<c8", ""}) {
     const std::string bytes =
         npy_bytes(std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (2,), }", "12345678");
     EXPECT_EQ(npy::parse_header(bytes).descr,
               descr);  // a header check, not a dtype check
-    expect_error(bytes, std::string("dtype is '") + descr + "', expected float32 ('<f4')");
+    expect_error(bytes, std::string("dtype is '") + descr + "', expected float32 ('<f4') or float16 ('<f2')");
   }
   expect_error(npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", "12345678"),
                "structured dtype");

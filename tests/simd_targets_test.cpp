@@ -19,6 +19,7 @@ HWY_AFTER_NAMESPACE();
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -30,10 +31,11 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "hwy/targets.h"
+#include "linattn/favor.hpp"
 #include "linattn/feature_map.hpp"
+#include "linattn/half_attention.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
-#include "linattn/favor.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"
@@ -447,6 +449,59 @@ TEST_F(SimdTargets, WidestAndNarrowestDifferBitwise) {
   }
   EXPECT_GE(differing, 1) << "no output changed between " << hwy::TargetName(targets_.front()) << " and "
                           << hwy::TargetName(targets_.back()) << ": the target was not really switched";
+}
+
+// The half-precision kernels of every target (kernels/half_lanes-inl.h): the arrays against the scalar rounding bit for
+// bit (SSE4 and SCALAR take the scalar f16 path, AVX2 and up F16C), and the native bf16/f16 decode and bf16-state step
+// against the same calls on the widened values in fp32 (the same sums in the same order: equal to fp32 rounding).
+TEST_F(SimdTargets, HalfPrecision) {
+  std::vector<float> x;
+  for (int i = 0; i < 70; ++i) x.push_back(std::ldexp(float(i * 37 % 101) - 50.5f, i % 30 - 20));
+  for (float v : {kInf, -kInf, 65520.0f, 65519.0f, std::ldexp(1.0f, -25), std::ldexp(1.5f, -24), -0.0f}) x.push_back(v);
+  std::mt19937_64 rng(5);
+  const Tensor32 q = testing::random_tensor({1, 2, 3, 24}, Layout::bnhd, rng),
+                 k = testing::random_tensor({1, 300, 3, 24}, Layout::bnhd, rng),
+                 v = testing::random_tensor({1, 300, 3, 24}, bhnd, rng);
+  for_each_target("half conversions, decode, bf16 step", [&] {
+    std::vector<bf16> b(x.size());
+    std::vector<f16> h(x.size());
+    convert(std::span<bf16>(b), std::span<const float>(x));
+    convert(std::span<f16>(h), std::span<const float>(x));
+    std::vector<float> wh(x.size());
+    convert(std::span<float>(wh), std::span<const f16>(h));
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(b[i].bits, to_bf16(x[i]).bits) << x[i];
+      EXPECT_EQ(h[i].bits, to_f16(x[i]).bits) << x[i];
+      EXPECT_EQ(std::bit_cast<uint32_t>(wh[i]), std::bit_cast<uint32_t>(to_float(h[i]))) << x[i];
+    }
+    // Decode: the half call against fp32 on the widened k and v (q and out widened the same way).
+    std::vector<bf16> kb(k.storage.size()), vb(v.storage.size()), qb(q.storage.size()), ob(2 * 3 * 24);
+    convert(std::span<bf16>(kb), std::span<const float>(k.storage));
+    convert(std::span<bf16>(vb), std::span<const float>(v.storage));
+    convert(std::span<bf16>(qb), std::span<const float>(q.storage));
+    std::vector<float> kw(kb.size()), vw(vb.size()), qw(qb.size()), o32(ob.size()), lse(6), lse16(6), ow(ob.size());
+    convert(std::span<float>(kw), std::span<const bf16>(kb));
+    convert(std::span<float>(vw), std::span<const bf16>(vb));
+    convert(std::span<float>(qw), std::span<const bf16>(qb));
+    const auto at = [](auto* data, const Tensor32& t) {
+      return View4<std::remove_pointer_t<decltype(data)>>(data, t.view.extent, t.view.stride);
+    };
+    softmax_attention_forward(linattn::bnhd(o32.data(), 1, 2, 3, 24), lse, at(qw.data(), q), at(kw.data(), k),
+                              at(vw.data(), v));
+    softmax_attention_forward(linattn::bnhd(ob.data(), 1, 2, 3, 24), lse16, at(qb.data(), q), at(kb.data(), k),
+                              at(vb.data(), v));
+    convert(std::span<float>(ow), std::span<const bf16>(ob));
+    for (size_t i = 0; i < ow.size(); ++i) EXPECT_EQ(ow[i], to_float(to_bf16(o32[i]))) << i;
+    // One step on a bf16 state against the fp32 step on the widened state, S rounded after.
+    RecurrentState s16(1, 3, 24, 24, "elu", DType::bf16), s32(1, 3, 24, 24);
+    for (size_t i = 0; i < s32.S().size(); ++i) s32.S()[i] = to_float(s16.S_bf16()[i] = to_bf16(float(i % 7) * 0.25f));
+    std::vector<float> a(3 * 24), c(3 * 24);
+    const auto one = [&](int64_t n) { return ConstTensorView(qw.data() + n * 72, {1, 1, 3, 24}, {72, 72, 24, 1}); };
+    recurrent_step(linattn::bnhd(a.data(), 1, 1, 3, 24), one(0), one(1), one(0), s16);
+    recurrent_step(linattn::bnhd(c.data(), 1, 1, 3, 24), one(0), one(1), one(0), s32);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], c[i]) << i;
+    for (size_t i = 0; i < s32.S().size(); ++i) EXPECT_EQ(s16.S_bf16()[i].bits, to_bf16(s32.S()[i]).bits) << i;
+  });
 }
 
 }  // namespace

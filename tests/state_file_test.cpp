@@ -213,12 +213,12 @@ TEST(StateFile, WrongMagic) {
 
 TEST(StateFile, FutureAndZeroVersions) {
   std::string bytes = io::serialize_state(RecurrentState(1, 1, 1, 1));
-  bytes[8] = 2;
+  bytes[8] = 3;
   std::string m = load_error(reseal(bytes));
-  EXPECT_NE(m.find("written by a newer linattn (version 2), this build reads up to 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("written by a newer linattn (version 3), this build reads up to 2"), std::string::npos) << m;
   bytes[8] = 0;
   m = load_error(reseal(bytes));
-  EXPECT_NE(m.find("format version is 0, expected 1..1"), std::string::npos) << m;
+  EXPECT_NE(m.find("format version is 0, expected 1..2"), std::string::npos) << m;
 }
 
 // Header fields edited under valid checksums: the size checks, not the checksum, must catch them,

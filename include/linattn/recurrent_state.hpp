@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "linattn/half.hpp"
+
 namespace linattn {
 
 // S: [B, H, M, E] = Σ_j φ(k_j) v_jᵀ and z: [B, H, M] = Σ_j φ(k_j), over the keys consumed so far.
@@ -13,7 +15,10 @@ class RecurrentState {
  public:
   RecurrentState() = default;
   // Zero state. feature_map names the map whose features it sums (checked when it is used).
-  RecurrentState(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim, std::string feature_map = "elu");
+  // dtype: S's element type, f32 (the default) or bf16 (half the decode memory; only the linear
+  // recurrent_step takes it, every other operator refuses it); z is fp32 either way.
+  RecurrentState(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim, std::string feature_map = "elu",
+                 DType dtype = DType::f32);
 
   int64_t batch() const { return batch_; }
   int64_t heads() const { return heads_; }
@@ -24,8 +29,14 @@ class RecurrentState {
   int64_t position() const { return position_; }
   void set_position(int64_t position) { position_ = position; }
 
+  DType dtype() const { return dtype_; }
+
+  // S of an f32 state (empty for a bf16 one), and of a bf16 state (empty for an f32 one).
   std::span<float> S() { return S_; }
   std::span<const float> S() const { return S_; }
+  std::span<bf16> S_bf16() { return S16_; }
+  std::span<const bf16> S_bf16() const { return S16_; }
+  bf16* S_bf16(int64_t b, int64_t h) { return S16_.data() + (b * heads_ + h) * feature_dim_ * value_dim_; }
   std::span<float> z() { return z_; }
   std::span<const float> z() const { return z_; }
   // Row (b, h) of S: [M, E] contiguous, and of z: [M].
@@ -45,7 +56,9 @@ class RecurrentState {
  private:
   int64_t batch_ = 0, heads_ = 0, feature_dim_ = 0, value_dim_ = 0, position_ = 0;
   std::string feature_map_ = "elu";
+  DType dtype_ = DType::f32;
   std::vector<float> S_, z_;
+  std::vector<bf16> S16_;
 };
 
 }  // namespace linattn

@@ -24,7 +24,7 @@ import os
 # loaded, which is the next line unless torch (or another OpenMP user) was imported first.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from . import _linattn  # noqa: E402
+from . import _half, _linattn  # noqa: E402
 from ._layout import LAYOUTS, check_layout, from_bnhd, to_bnhd
 from ._linattn import (
     __version__,
@@ -67,7 +67,7 @@ def _with_layout(name, positional):
         kwargs.update(zip(positional, args))
         for key in _ATTENTION_TENSORS & kwargs.keys():
             kwargs[key] = to_bnhd(kwargs[key], layout)
-        result = run(**kwargs)
+        result = _half.run(name, kwargs) if name in _half.NAMES and _half.is_half(kwargs) else run(**kwargs)
         if isinstance(result, tuple):  # (dq, dk, dv[, dE, dF]): the projections' gradients are not 4-d
             return tuple(from_bnhd(r, layout) if i < 3 else r for i, r in enumerate(result))
         return from_bnhd(result, layout)

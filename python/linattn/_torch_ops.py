@@ -6,11 +6,14 @@ computing, and with autograd wired forward → backward. So torch.compile(fullgr
 as single nodes (no graph break) and torch.export keeps them in the exported program.
 
 Tensors are [B, N, H, D] (linattn's own layout, any strides); linattn.torch transposes views in
-front of them. float32 runs the fast operators, float64 the fp64 oracle (for gradcheck).
+front of them. float32 runs the fast operators, float64 the fp64 oracle (for gradcheck), float16 and
+bfloat16 the half-precision operators (_linattn.half, on the tensors' bits; outputs of the input
+dtype, lse in float32).
 """
 
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -27,6 +30,18 @@ def _lengths(key_lengths):
     return None if key_lengths is None else key_lengths.detach().numpy()
 
 
+_HALF = {torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def _bits(x):
+    """A float16/bfloat16 tensor's memory as a uint16 numpy array (no copy)."""
+    return x.detach().view(torch.int16).numpy().view(np.uint16)
+
+
+def _from_bits(a, dtype):
+    return torch.from_numpy(a.view(np.int16)).view(dtype)
+
+
 def _backend(q):
     return _linattn if q.dtype == torch.float32 else _linattn.reference
 
@@ -41,6 +56,10 @@ def softmax_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Option
     """(out [B, Nq, H, E], lse [B, H, Nq]); lse is empty for float64 (the oracle's backward recomputes)."""
     options = dict(causal=causal, key_lengths=_lengths(key_lengths), scale=scale)
     with torch_threads():
+        if q.dtype in _HALF:
+            out, lse = _linattn.half._softmax_attention_saving(_bits(q), _bits(k), _bits(v), dtype=_HALF[q.dtype],
+                                                               **options)
+            return _from_bits(out, q.dtype), torch.from_numpy(lse)
         if q.dtype == torch.float32:
             out, lse = _linattn._softmax_attention_saving(_array(q), _array(k), _array(v), **options)
             return torch.from_numpy(out), torch.from_numpy(lse)
@@ -50,7 +69,8 @@ def softmax_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Option
 
 @softmax_forward.register_fake
 def _(q, k, v, causal, scale, key_lengths):
-    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1])) if q.dtype == torch.float32 else q.new_empty(0)
+    saves = q.dtype == torch.float32 or q.dtype in _HALF
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if saves else q.new_empty(0)
     return q.new_empty(_out_shape(q, v)), lse
 
 
@@ -58,6 +78,12 @@ def _(q, k, v, causal, scale, key_lengths):
 def softmax_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor, causal: bool,
                      scale: Optional[float], key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
     options = dict(causal=causal, key_lengths=_lengths(key_lengths), scale=scale)
+    with torch_threads():
+        if q.dtype in _HALF:
+            grads = _linattn.half._softmax_attention_backward_saved(
+                _bits(q), _bits(k), _bits(v), _bits(out), _array(lse), _bits(dout.to(q.dtype)), dtype=_HALF[q.dtype],
+                **options)
+            return tuple(_from_bits(g, q.dtype) for g in grads)
     arrays = [_array(q), _array(k), _array(v)]
     with torch_threads():
         if q.dtype == torch.float32:
@@ -94,6 +120,9 @@ def linear_forward(q: Tensor, k: Tensor, v: Tensor, feature_map: str, causal: bo
     options = dict(feature_map=feature_map, causal=causal, key_lengths=_lengths(key_lengths), eps=eps,
                    n_features=n_features, seed=seed)
     with torch_threads():
+        if q.dtype in _HALF:
+            out = _linattn.half.linear_attention(_bits(q), _bits(k), _bits(v), dtype=_HALF[q.dtype], **options)
+            return _from_bits(out, q.dtype)
         return torch.from_numpy(_backend(q).linear_attention(_array(q), _array(k), _array(v), **options))
 
 
@@ -109,6 +138,10 @@ def linear_backward(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, feature_map: 
     options = dict(feature_map=feature_map, causal=causal, key_lengths=_lengths(key_lengths), eps=eps,
                    n_features=n_features, seed=seed)
     with torch_threads():
+        if q.dtype in _HALF:
+            grads = _linattn.half.linear_attention_backward(_bits(q), _bits(k), _bits(v), _bits(dout.to(q.dtype)),
+                                                            dtype=_HALF[q.dtype], **options)
+            return tuple(_from_bits(g, q.dtype) for g in grads)
         grads = _backend(q).linear_attention_backward(_array(q), _array(k), _array(v), _array(dout.to(q.dtype)),
                                                       **options)
     return tuple(torch.from_numpy(g) for g in grads)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import _linattn
+from . import _half, _linattn
 from ._layout import check_layout, from_bnhd, to_bnhd
 from ._torch_threads import torch_threads
 
@@ -39,8 +39,13 @@ if hasattr(_linattn, "linformer_attention"):
 _NAMES = ("q", "k", "v", "E", "F")  # the tensor arguments, in order, for messages
 
 
-def _backend(tensors):
-    """The module that computes on these tensors: the fast one for float32, the oracle for float64."""
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _backend(tensors, half=False):
+    """The module that computes on these tensors: the fast one for float32, the oracle for float64.
+    half: float16 and bfloat16 are accepted too (softmax and linear attention through the torch.library
+    operators, which run linattn's half-precision path)."""
     q = tensors[0]
     for name, x in zip(_NAMES, tensors):
         if x is None:  # F, when values are projected by E
@@ -49,16 +54,27 @@ def _backend(tensors):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
         if x.device.type != "cpu":
             raise TypeError(f"{name}: expected a CPU tensor, got device {x.device}")
-        if x.dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"{name}: expected float32 (or float64, run by the fp64 oracle), got {x.dtype}")
+        if x.dtype not in (torch.float32, torch.float64) and not (half and q.dtype in _HALF_DTYPES):
+            also = " (or float64, run by the fp64 oracle" + ("; float16 and bfloat16 where q is" if half else "") + ")"
+            raise TypeError(f"{name}: expected float32{also}, got {x.dtype}")
         if x.dtype != q.dtype:
             raise TypeError(f"{name}: expected {q.dtype} (q's dtype), got {x.dtype}")
+    if q.dtype in _HALF_DTYPES:
+        return _half.TorchBackend(q.dtype, "f16" if q.dtype == torch.float16 else "bf16")
     return _linattn if q.dtype == torch.float32 else _linattn.reference
 
 
 def _array(x):
-    """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
+    """The tensor's memory as a numpy array, strides and all (no copy); None stays None. A float16 or
+    bfloat16 tensor gives its bits as uint16 (numpy has no bfloat16)."""
+    if x is not None and x.dtype in _HALF_DTYPES:
+        return x.detach().view(torch.int16).numpy().view(np.uint16)
     return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
+
+
+def _tensor(backend, array):
+    """A result array as a tensor of the backend's dtype."""
+    return backend.wrap(array) if hasattr(backend, "wrap") else torch.from_numpy(array)
 
 
 def _key_lengths(key_lengths):
@@ -99,15 +115,15 @@ class _Operator(torch.autograd.Function):
 
     @staticmethod
     def _forward(ctx, name, options, *tensors):
-        ctx.backend, ctx.name, ctx.options = _backend(tensors), name, options
+        ctx.backend, ctx.name, ctx.options = _backend(tensors, half=name in _half.NAMES), name, options
         saving = getattr(ctx.backend, f"_{name}_saving", None)
         arrays = [_array(t) for t in tensors]
         if saving is None:
-            out, ctx.lse = torch.from_numpy(getattr(ctx.backend, name)(*arrays, **options)), None
+            out, ctx.lse = _tensor(ctx.backend, getattr(ctx.backend, name)(*arrays, **options)), None
             ctx.save_for_backward(*tensors)
         else:
             out, ctx.lse = saving(*arrays, **options)
-            out = torch.from_numpy(out)
+            out = _tensor(ctx.backend, out)
             ctx.save_for_backward(*tensors, out)  # autograd notices if out is then changed in place
         return out
 
@@ -127,16 +143,17 @@ class _Operator(torch.autograd.Function):
         else:
             backward = getattr(ctx.backend, f"_{ctx.name}_backward_saved")
             grads = backward(*map(_array, saved), ctx.lse, dout, **ctx.options)
-        return (None, None, *(None if g is None else torch.from_numpy(g) for g in grads))
+        return (None, None, *(None if g is None else _tensor(ctx.backend, g) for g in grads))
 
 
 def _softmax_bnhd(q, k, v, causal, key_lengths, scale):
     """softmax attention on [B, N, H, D] tensors (views of any strides), bottom-right causal."""
     if _OPS is not None:
-        _backend((q, k, v))
+        _backend((q, k, v), half=True)
         out, _ = _OPS.softmax_forward(q, k, v, bool(causal), None if scale is None else float(scale),
                                       _key_lengths_tensor(key_lengths))
         return out
+    _backend((q, k, v), half=True)
     options = dict(causal=bool(causal), key_lengths=_key_lengths(key_lengths), scale=scale)
     return _Operator.apply("softmax_attention", options, q, k, v)
 
@@ -144,9 +161,10 @@ def _softmax_bnhd(q, k, v, causal, key_lengths, scale):
 def _linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed):
     """linear attention on [B, N, H, D] tensors (views of any strides), bottom-right causal."""
     if _OPS is not None:
-        _backend((q, k, v))
+        _backend((q, k, v), half=True)
         return _OPS.linear_forward(q, k, v, str(feature_map), bool(causal), float(eps), n_features, int(seed),
                                    _key_lengths_tensor(key_lengths))
+    _backend((q, k, v), half=True)
     options = dict(feature_map=feature_map, causal=bool(causal), key_lengths=_key_lengths(key_lengths),
                    eps=float(eps), n_features=n_features, seed=seed)
     return _Operator.apply("linear_attention", options, q, k, v)

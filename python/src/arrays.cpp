@@ -135,6 +135,8 @@ SavedInputs saved_inputs(const py::object& out, const py::object& lse) {
 
 template InputView<float> input_view<float>(py::handle, const char*, int, const char*);
 template InputView<double> input_view<double>(py::handle, const char*, int, const char*);
+template InputView<uint16_t> input_view<uint16_t>(py::handle, const char*, int, const char*);
+template OutputArray<uint16_t> output_array<uint16_t>(std::array<int64_t, 4>, bool);
 template OutputArray<float> output_array<float>(std::array<int64_t, 4>, bool);
 template OutputArray<double> output_array<double>(std::array<int64_t, 4>, bool);
 

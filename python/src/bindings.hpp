@@ -22,6 +22,7 @@ void bind_linformer(py::module_& m);  // Linformer, when include/linattn/linform
 void bind_decay(py::module_& m);      // decayed linear attention (fp32, and the oracle in m.reference)
 void bind_delta(py::module_& m);      // the delta rule (fp32, and the oracle in m.reference)
 void bind_info(py::module_& m);       // info(): CPU features and SIMD dispatch
+void bind_half(py::module_& m);       // softmax and linear attention on bf16/f16 (m.half)
 
 // The map named `name` for head dim `dim`. n_features and seed only mean something for "favor";
 // n_features given for another map is a ValueError, seed is ignored by the deterministic maps.

@@ -17,6 +17,7 @@ PYBIND11_MODULE(_linattn, m) {
   bind_decay(m);  // after bind_reference: it adds to m.reference
   bind_delta(m);  // likewise
   bind_info(m);
+  bind_half(m);
   m.def("set_num_threads", &linattn::set_num_threads, py::arg("threads"),
         "Threads used by the operators (0: the OpenMP default); results are identical for any count.");
   m.def("num_threads", &linattn::num_threads);

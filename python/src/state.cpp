@@ -11,6 +11,7 @@
 #include "arrays.hpp"
 #include "bindings.hpp"
 #include "linattn/boundary.hpp"
+#include "linattn/half.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
 
@@ -22,16 +23,18 @@ namespace {
 class State {
  public:
   State(int64_t batch, int64_t heads, int64_t dim, int64_t value_dim, const std::string& feature_map, float eps,
-        std::optional<int64_t> n_features, uint64_t seed)
+        std::optional<int64_t> n_features, uint64_t seed, const std::string& dtype)
       : dim_(dim) {
+    if (dtype != "f32" && dtype != "bf16")
+      throw py::value_error("dtype: expected \"f32\" or \"bf16\" (S's storage), got \"" + dtype + "\"");
     if (dim <= 0) throw py::value_error("dim: expected ≥ 1, got " + std::to_string(dim));
     // Refused here, not at the first step: a state that cannot step should not be built.
     if (!std::isfinite(eps) || eps < 0)
       throw py::value_error("eps: expected a finite value ≥ 0, got " + py::repr(py::float_(eps)).cast<std::string>());
     options_.feature_map = feature_map_arg(feature_map, dim, n_features, seed);
     options_.eps = eps;
-    state_ =
-        RecurrentState(batch, heads, options_.feature_map->feature_dim(dim), value_dim, options_.feature_map->name());
+    state_ = RecurrentState(batch, heads, options_.feature_map->feature_dim(dim), value_dim,
+                            options_.feature_map->name(), dtype == "bf16" ? DType::bf16 : DType::f32);
   }
 
   // q, k: [B, H, D]; v: [B, H, E] -> [B, H, E].
@@ -82,7 +85,13 @@ class State {
   // Copies: a view would dangle once load() replaces the buffers.
   py::array S() {
     std::lock_guard lock(mutex_);
-    return copy(state_.S(), {state_.batch(), state_.heads(), state_.feature_dim(), state_.value_dim()});
+    const std::vector<py::ssize_t> shape{state_.batch(), state_.heads(), state_.feature_dim(), state_.value_dim()};
+    if (state_.dtype() == DType::bf16) {  // a loaded bf16 state (docs/half-precision.md): S widened
+      py::array_t<float> a(shape);
+      convert(std::span<float>(a.mutable_data(), size_t(a.size())), std::span<const bf16>(state_.S_bf16()));
+      return a;
+    }
+    return copy(state_.S(), shape);
   }
   py::array z() {
     std::lock_guard lock(mutex_);
@@ -113,9 +122,10 @@ void bind_state(py::module_& m) {
   py::class_<State>(m, "RecurrentState",
                     "Linear attention's state S [B, H, M, E] = Σ φ(k) vᵀ and z [B, H, M] = Σ φ(k), stepped one "
                     "token at a time. Stepping through a sequence equals linear_attention(..., causal=True).")
-      .def(py::init<int64_t, int64_t, int64_t, int64_t, const std::string&, float, std::optional<int64_t>, uint64_t>(),
+      .def(py::init<int64_t, int64_t, int64_t, int64_t, const std::string&, float, std::optional<int64_t>, uint64_t,
+                    const std::string&>(),
            arg("batch"), arg("heads"), arg("dim"), arg("value_dim"), arg("feature_map") = "elu", py::kw_only(),
-           arg("eps") = 1e-6f, arg("n_features") = py::none(), arg("seed") = 0)
+           arg("eps") = 1e-6f, arg("n_features") = py::none(), arg("seed") = 0, arg("dtype") = "f32")
       .def("step", &State::step, arg("q"), arg("k"), arg("v"),
            "Consumes one token: q, k [B, H, D], v [B, H, E] -> out [B, H, E] (the token sees itself).")
       .def("save", &State::save, arg("path"), "Writes the state file atomically (format: docs/state-format.md).")
@@ -132,6 +142,7 @@ void bind_state(py::module_& m) {
       .def_property_readonly("value_dim", [](const State& s) { return s.state().value_dim(); })
       .def_property_readonly("feature_map", [](const State& s) { return s.state().feature_map(); })
       .def_property_readonly("eps", &State::eps)
+      .def_property_readonly("dtype", [](const State& s) { return std::string(dtype_name(s.state().dtype())); })
       .def("__repr__", [](const State& s) {
         const RecurrentState& r = s.state();
         return "RecurrentState(batch=" + std::to_string(r.batch()) + ", heads=" + std::to_string(r.heads()) +

@@ -6,10 +6,11 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/validate.hpp"
 #include "io/bytes.hpp"
 #include "io/input_file.hpp"
 #include "linattn/file_io.hpp"
-#include "core/validate.hpp"
+#include "linattn/half.hpp"
 
 namespace linattn::npy {
 namespace {
@@ -17,7 +18,11 @@ namespace {
 constexpr char kMagic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 constexpr int kMaxRank = 8;                  // linattn's arrays have at most 4 dims; more is a corrupt header
 constexpr int64_t kMaxHeaderLength = 10000;  // numpy's own default limit (max_header_size)
-constexpr const char* kExpectedDtype = "float32 ('<f4')";
+constexpr const char* kExpectedDtype = "float32 ('<f4') or float16 ('<f2')";
+
+// Bytes per element of the dtypes read: float32, or float16 (IEEE binary16, widened exactly).
+bool is_f16(const Header& h) { return h.descr == "<f2" || h.descr == ">f2"; }
+int64_t element_bytes(const Header& h) { return is_f16(h) ? 2 : 4; }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "(";
@@ -218,16 +223,17 @@ namespace {
 // (`available` of them follow the header). Returns the element count.
 int64_t check_data(const Header& h, int64_t available, const std::string& where) {
   auto fail = [&](const std::string& what) { detail::fail("npy", where + ": " + what); };
-  if (h.descr != "<f4" && h.descr != ">f4")
+  if (h.descr != "<f4" && h.descr != ">f4" && !is_f16(h))
     fail("dtype is '" + h.descr + "', expected " + kExpectedDtype +
          (h.descr == "|f4" ? " ('|f4' is not valid for float32)" : ""));
   int64_t count = 1;
   for (int64_t d : h.shape) count *= d;  // checked by parse_header_of
-  const int64_t data_bytes = detail::checked_mul("npy", (where + ": the data size").c_str(), count, 4);
+  const int64_t data_bytes = detail::checked_mul("npy", (where + ": the data size").c_str(), count, element_bytes(h));
   if (available != data_bytes) {
     std::ostringstream m;
     m << (available < data_bytes ? "truncated: data is " : "trailing bytes: data is ") << available
-      << " bytes, expected " << data_bytes << " (float32, shape " << shape_string(h.shape) << ")";
+      << " bytes, expected " << data_bytes << " (" << (is_f16(h) ? "float16" : "float32") << ", shape "
+      << shape_string(h.shape) << ")";
     fail(m.str());
   }
   return count;
@@ -240,8 +246,16 @@ Array decode(const Header& h, int64_t count, Fill&& fill) {
   Array a;
   a.shape = h.shape;
   a.data.resize(size_t(count));  // checked against the file's size by check_data
-  fill(reinterpret_cast<char*>(a.data.data()));
-  io::to_host_order(a.data, h.descr[0] == '>');
+  if (is_f16(h)) {
+    a.dtype = DType::f16;
+    std::vector<f16> raw(static_cast<size_t>(count));
+    fill(reinterpret_cast<char*>(raw.data()));
+    for (f16& x : raw) x.bits = uint16_t(io::get_uint(reinterpret_cast<const char*>(&x.bits), 2, h.descr[0] == '>'));
+    convert(std::span<float>(a.data), std::span<const f16>(raw));
+  } else {
+    fill(reinterpret_cast<char*>(a.data.data()));
+    io::to_host_order(a.data, h.descr[0] == '>');
+  }
   if (h.fortran_order && h.shape.size() >= 2) {
     std::vector<float> c(static_cast<size_t>(count));
     fortran_to_c(c.data(), a.data.data(), h.shape, count);
@@ -257,7 +271,7 @@ Array parse(std::string_view bytes, std::string_view name) {
   const Header h = parse_header_of(bytes, where);
   const int64_t count = check_data(h, int64_t(bytes.size()) - h.data_offset, where);
   return decode(h, count, [&](char* dst) {
-    if (count > 0) std::memcpy(dst, bytes.data() + h.data_offset, size_t(4 * count));
+    if (count > 0) std::memcpy(dst, bytes.data() + h.data_offset, size_t(element_bytes(h) * count));
   });
 }
 
@@ -271,7 +285,7 @@ Array load(const std::filesystem::path& path) {
   const Header h = parse_header_of(head, where);
   const int64_t count = check_data(h, file.size() - h.data_offset, where);
   return decode(h, count, [&](char* dst) {
-    const size_t want = size_t(4 * count);
+    const size_t want = size_t(element_bytes(h) * count);
     const size_t in_head = std::min(want, head.size() - size_t(h.data_offset));
     if (in_head > 0) std::memcpy(dst, head.data() + h.data_offset, in_head);
     if (file.read_some(dst + in_head, want - in_head) != want - in_head)
@@ -279,8 +293,9 @@ Array load(const std::filesystem::path& path) {
   });
 }
 
-std::string serialize(std::span<const int64_t> shape, std::span<const float> data) {
+std::string serialize(std::span<const int64_t> shape, std::span<const float> data, DType dtype) {
   const char* op = "npy::serialize";
+  if (dtype == DType::bf16) detail::fail(op, "dtype is bf16, expected f32 or f16 (numpy has no bfloat16)");
   if (shape.size() > size_t(kMaxRank))
     detail::fail(op,
                  "shape has " + std::to_string(shape.size()) + " dims, expected at most " + std::to_string(kMaxRank));
@@ -294,7 +309,9 @@ std::string serialize(std::span<const int64_t> shape, std::span<const float> dat
   detail::check_size(op, "data", int64_t(data.size()), count, ("shape " + shape_string(dims)).c_str());
   // numpy.lib.format._write_array_header: sorted keys, repr values, room for the first axis to grow
   // to 21 digits, then spaces and '\n' up to a multiple of 64 bytes.
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_string(dims) + ", }";
+  const char* descr = dtype == DType::f16 ? "<f2" : "<f4";
+  std::string header =
+      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape_string(dims) + ", }";
   if (!dims.empty()) header.append(21 - std::to_string(dims[0]).size(), ' ');
   const size_t padding = 64 - (10 + header.size() + 1) % 64;
   header.append(padding, ' ');
@@ -303,12 +320,18 @@ std::string serialize(std::span<const int64_t> shape, std::span<const float> dat
   out += std::string("\x01\x00", 2);
   io::put_le(out, header.size(), 2);
   out += header;
-  io::put_f32s(out, data);
+  if (dtype == DType::f16) {
+    std::vector<f16> rounded(data.size());
+    convert(std::span<f16>(rounded), data);
+    for (f16 x : rounded) io::put_le(out, x.bits, 2);
+  } else {
+    io::put_f32s(out, data);
+  }
   return out;
 }
 
-void save(const std::filesystem::path& path, std::span<const int64_t> shape, std::span<const float> data) {
-  write_file_atomically(path, serialize(shape, data));
+void save(const std::filesystem::path& path, std::span<const int64_t> shape, std::span<const float> data, DType dtype) {
+  write_file_atomically(path, serialize(shape, data, dtype));
 }
 
 }  // namespace linattn::npy

@@ -2,6 +2,7 @@
 #include "io/state_file.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <sstream>
 
@@ -34,15 +35,18 @@ std::string serialize_state(const RecurrentState& state) {
     detail::fail(op, "feature map name '" + state.feature_map() + "' is not 1.." + std::to_string(kMaxFeatureMapName) +
                          " printable ASCII characters without spaces");
   check_bounded("linattn::RecurrentState::save", "position", state.position(), 0, limits::kMaxPosition);
+  const bool bf16_state = state.dtype() == DType::bf16;
   std::string out(kStateMagic, sizeof kStateMagic);
-  put_u32(out, kStateVersion);
+  put_u32(out, bf16_state ? 2 : 1);  // the oldest version that holds the state
   for (int64_t v : {state.batch(), state.heads(), state.feature_dim(), state.value_dim(), state.position()})
     put_i64(out, v);
   put_u32(out, uint32_t(state.feature_map().size()));
   out += state.feature_map();
+  if (bf16_state) put_u32(out, kStateDtypeBf16);
   put_u32(out, crc32(out));
-  out.reserve(out.size() + 4 * (state.S().size() + state.z().size()) + 4);
+  out.reserve(out.size() + 4 * (state.S().size() + state.z().size()) + 2 * state.S_bf16().size() + 4);
   put_f32s(out, state.S());
+  for (bf16 x : state.S_bf16()) put_le(out, x.bits, 2);
   put_f32s(out, state.z());
   put_u32(out, crc32(out));
   return out;
@@ -93,14 +97,23 @@ RecurrentState decode_state(Source& source, int64_t file_size, const std::string
   if (name_length > kMaxFeatureMapName)
     fail("feature map name length is " + std::to_string(name_length) + ", expected ≤ " +
          std::to_string(kMaxFeatureMapName) + " (corrupt header)");
-  const int64_t header_end = kStateFixedHeader + int64_t(name_length);
+  // Version 2: S's element type follows the name.
+  const int64_t header_end = kStateFixedHeader + int64_t(name_length) + (version >= 2 ? 4 : 0);
   if (header_end + 4 > file_size) truncated(header_end + 4, "the header and its checksum");
   head.resize(size_t(header_end + 4));
-  read(head.data() + kStateFixedHeader, name_length + 4);
+  read(head.data() + kStateFixedHeader, header_end + 4 - kStateFixedHeader);
   // The header checksum guards every size field before any of them is believed.
   const std::string_view header(head.data(), size_t(header_end));
   if (crc32(header) != get_u32(head.data() + header_end)) fail("header checksum mismatch (corrupt header)");
-  const std::string_view map_name = header.substr(size_t(kStateFixedHeader));
+  const std::string_view map_name = header.substr(size_t(kStateFixedHeader), name_length);
+  DType dtype = DType::f32;
+  if (version >= 2) {
+    const uint32_t code = get_u32(head.data() + kStateFixedHeader + name_length);
+    if (code != kStateDtypeF32 && code != kStateDtypeBf16)
+      fail("S's element type is " + std::to_string(code) + ", expected 0 (f32) or 1 (bf16)");
+    if (code == kStateDtypeBf16) dtype = DType::bf16;
+  }
+  const int64_t s_bytes = dtype == DType::bf16 ? 2 : 4;
   if (!valid_name(map_name)) fail("feature map name is not printable ASCII without spaces");
 
   int64_t sizes[4];
@@ -117,7 +130,9 @@ RecurrentState decode_state(Source& source, int64_t file_size, const std::string
       detail::checked_mul(op, what.c_str(), detail::checked_mul(op, what.c_str(), sizes[0], sizes[1]), sizes[2]);
   const int64_t s_count = detail::checked_mul(op, what.c_str(), bhm, sizes[3]);
   int64_t expected = 0;
-  if (__builtin_add_overflow(s_count, bhm, &expected) || __builtin_mul_overflow(expected, int64_t(4), &expected) ||
+  int64_t s_total = 0, z_total = 0;
+  if (__builtin_mul_overflow(s_count, s_bytes, &s_total) || __builtin_mul_overflow(bhm, int64_t(4), &z_total) ||
+      __builtin_add_overflow(s_total, z_total, &expected) ||
       __builtin_add_overflow(expected, header_end + 8, &expected))
     fail("the sizes in the header overflow int64 (corrupt header)");
   if (file_size != expected) {
@@ -128,17 +143,23 @@ RecurrentState decode_state(Source& source, int64_t file_size, const std::string
     fail(m.str());
   }
 
-  RecurrentState state(sizes[0], sizes[1], sizes[2], sizes[3], std::string(map_name));
+  RecurrentState state(sizes[0], sizes[1], sizes[2], sizes[3], std::string(map_name), dtype);
   uint32_t crc = crc32(head);
-  for (std::span<float> x : {state.S(), state.z()}) {
-    char* raw = reinterpret_cast<char*>(x.data());
-    read(raw, 4 * int64_t(x.size()));
-    crc = crc32(std::string_view(raw, 4 * x.size()), crc);
-  }
+  auto read_raw = [&](void* dst, size_t bytes) {
+    if (bytes == 0) return;  // the absent one of S's two arrays; zlib's crc32 of a null buffer restarts
+    char* raw = static_cast<char*>(dst);
+    read(raw, int64_t(bytes));
+    crc = crc32(std::string_view(raw, bytes), crc);
+  };
+  read_raw(state.S().data(), 4 * state.S().size());
+  read_raw(state.S_bf16().data(), 2 * state.S_bf16().size());
+  read_raw(state.z().data(), 4 * state.z().size());
   char stored[4];
   read(stored, 4);
   if (crc != get_u32(stored)) fail("checksum mismatch (corrupt data)");
   to_host_order(state.S(), false);
+  if constexpr (std::endian::native == std::endian::big)
+    for (bf16& x : state.S_bf16()) x.bits = uint16_t(get_uint(reinterpret_cast<const char*>(&x.bits), 2));
   to_host_order(state.z(), false);
   state.set_position(position);
   return state;

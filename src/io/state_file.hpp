@@ -9,7 +9,10 @@
 namespace linattn::io {
 
 inline constexpr char kStateMagic[8] = {'L', 'N', 'A', 'T', 'S', 'T', 'A', 'T'};
-inline constexpr uint32_t kStateVersion = 1;  // the newest version this build reads and writes
+// The newest version this build reads and writes. Version 2 adds S's element type (a u32 after the
+// name: 0 f32, 1 bf16); an f32 state is still written as version 1, which every build reads.
+inline constexpr uint32_t kStateVersion = 2;
+inline constexpr uint32_t kStateDtypeF32 = 0, kStateDtypeBf16 = 1;
 inline constexpr uint32_t kMaxFeatureMapName = 256;
 // magic, version, batch, heads, feature_dim, value_dim, position, name length.
 inline constexpr int64_t kStateFixedHeader = 8 + 4 + 5 * 8 + 4;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <vector>
 
 namespace linattn::kernels {
 
@@ -23,6 +25,27 @@ void pack_rows(Tile dst, HeadRows<const float> src, int64_t n0, int64_t valid, f
   }
   std::fill(dst.row(valid), dst.row(dst.rows), 0.0f);
 }
+
+template <HalfType H>
+void pack_rows(Tile dst, HeadRows<const H> src, int64_t n0, int64_t valid, float factor) {
+  valid = std::clamp<int64_t>(valid, 0, dst.rows);
+  std::vector<H> gathered(src.col == 1 ? 0 : size_t(dst.cols));
+  for (int64_t r = 0; r < valid; ++r) {
+    const H* in = src.at(n0 + r);
+    if (src.col != 1) {
+      for (int64_t c = 0; c < dst.cols; ++c) gathered[size_t(c)] = in[c * src.col];
+      in = gathered.data();
+    }
+    float* out = dst.row(r);
+    convert(std::span<float>(out, size_t(dst.cols)), std::span<const H>(in, size_t(dst.cols)));
+    if (factor != 1.0f)
+      for (int64_t c = 0; c < dst.cols; ++c) out[c] *= factor;
+    std::fill(out + dst.cols, out + dst.ld, 0.0f);
+  }
+  std::fill(dst.row(valid), dst.row(dst.rows), 0.0f);
+}
+template void pack_rows<bf16>(Tile, HeadRows<const bf16>, int64_t, int64_t, float);
+template void pack_rows<f16>(Tile, HeadRows<const f16>, int64_t, int64_t, float);
 
 void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0) {
   for (int64_t c = 0; c < dst.rows; ++c) std::fill(dst.row(c) + dst.cols, dst.row(c) + dst.ld, 0.0f);

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/tile.hpp"
+#include "linattn/half.hpp"
 #include "linattn/view.hpp"
 
 namespace linattn::kernels {
@@ -23,6 +24,9 @@ HeadRows<T> head_rows(View4<T> x, int64_t b, int64_t h) {
 // dst[r, c] = factor · src(n0 + r, c) for r < valid, c < dst.cols; 0 in the rows valid..dst.rows and
 // the columns dst.cols..dst.ld (valid is clamped to [0, dst.rows]).
 void pack_rows(Tile dst, HeadRows<const float> src, int64_t n0, int64_t valid, float factor = 1.0f);
+// The same from bf16 or f16 rows, widened as they are packed (no fp32 copy of the whole view).
+template <HalfType H>
+void pack_rows(Tile dst, HeadRows<const H> src, int64_t n0, int64_t valid, float factor = 1.0f);
 // dst[c, r] = src(n0 + r, c) for c < dst.rows, r < dst.cols; 0 in the columns dst.cols..dst.ld.
 void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0);
 // dst(n0 + r, c) = factor · src[r, c] for r < valid, 0 for valid ≤ r < src.rows; c < src.cols.

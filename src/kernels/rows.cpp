@@ -11,6 +11,7 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 // clang-format on
+#include "kernels/half_lanes-inl.h"
 #include "kernels/rows.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -60,9 +61,12 @@ void AddWeightedRows(float* HWY_RESTRICT y, const float* HWY_RESTRICT a, int64_t
   }
 }
 
-void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const float* HWY_RESTRICT phi_k,
-                          const float* HWY_RESTRICT v, const float* HWY_RESTRICT phi_q, int64_t M, int64_t E,
-                          const float* HWY_RESTRICT decay) {
+// T: S's element type (float, or bf16: widened as loaded, the updated row rounded as stored; the
+// readout uses the unrounded row).
+template <class T>
+void RankOneUpdateReadoutOf(float* HWY_RESTRICT num, T* HWY_RESTRICT S, const float* HWY_RESTRICT phi_k,
+                            const float* HWY_RESTRICT v, const float* HWY_RESTRICT phi_q, int64_t M, int64_t E,
+                            const float* HWY_RESTRICT decay) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
   int64_t e = 0;
@@ -71,10 +75,10 @@ void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const 
     const V ve = hn::LoadU(d, v + e);
     V acc = hn::Zero(d);
     for (int64_t m = 0; m < M; ++m) {
-      float* s = S + m * E + e;
-      const V old = decay ? hn::Mul(hn::Set(d, decay[m]), hn::LoadU(d, s)) : hn::LoadU(d, s);
+      T* s = S + m * E + e;
+      const V old = decay ? hn::Mul(hn::Set(d, decay[m]), LoadWide(d, s)) : LoadWide(d, s);
       const V row = hn::MulAdd(hn::Set(d, phi_k[m]), ve, old);
-      hn::StoreU(row, d, s);
+      StoreRounded(d, row, s);
       acc = hn::MulAdd(hn::Set(d, phi_q[m]), row, acc);
     }
     hn::StoreU(acc, d, num + e);
@@ -82,12 +86,21 @@ void RankOneUpdateReadout(float* HWY_RESTRICT num, float* HWY_RESTRICT S, const 
   for (; e < E; ++e) {
     float acc = 0;
     for (int64_t m = 0; m < M; ++m) {
-      const float previous = decay ? decay[m] * S[m * E + e] : S[m * E + e];
-      S[m * E + e] = std::fma(phi_k[m], v[e], previous);
-      acc = std::fma(phi_q[m], S[m * E + e], acc);
+      const float previous = decay ? decay[m] * Widen(S[m * E + e]) : Widen(S[m * E + e]);
+      const float row = std::fma(phi_k[m], v[e], previous);
+      Round(row, S + m * E + e);
+      acc = std::fma(phi_q[m], row, acc);
     }
     num[e] = acc;
   }
+}
+void RankOneUpdateReadout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
+                          int64_t E, const float* decay) {
+  RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay);
+}
+void RankOneUpdateReadoutBf16(float* num, bf16* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
+                              int64_t E, const float* decay) {
+  RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay);
 }
 
 // Columns [e, e + NV·L) of one delta-rule token: one sweep over the rows of S for Pᵀk
@@ -222,6 +235,7 @@ HWY_EXPORT(Transpose);
 HWY_EXPORT(ExpShiftedN);
 HWY_EXPORT(RowMaxN);
 HWY_EXPORT(RankOneUpdateReadout);
+HWY_EXPORT(RankOneUpdateReadoutBf16);
 HWY_EXPORT(DeltaUpdateReadout);
 
 void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols) {
@@ -240,6 +254,10 @@ float row_max(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMaxN)(
 void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
                           int64_t E, const float* decay) {
   HWY_DYNAMIC_DISPATCH(RankOneUpdateReadout)(num, S, phi_k, v, phi_q, M, E, decay);
+}
+void rank1_update_readout(float* num, bf16* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
+                          int64_t E, const float* decay) {
+  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadoutBf16)(num, S, phi_k, v, phi_q, M, E, decay);
 }
 void delta_update_readout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
                           int64_t E, const float* decay) {

@@ -5,6 +5,8 @@
 // fixed order.
 #include <cstdint>
 
+#include "linattn/half.hpp"
+
 namespace linattn::kernels {
 
 // out[r] = a[r, :cols] · x (x null: Σ_k a[r, k]); lanes first, then the scalar tail.
@@ -26,6 +28,10 @@ float row_max(const float* x, int64_t n);
 // One recurrent token for one head: S: [M, E] = diag(decay) S + φk vᵀ (in place; decay null: no
 // decay), then num: [E] = φqᵀ S.
 void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
+                          int64_t E, const float* decay = nullptr);
+// The same on a bf16 S: each row widened as loaded and rounded (nearest even) as stored; num reads
+// the unrounded rows.
+void rank1_update_readout(float* num, bf16* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
                           int64_t E, const float* decay = nullptr);
 
 // One delta-rule token for one head: S: [M, E] ← P + β k (v − Pᵀ k)ᵀ with P = diag(decay) S (in place;

@@ -52,6 +52,7 @@ int bench(BenchArgs& args) {
                         {"causal", p.causal || is_causal(p.op)},
                         {"threads", m.threads},
                         {"backward", args.measure.backward},
+                        {"dtype", dtype_name(p.dtype)},
                         {"seconds", t.median},
                         {"seconds_min", t.min},
                         {"repetitions", t.repetitions},
@@ -63,9 +64,10 @@ int bench(BenchArgs& args) {
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
-  std::printf("%s%s B=%lld H=%lld N=%lld D=%lld E=%lld, threads=%d, %s\n", op_name(p.op), p.causal ? " (causal)" : "",
-              (long long)p.batch, (long long)p.heads, (long long)p.seq, (long long)p.dim, (long long)p.value_dim,
-              m.threads, args.measure.backward ? "forward+backward" : "forward");
+  std::printf("%s%s B=%lld H=%lld N=%lld D=%lld E=%lld, %s, threads=%d, %s\n", op_name(p.op),
+              p.causal ? " (causal)" : "", (long long)p.batch, (long long)p.heads, (long long)p.seq, (long long)p.dim,
+              (long long)p.value_dim, dtype_name(p.dtype), m.threads,
+              args.measure.backward ? "forward+backward" : "forward");
   std::printf("  time       %s median, %s min, %d repetitions\n", format_seconds(t.median).c_str(),
               format_seconds(t.min).c_str(), t.repetitions);
   std::printf("  throughput %.4g GFLOP/s (%.4g GFLOP), %.4g tokens/s\n", flops / t.median * 1e-9, flops * 1e-9,
@@ -97,6 +99,8 @@ const Registrar registrar{
        app.add_option("--threads", args->measure.threads, "Threads (linattn::set_num_threads); 0: the default")
            ->check(flags::threads());
        app.add_flag("--backward", args->measure.backward, "Time forward+backward");
+       app.add_option("--dtype", p.dtype, "Storage of q, k, v, out and the gradients: f32, bf16 or f16 (fp32 products)")
+           ->transform(flags::choice(dtype_names()));
        app.add_flag("--causal", p.causal, "Causal mask (softmax)");
        app.add_option("--features", p.features, "Performer: random features M (0: default)")
            ->check(flags::bounded(0, limits::kMaxFeatures));

@@ -39,6 +39,7 @@ struct CompareArgs {
   uint64_t seed = 0;
   int64_t features = 0, projected = 0;
   bool plot = true;
+  DType dtype = DType::f32;
 };
 
 struct Row {
@@ -74,6 +75,7 @@ Problem problem(const CompareArgs& a, Op op, int64_t seq) {
   p.features = a.features;
   p.projected = a.projected;
   p.seed = a.seed;
+  p.dtype = a.dtype;
   return p;
 }
 
@@ -339,6 +341,7 @@ int compare(const CompareArgs& a) {
         {"methods", method_names},
         {"threads", threads},
         {"seed", a.seed},
+        {"dtype", dtype_name(a.dtype)},
         {"budget_seconds", a.measure.budget_seconds},
         {"inputs", "q, k, v ~ N(0, 1) in [B, N, H, D] layout"},
         {"peak_memory", "growth of VmHWM in a forked child per configuration, inputs included"}}},
@@ -393,6 +396,9 @@ const Registrar registrar{
        app.add_option("--projected", a->projected, "Linformer: projected length k (0: min(N, 256))")
            ->check(flags::non_negative());
        app.add_option("--seed", a->seed, "Seed of the N(0,1) inputs and random features");
+       app.add_option("--dtype", a->dtype,
+                      "Storage of q, k, v, out and the gradients: f32, bf16 or f16 (fp32 products)")
+           ->transform(flags::choice(dtype_names()));
        app.footer(
            "Each (N, method) runs in a forked child: times are medians after a warm-up; peak memory is the growth "
            "of that child's VmHWM (inputs, outputs, gradients and scratch). The error is max|out - out_softmax| / "

@@ -18,6 +18,7 @@
 #include "linattn/error.hpp"
 #include "linattn/favor.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/half_attention.hpp"
 #include "linattn/limits.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
@@ -45,6 +46,9 @@ struct RunArgs {
   int threads = 0;
   int64_t features = 0;  // performer
   uint64_t seed = 0;
+  // --dtype: q, k, v, out, dout and the gradients in this storage (inputs rounded, float16 files
+  // read exactly; outputs written as float16 for f16, as float32 holding bf16 values for bf16).
+  DType dtype = DType::f32;
 };
 
 // A Linformer projection from its file: `shape` as in the file, [P, N_max] or [H or 1, P, N_max];
@@ -187,35 +191,47 @@ SoftmaxAttentionOptions softmax_options(const RunArgs& a) {
   return o;
 }
 
-void run_fast(const RunArgs& a, Tensors& t) {
+// The tensors of one call as views of T (float, or bf16/f16 copies for --dtype).
+template <class T>
+struct Views {
+  View4<const T> q, k, v, dout;
+  View4<T> out, dq, dk, dv;
+};
+
+template <class T>
+View4<T> token(View4<T> x, int64_t n) {
+  x.data += n * x.stride[1];
+  x.extent[1] = 1;
+  return x;
+}
+
+// The fast operators on views of T: the fp32 functions, or their half-precision overloads
+// (linattn/half_attention.hpp) of the same names.
+template <class T>
+void run_ops(const RunArgs& a, Tensors& t, const Views<T>& w) {
   const LinearAttentionOptions linear = linear_options(a, t.q.extent()[3]);
   switch (a.op) {
     case Op::softmax:
-      softmax_attention_forward(t.out.view, t.lse, t.q.view, t.k.view, t.v.view, softmax_options(a));
-      if (t.dout)
-        softmax_attention_backward(t.dq->view, t.dk->view, t.dv->view, t.dout->view, t.q.view, t.k.view, t.v.view,
-                                   t.out.view, t.lse, softmax_options(a));
+      softmax_attention_forward(w.out, t.lse, w.q, w.k, w.v, softmax_options(a));
+      if (t.dout) softmax_attention_backward(w.dq, w.dk, w.dv, w.dout, w.q, w.k, w.v, w.out, t.lse, softmax_options(a));
       return;
     case Op::linear:
     case Op::favor:
     case Op::causal:
       if (linear.causal) {
-        causal_linear_attention_forward(t.out.view, t.q.view, t.k.view, t.v.view, linear);
-        if (t.dout)
-          causal_linear_attention_backward(t.dq->view, t.dk->view, t.dv->view, t.dout->view, t.q.view, t.k.view,
-                                           t.v.view, linear);
+        causal_linear_attention_forward(w.out, w.q, w.k, w.v, linear);
+        if (t.dout) causal_linear_attention_backward(w.dq, w.dk, w.dv, w.dout, w.q, w.k, w.v, linear);
       } else {
-        linear_attention_forward(t.out.view, t.q.view, t.k.view, t.v.view, linear);
-        if (t.dout)
-          linear_attention_backward(t.dq->view, t.dk->view, t.dv->view, t.dout->view, t.q.view, t.k.view, t.v.view,
-                                    linear);
+        linear_attention_forward(w.out, w.q, w.k, w.v, linear);
+        if (t.dout) linear_attention_backward(w.dq, w.dk, w.dv, w.dout, w.q, w.k, w.v, linear);
       }
       return;
     case Op::recurrent: {
       const auto e = t.q.extent();
       RecurrentState state(e[0], e[2], linear.feature_map->feature_dim(e[3]), t.v.extent()[3],
                            linear.feature_map->name());
-      table::step_through(t.out.view, t.q.view, t.k.view, t.v.view, state, linear);
+      for (int64_t n = 0; n < e[1]; ++n)
+        recurrent_step(token(w.out, n), token(w.q, n), token(w.k, n), token(w.v, n), state, linear);
       return;
     }
     case Op::retention:
@@ -228,13 +244,49 @@ void run_fast(const RunArgs& a, Tensors& t) {
       break;  // refused by run() before any file is read
     case Op::linformer: {
       const LinformerOptions o = linformer_options(a, t);
-      linformer_attention_forward(t.out.view, t.lse, t.q.view, t.k.view, t.v.view, t.E->data, data_of(t.F), o);
+      linformer_attention_forward(w.out, t.lse, w.q, w.k, w.v, t.E->data, data_of(t.F), o);
       if (t.dout)
-        linformer_attention_backward(t.dq->view, t.dk->view, t.dv->view, t.dE, t.dF, t.dout->view, t.q.view, t.k.view,
-                                     t.v.view, t.E->data, data_of(t.F), t.out.view, t.lse, o);
+        linformer_attention_backward(w.dq, w.dk, w.dv, t.dE, t.dF, w.dout, w.q, w.k, w.v, t.E->data, data_of(t.F),
+                                     w.out, t.lse, o);
       return;
     }
   }
+}
+
+// A half copy of a file tensor in the same layout (rounded; exact for a float16 file).
+template <HalfType H>
+struct HalfCopy {
+  std::vector<H> data;
+  View4<H> view;
+  explicit HalfCopy(const FileTensor& x) : data(x.data.size()) {
+    convert(std::span<H>(data), std::span<const float>(x.data));
+    view = {data.data() + (x.view.data - x.data.data()), x.view.extent, x.view.stride};
+  }
+  // Back into the file tensor, widened (exact).
+  void store(FileTensor& x) const { convert(std::span<float>(x.data), std::span<const H>(data)); }
+};
+
+template <HalfType H>
+void run_half(const RunArgs& a, Tensors& t) {
+  const HalfCopy<H> q(t.q), k(t.k), v(t.v);
+  HalfCopy<H> out(t.out);
+  std::optional<HalfCopy<H>> dout, dq, dk, dv;
+  Views<H> w{q.view, k.view, v.view, {}, out.view, {}, {}, {}};
+  if (t.dout) {
+    dout.emplace(*t.dout), dq.emplace(*t.dq), dk.emplace(*t.dk), dv.emplace(*t.dv);
+    w.dout = dout->view, w.dq = dq->view, w.dk = dk->view, w.dv = dv->view;
+  }
+  run_ops(a, t, w);
+  out.store(t.out);
+  if (t.dout) dq->store(*t.dq), dk->store(*t.dk), dv->store(*t.dv);
+}
+
+void run_fast(const RunArgs& a, Tensors& t) {
+  if (a.dtype == DType::bf16) return run_half<bf16>(a, t);
+  if (a.dtype == DType::f16) return run_half<f16>(a, t);
+  Views<float> w{t.q.view, t.k.view, t.v.view, {}, t.out.view, {}, {}, {}};
+  if (t.dout) w.dout = t.dout->view, w.dq = t.dq->view, w.dk = t.dk->view, w.dv = t.dv->view;
+  run_ops(a, t, w);
 }
 
 void copy_from(FileTensor& dst, const reference::Tensor& src) {
@@ -314,6 +366,8 @@ int run(RunArgs& a) {
     throw UsageError("--lse applies to --op softmax and linformer");
   if (a.dout.empty() && (!a.dq.empty() || !a.dk.empty() || !a.dv.empty() || !a.dproj_e.empty() || !a.dproj_f.empty()))
     throw UsageError("--dq/--dk/--dv/--dproj-e/--dproj-f need --dout");
+  if (a.reference && a.dtype != DType::f32)
+    throw UsageError("--dtype: --reference runs the fp64 oracle, expected f32 (the default) with it");
   set_num_threads(a.threads);
 
   // Refuse up front: inputs, output, gradients, and fp64 copies of all of them for --reference.
@@ -355,7 +409,8 @@ int run(RunArgs& a) {
   // are they renamed in, under a journal that the next run finishes if a kill falls between renames.
   FileSet outputs;
   const auto add = [&](const FileTensor& x) {
-    outputs.add(x.path, npy::serialize(file_shape(x.layout, x.extent()), x.data));
+    outputs.add(x.path, npy::serialize(file_shape(x.layout, x.extent()), x.data,
+                                       a.dtype == DType::f16 ? DType::f16 : DType::f32));
   };
   add(t.out);
   if (!a.lse.empty()) outputs.add(a.lse, npy::serialize(std::vector<int64_t>{B, H, Nq}, t.lse));
@@ -417,6 +472,9 @@ const Registrar registrar{
            ->option_text("bnhd|bhnd");
        app.add_flag("--reference", a->reference, "Run the fp64 oracle (O(N²), slow) instead of the fast operator");
        app.add_option("--threads", a->threads, "Threads; 0: the default")->check(flags::threads());
+       app.add_option("--dtype", a->dtype,
+                      "Storage of q, k, v, out and the gradients: f32, bf16 or f16 (f16 writes float16 .npy files)")
+           ->transform(flags::choice(dtype_names()));
        app.footer(
            "Exit codes: 0 done, 1 a bad or mismatched input file (message names the flag and path), 2 a bad flag, "
            "3 the inputs would need more memory than MemAvailable. Outputs are written only after everything is "

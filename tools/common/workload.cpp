@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/command.hpp"
+#include "common/half_workload.hpp"
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
 #include "linattn/linear_attention.hpp"
@@ -127,6 +128,13 @@ Workload::Workload(const Problem& p)
 
 Workload::~Workload() = default;
 
+std::span<const float> Workload::out() const {
+  if (!half_) return out_;
+  half_out_.resize(out_.size());
+  half_->out_to(half_out_);
+  return half_out_;
+}
+
 namespace {
 // A [B, N, H, dim] view of one of the workload's buffers.
 TensorView view(const Problem& p, std::vector<float>& x, int64_t dim) {
@@ -153,7 +161,9 @@ table::Operands Workload::operands() {
 
 void Workload::forward() {
   if (op_.carries_state) extra_->state.reset();
-  op_.forward(operands(), options_);
+  if (p_.dtype == DType::f32) return op_.forward(operands(), options_);
+  if (!half_) half_ = std::make_unique<HalfOperands>(p_.dtype, operands(), options_);
+  half_->forward(p_.op, options_);
 }
 
 void Workload::backward() {
@@ -168,7 +178,13 @@ void Workload::backward() {
     extra_->dE.assign(extra_->E.size(), 0.0f);
     extra_->dF.assign(extra_->F.size(), 0.0f);
   }
-  op_.backward(operands(), options_);
+  if (p_.dtype == DType::f32) return op_.backward(operands(), options_);
+  // The half copies are made again once dout exists (a forward-only run made them without it).
+  if (!half_ || !half_->has_dout()) {
+    half_ = std::make_unique<HalfOperands>(p_.dtype, operands(), options_);
+    half_->forward(p_.op, options_);  // out and lse, which the softmax and Linformer backwards read
+  }
+  half_->backward(p_.op, options_);
 }
 
 }  // namespace linattn::cli

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "linattn/feature_map.hpp"
+#include "linattn/half.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
@@ -51,6 +52,12 @@ bool is_decayed(Op op);
 // The delta rule (delta.hpp).
 bool is_delta(Op op);
 
+// --dtype's names: "f32", "bf16", "f16".
+inline const std::map<std::string, DType>& dtype_names() {
+  static const std::map<std::string, DType> names{{"f32", DType::f32}, {"bf16", DType::bf16}, {"f16", DType::f16}};
+  return names;
+}
+
 struct Problem {
   Op op = Op::softmax;
   int64_t batch = 1, heads = 1, seq = 1, dim = 64, value_dim = 64;
@@ -58,6 +65,8 @@ struct Problem {
   int64_t features = 0;   // favor: M random features (0: the library's default for D)
   int64_t projected = 0;  // linformer: k, the projected length (0: min(N, 256))
   uint64_t seed = 0;      // inputs and random features
+  // --dtype: the storage type of q, k, v, out, dout and the gradients (inputs drawn in fp32, rounded).
+  DType dtype = DType::f32;
 };
 
 // The table's sizes of the problem: N queries and N keys, the library's default chunk (the decayed
@@ -86,8 +95,8 @@ class Workload {
   void forward();
   // Gradients for dout ~ N(0, 1); allocates them on first use. Runs after forward().
   void backward();
-  // [B, N, H, E] contiguous.
-  std::span<const float> out() const { return out_; }
+  // [B, N, H, E] contiguous (a half run's out widened to fp32).
+  std::span<const float> out() const;
 
  private:
   struct Extra;
@@ -97,8 +106,10 @@ class Workload {
   const table::Operator& op_;
   table::Options options_;  // built once: a FAVOR+ draw is not free
   std::vector<float> q_, k_, v_, out_, lse_, dout_, dq_, dk_, dv_;
-  std::vector<float> g_, dg_;     // the decayed ops' gate, [B, N, H, gate_dim], and its gradient
-  std::unique_ptr<Extra> extra_;  // the recurrent state, Linformer projections
+  std::vector<float> g_, dg_;                 // the decayed ops' gate, [B, N, H, gate_dim], and its gradient
+  std::unique_ptr<Extra> extra_;              // the recurrent state, Linformer projections
+  std::unique_ptr<class HalfOperands> half_;  // --dtype bf16|f16: the half copies and calls
+  mutable std::vector<float> half_out_;       // their out, widened
 };
 
 }  // namespace linattn::cli

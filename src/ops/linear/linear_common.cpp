@@ -82,6 +82,7 @@ LinearProblem check_linear_backward(const char* op, ConstTensorView dq, ConstTen
 
 std::array<boundary::Region, 2> state_regions(const RecurrentState* state, const char* S_name, const char* z_name) {
   if (!state) return {};
+  if (state->dtype() == DType::bf16) return {region(S_name, state->S_bf16()), region(z_name, state->z())};
   return {region(S_name, state->S()), region(z_name, state->z())};
 }
 
@@ -90,8 +91,10 @@ void check_chunk_size(const char* op, const LinearAttentionOptions& o) {
   fail(op, "options.chunk_size is " + std::to_string(o.chunk_size) + ", expected ≥ 1");
 }
 
-void check_state(const char* op, const char* name, const RecurrentState& s, const LinearProblem& p) {
+void check_state(const char* op, const char* name, const RecurrentState& s, const LinearProblem& p, bool takes_bf16) {
   const std::string n(name);
+  if (s.dtype() != DType::f32 && !takes_bf16)
+    fail(op, n + ".dtype() is " + dtype_name(s.dtype()) + ", expected f32 (only recurrent_step takes a bf16 state)");
   check_state_extents(op, name, {s.batch(), s.heads(), s.feature_dim(), s.value_dim()}, {p.B, p.H, p.M, p.E});
   if (s.feature_map() != p.map->name())
     fail(op, n + ".feature_map() is \"" + s.feature_map() + "\", expected \"" + p.map->name() +
@@ -113,7 +116,7 @@ PackedState pack_state(const RecurrentState& state, const LinearProblem& p) {
 
 void unpack_state(RecurrentState& state, const PackedState& packed, const LinearProblem& p, int64_t position) {
   if (state.batch() != p.B || state.heads() != p.H || state.feature_dim() != p.M || state.value_dim() != p.E ||
-      state.feature_map() != p.map->name())
+      state.feature_map() != p.map->name() || state.dtype() != DType::f32)
     state = RecurrentState(p.B, p.H, p.M, p.E, p.map->name());
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
     float* S = state.S().data() + bh * p.M * p.E;

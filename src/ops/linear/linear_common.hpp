@@ -64,7 +64,9 @@ std::array<boundary::Region, 2> state_regions(const RecurrentState* state, const
 // options.chunk_size ≥ 1.
 void check_chunk_size(const char* op, const LinearAttentionOptions& options);
 // A state read by an operator matches [B, H, M, E] and the feature map's name.
-void check_state(const char* op, const char* name, const RecurrentState& state, const LinearProblem& p);
+// takes_bf16: the caller handles a bf16 S (recurrent_step); others refuse one.
+void check_state(const char* op, const char* name, const RecurrentState& state, const LinearProblem& p,
+                 bool takes_bf16 = false);
 
 using kernels::head_rows;
 using kernels::HeadRows;

@@ -18,7 +18,7 @@ void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
       detail::check_linear_forward(op, out, q, k, v, options, detail::state_regions(&state, "state.S()", "state.z()"));
   detail::check_extent(op, "q", q, 1, 1, "one token per step");
   detail::check_extent(op, "k", k, 1, 1, "one token per step");
-  detail::check_state(op, "state", state, p);
+  detail::check_state(op, "state", state, p, /*takes_bf16=*/true);
   // Before S changes: a loaded position of INT64_MAX overflowed here and then could not be saved.
   check_bounded("linattn::recurrent_step", "state.position()", state.position(), 0, limits::kMaxPosition - 1,
                 "the step adds one token");
@@ -47,7 +47,12 @@ void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
       std::fill_n(vals.data() + bh * E, E, 0.0f);
     }
     for (int64_t m = 0; m < M; ++m) z[m] += pk[m];
-    kernels::rank1_update_readout(num.data() + bh * E, state.S(bh / p.H, bh % p.H), pk, vals.data() + bh * E, pq, M, E);
+    if (state.dtype() == DType::bf16)  // half the bytes of S: rows widened as loaded, rounded as stored
+      kernels::rank1_update_readout(num.data() + bh * E, state.S_bf16(bh / p.H, bh % p.H), pk, vals.data() + bh * E, pq,
+                                    M, E);
+    else
+      kernels::rank1_update_readout(num.data() + bh * E, state.S(bh / p.H, bh % p.H), pk, vals.data() + bh * E, pq, M,
+                                    E);
     float* o = num.data() + bh * E;
     if (p.normalize) {
       float den = 0;

@@ -25,13 +25,16 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/validate.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/half_views.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/softmax_decode.hpp"
 #include "kernels/softmax_tile_rows.hpp"
+#include "ops/softmax/softmax_half.hpp"
 
 namespace linattn {
 namespace {
@@ -251,8 +254,12 @@ struct DecodeScratch {
 };
 
 // Partials of one (b, h, chunk): per row m, l and o [Ep], laid out [rows][Ep + 2].
-void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTensorView v, const Plan& p, int64_t b,
+// T: the element type of k and v (float, or bf16/f16 read in place and widened as loaded; then the
+// head dim of k is contiguous, see softmax_decode_half).
+template <class T>
+void decode_chunk(float* partial, ConstTensorView q, View4<const T> k, View4<const T> v, const Plan& p, int64_t b,
                   int64_t h, int64_t chunk, DecodeScratch& w) {
+  constexpr bool fp32 = std::is_same_v<T, float>;
   const int64_t rows = p.Nq, ld = p.Ep + 2;
   std::fill_n(w.o, kDecodeRows * p.Ep, 0.0f);
   std::fill_n(w.row_max, kDecodeRows, -kInf);
@@ -260,7 +267,8 @@ void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTen
   const int64_t c0 = chunk * kDecodeChunk;
   const int64_t c1 = std::min(p.Nk, std::min(c0 + kDecodeChunk, p.key_end(b, rows - 1)));  // the last row sees most
   if (c0 < c1) {
-    const bool k_rows = k.stride[3] == 1 && rows <= kDecodeDotRows, v_in_place = v.stride[3] == 1 && p.E == p.Ep;
+    const bool k_rows = !fp32 || (k.stride[3] == 1 && rows <= kDecodeDotRows),
+               v_in_place = fp32 && v.stride[3] == 1 && p.E == p.Ep;
     kernels::pack_rows({w.qs, p.Dp, rows, q.dim()}, kernels::head_rows(q, b, h), 0, rows, p.scale);
     if (!k_rows) {  // qt[d, r] = qs[r, d]; columns r ≥ Nq are 0
       std::fill_n(w.qt, p.Dp * kDecodeRows, 0.0f);
@@ -273,7 +281,7 @@ void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTen
       // s[r, j] = Σ_d qs[r, d] · k(b, j0 + j, h, d), over the tile's real keys only
       if (k_rows) {
         kernels::softmax_decode_scores(w.s, kTileK, w.qs, p.Dp, rows, k.row(b, j0, h), k.stride[1], count, p.D);
-      } else {
+      } else if constexpr (fp32) {
         kernels::gemm({w.st, kDecodeRows, count, kDecodeRows}, {k.row(b, j0, h), k.stride[1], k.stride[3]},
                       {w.qt, kDecodeRows, p.D, kDecodeRows});
         for (int64_t r = 0; r < rows; ++r)
@@ -284,10 +292,13 @@ void decode_chunk(float* partial, ConstTensorView q, ConstTensorView k, ConstTen
       // o += p v, over each row's visible keys only
       const float* vt = w.vp;
       int64_t ldv = p.Ep;
-      if (v_in_place) {
-        vt = v.row(b, j0, h);
-        ldv = v.stride[1];
-      } else {
+      if constexpr (fp32) {
+        if (v_in_place) {
+          vt = v.row(b, j0, h);
+          ldv = v.stride[1];
+        }
+      }
+      if (!v_in_place) {
         kernels::pack_rows({w.vp, p.Ep, count, v.dim()}, kernels::head_rows(v, b, h), j0, count);
       }
       kernels::gemm({w.o, p.Ep, rows, p.Ep}, {w.s, kTileK, 1}, {vt, ldv, count, p.Ep},
@@ -330,7 +341,8 @@ void decode_merge(TensorView out, float* lse, const float* partials, const Plan&
   kernels::unpack_rows(kernels::head_rows(out, b, h), 0, {w.o, p.Ep, rows, out.dim()}, rows);
 }
 
-void decode_forward(TensorView out, std::span<float> lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+template <class T>
+void decode_forward(TensorView out, std::span<float> lse, ConstTensorView q, View4<const T> k, View4<const T> v,
                     const Plan& p) {
   const int threads = omp_get_max_threads();
   const int64_t chunks = ceil_div(p.Nk, kDecodeChunk), heads = p.B * p.H, stride = p.Nq * (p.Ep + 2);
@@ -344,7 +356,7 @@ void decode_forward(TensorView out, std::span<float> lse, ConstTensorView q, Con
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < heads * chunks; ++item) {
       const int64_t bh = item / chunks;
-      decode_chunk(partials.get() + item * stride, q, k, v, p, bh / p.H, bh % p.H, item % chunks, w);
+      decode_chunk<T>(partials.get() + item * stride, q, k, v, p, bh / p.H, bh % p.H, item % chunks, w);
     }
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < heads; ++bh)
@@ -415,7 +427,7 @@ void softmax_attention_forward(TensorView out, std::span<float> lse, ConstTensor
   detail::check_outputs(op, {region("lse", lse), region("out", out)}, {region("q", q), region("k", k), region("v", v)});
 
   if (p.Nq <= kDecodeRows) {
-    decode_forward(out, lse, q, k, v, p);
+    decode_forward<float>(out, lse, q, k, v, p);
     return;
   }
   const int threads = omp_get_max_threads();
@@ -548,4 +560,27 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
   }
 }
 
+namespace detail {
+
+bool softmax_half_decodes(int64_t query_rows, const std::array<int64_t, 4>& k_stride) {
+  return query_rows <= kDecodeRows && k_stride[3] == 1;
+}
+
+template <HalfType H>
+void softmax_decode_half(TensorView out, std::span<float> lse, ConstTensorView q, View4<const H> k, View4<const H> v,
+                         const SoftmaxAttentionOptions& options) {
+  const char* op = kForward;
+  const Plan p = make_plan(op, q, kernels::shape_view(k), kernels::shape_view(v), lse.size(), options);
+  detail::check_output_shape(op, "out", out, q, kernels::shape_view(v));
+  if (!softmax_half_decodes(p.Nq, k.stride))
+    fail_with(op, "the half-precision decode takes Nq ≤ ", kDecodeRows, " and a contiguous head dim of k, got Nq ",
+              p.Nq, " and k's head-dim stride ", k.stride[3]);
+  decode_forward<H>(out, lse, q, k, v, p);
+}
+template void softmax_decode_half<bf16>(TensorView, std::span<float>, ConstTensorView, View4<const bf16>,
+                                        View4<const bf16>, const SoftmaxAttentionOptions&);
+template void softmax_decode_half<f16>(TensorView, std::span<float>, ConstTensorView, View4<const f16>,
+                                       View4<const f16>, const SoftmaxAttentionOptions&);
+
+}  // namespace detail
 }  // namespace linattn

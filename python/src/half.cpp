@@ -1,0 +1,146 @@
+// softmax_attention and linear_attention, forward and backward, on bf16 or f16 tensors: the module
+// _linattn.half. Arrays hold the bits as uint16 (numpy has no bfloat16; linattn/__init__.py and
+// _torch_ops.py view float16 arrays and torch.float16 / torch.bfloat16 tensors as uint16, no copy);
+// dtype ("bf16" or "f16") says what they mean. lse stays float32.
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <span>
+#include <string>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "linattn/boundary.hpp"
+#include "linattn/half_attention.hpp"
+
+namespace linattn::python {
+namespace {
+
+using Bits = uint16_t;
+
+template <class H>
+View4<const H> as(View4<const Bits> x) {
+  return {reinterpret_cast<const H*>(x.data), x.extent, x.stride};
+}
+template <class H>
+View4<H> as(View4<Bits> x) {
+  return {reinterpret_cast<H*>(x.data), x.extent, x.stride};
+}
+
+// Runs body.template operator()<H>() for the dtype named ("bf16" or "f16"; ValueError otherwise).
+template <class Body>
+auto by_dtype(const std::string& dtype, Body&& body) {
+  if (dtype == "bf16") return body.template operator()<bf16>();
+  if (dtype == "f16") return body.template operator()<f16>();
+  throw py::value_error("dtype: expected \"bf16\" or \"f16\", got \"" + dtype + "\"");
+}
+
+struct Inputs {
+  InputView<Bits> q, k, v;
+  std::vector<int64_t> key_lengths;
+  std::array<int64_t, 4> out_extent() const {
+    return {q.view.extent[0], q.view.extent[1], q.view.extent[2], v.view.extent[3]};
+  }
+};
+Inputs inputs(const char* op, const py::object& q, const py::object& k, const py::object& v,
+              const py::object& lengths) {
+  Inputs in{input_view<Bits>(q, "q", 4, "[B, Nq, H, D]"), input_view<Bits>(k, "k", 4, "[B, Nk, H, D]"),
+            input_view<Bits>(v, "v", 4, "[B, Nk, H, E]"), key_lengths_arg(lengths)};
+  const auto shape = [](View4<const Bits> x) {
+    return ConstTensorView(reinterpret_cast<const float*>(x.data), x.extent, x.stride);
+  };
+  boundary::check_attention_inputs(op, shape(in.q.view), shape(in.k.view), shape(in.v.view));
+  return in;
+}
+struct Grads {
+  OutputArray<Bits> dq, dk, dv;
+  explicit Grads(const Inputs& in)
+      : dq(output_array<Bits>(in.q.view.extent)),
+        dk(output_array<Bits>(in.k.view.extent)),
+        dv(output_array<Bits>(in.v.view.extent)) {}
+  py::tuple arrays() const { return py::make_tuple(dq.array, dk.array, dv.array); }
+};
+
+py::tuple softmax_saving(const py::object& q, const py::object& k, const py::object& v, const std::string& dtype,
+                         bool causal, const py::object& key_lengths, std::optional<float> scale) {
+  const Inputs in = inputs("softmax_attention", q, k, v, key_lengths);
+  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale);
+  OutputArray<Bits> out = output_array<Bits>(in.out_extent());
+  py::array_t<float> lse(std::vector<py::ssize_t>{in.q.view.extent[0], in.q.view.extent[2], in.q.view.extent[1]});
+  const std::span<float> lse_span(lse.mutable_data(), size_t(lse.size()));
+  by_dtype(dtype, [&]<class H>() {
+    py::gil_scoped_release nogil;
+    softmax_attention_forward(as<H>(out.view), lse_span, as<H>(in.q.view), as<H>(in.k.view), as<H>(in.v.view), options);
+  });
+  return py::make_tuple(out.array, lse);
+}
+
+py::tuple softmax_backward_saved(const py::object& q, const py::object& k, const py::object& v, const py::object& out,
+                                 const py::object& lse, const py::object& dout, const std::string& dtype, bool causal,
+                                 const py::object& key_lengths, std::optional<float> scale) {
+  const Inputs in = inputs("softmax_attention_backward", q, k, v, key_lengths);
+  const InputView<Bits> o = input_view<Bits>(out, "out", 4, "[B, Nq, H, E]"),
+                        d = input_view<Bits>(dout, "dout", 4, "[B, Nq, H, E]");
+  if (!py::isinstance<py::array_t<float>>(lse)) throw py::type_error("lse: expected a numpy.ndarray of float32");
+  const auto l = py::array_t<float, py::array::c_style>::ensure(lse);
+  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale);
+  Grads g(in);
+  by_dtype(dtype, [&]<class H>() {
+    py::gil_scoped_release nogil;
+    softmax_attention_backward(as<H>(g.dq.view), as<H>(g.dk.view), as<H>(g.dv.view), as<H>(d.view), as<H>(in.q.view),
+                               as<H>(in.k.view), as<H>(in.v.view), as<H>(o.view),
+                               std::span<const float>(l.data(), size_t(l.size())), options);
+  });
+  return g.arrays();
+}
+
+py::array linear_forward(const py::object& q, const py::object& k, const py::object& v, const std::string& dtype,
+                         const std::string& feature_map, bool causal, const py::object& key_lengths, float eps,
+                         std::optional<int64_t> n_features, uint64_t seed) {
+  const Inputs in = inputs("linear_attention", q, k, v, key_lengths);
+  const LinearAttentionOptions options =
+      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+  OutputArray<Bits> out = output_array<Bits>(in.out_extent());
+  by_dtype(dtype, [&]<class H>() {
+    py::gil_scoped_release nogil;
+    linear_attention_forward(as<H>(out.view), as<H>(in.q.view), as<H>(in.k.view), as<H>(in.v.view), options);
+  });
+  return out.array;
+}
+
+py::tuple linear_backward(const py::object& q, const py::object& k, const py::object& v, const py::object& dout,
+                          const std::string& dtype, const std::string& feature_map, bool causal,
+                          const py::object& key_lengths, float eps, std::optional<int64_t> n_features, uint64_t seed) {
+  const Inputs in = inputs("linear_attention_backward", q, k, v, key_lengths);
+  const InputView<Bits> d = input_view<Bits>(dout, "dout", 4, "[B, Nq, H, E]");
+  const LinearAttentionOptions options =
+      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+  Grads g(in);
+  by_dtype(dtype, [&]<class H>() {
+    py::gil_scoped_release nogil;
+    linear_attention_backward(as<H>(g.dq.view), as<H>(g.dk.view), as<H>(g.dv.view), as<H>(d.view), as<H>(in.q.view),
+                              as<H>(in.k.view), as<H>(in.v.view), options);
+  });
+  return g.arrays();
+}
+
+}  // namespace
+
+void bind_half(py::module_& m) {
+  using py::arg;
+  py::module_ h = m.def_submodule("half", "softmax and linear attention on bf16/f16 bits held as uint16 arrays.");
+  h.def("_softmax_attention_saving", &softmax_saving, arg("q"), arg("k"), arg("v"), py::kw_only(), arg("dtype"),
+        arg("causal") = false, arg("key_lengths") = py::none(), arg("scale") = py::none(),
+        "(out bits [B, Nq, H, E], lse float32 [B, H, Nq]).");
+  h.def("_softmax_attention_backward_saved", &softmax_backward_saved, arg("q"), arg("k"), arg("v"), arg("out"),
+        arg("lse"), arg("dout"), py::kw_only(), arg("dtype"), arg("causal") = false, arg("key_lengths") = py::none(),
+        arg("scale") = py::none(), "(dq, dk, dv) bits, from the forward's out and lse.");
+  h.def("linear_attention", &linear_forward, arg("q"), arg("k"), arg("v"), py::kw_only(), arg("dtype"),
+        arg("feature_map") = "elu", arg("causal") = false, arg("key_lengths") = py::none(), arg("eps") = 1e-6f,
+        arg("n_features") = py::none(), arg("seed") = 0, "out bits [B, Nq, H, E].");
+  h.def("linear_attention_backward", &linear_backward, arg("q"), arg("k"), arg("v"), arg("dout"), py::kw_only(),
+        arg("dtype"), arg("feature_map") = "elu", arg("causal") = false, arg("key_lengths") = py::none(),
+        arg("eps") = 1e-6f, arg("n_features") = py::none(), arg("seed") = 0, "(dq, dk, dv) bits.");
+}
+
+}  // namespace linattn::python

@@ -1,0 +1,88 @@
+// The delta rule over bf16/f16 tensors (linattn/half_attention.hpp), through the shared conversion
+// layer (kernels/half_views.hpp); the states stay fp32 spans.
+#include "kernels/half_views.hpp"
+#include "linattn/half_attention.hpp"
+
+namespace linattn {
+namespace {
+using boundary::region;
+}  // namespace
+
+template <HalfType H>
+void delta_rule_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+                        const DeltaRuleOptions& options, std::span<const float> initial_state,
+                        std::span<float> final_state) {
+  kernels::HalfCall<H> c("delta_rule_forward");
+  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), b32 = c.in("beta", beta),
+                        g32 = c.in("g", g);
+  const TensorView out32 = c.out("out", out);
+  c.in_region(region("initial_state", initial_state));
+  c.out_region(region("final_state", final_state));
+  c.check();
+  delta_rule_forward(out32, q32, k32, v32, b32, g32, options, initial_state, final_state);
+  c.store();
+}
+
+template <HalfType H>
+void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> dbeta, HalfOut<H> dg,
+                         std::span<float> dinitial_state, HalfIn<H> dout, std::span<const float> dfinal_state,
+                         HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+                         const DeltaRuleOptions& options, std::span<const float> initial_state) {
+  kernels::HalfCall<H> c("delta_rule_backward");
+  const ConstTensorView do32 = c.in("dout", dout), q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v),
+                        b32 = c.in("beta", beta), g32 = c.in("g", g);
+  const TensorView dq32 = c.out("dq", dq), dk32 = c.out("dk", dk), dv32 = c.out("dv", dv), db32 = c.out("dbeta", dbeta),
+                   dg32 = c.out("dg", dg);
+  c.in_region(region("initial_state", initial_state));
+  c.in_region(region("dfinal_state", dfinal_state));
+  c.out_region(region("dinitial_state", dinitial_state));
+  c.check();
+  delta_rule_backward(dq32, dk32, dv32, db32, dg32, dinitial_state, do32, dfinal_state, q32, k32, v32, b32, g32,
+                      options, initial_state);
+  c.store();
+}
+
+template <HalfType H>
+void delta_rule_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+                                  std::span<float> state, const DeltaRuleOptions& options) {
+  kernels::HalfCall<H> c("delta_rule_recurrent_forward");
+  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), b32 = c.in("beta", beta),
+                        g32 = c.in("g", g);
+  const TensorView out32 = c.out("out", out);
+  c.out_region(region("state", state));
+  c.check();
+  delta_rule_recurrent_forward(out32, q32, k32, v32, b32, g32, state, options);
+  c.store();
+}
+
+template <HalfType H>
+void delta_rule_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+                     RecurrentState& state, const DeltaRuleOptions& options) {
+  kernels::HalfCall<H> c("delta_rule_step");
+  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), b32 = c.in("beta", beta),
+                        g32 = c.in("g", g);
+  const TensorView out32 = c.out("out", out);
+  c.out_region(region("state.S()", state.S()));
+  c.check();
+  delta_rule_step(out32, q32, k32, v32, b32, g32, state, options);
+  c.store();
+}
+
+#define LINATTN_DELTA_HALF(H)                                                                                   \
+  template void delta_rule_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>, \
+                                      View4<const H>, const DeltaRuleOptions&, std::span<const float>,          \
+                                      std::span<float>);                                                        \
+  template void delta_rule_backward<H>(View4<H>, View4<H>, View4<H>, View4<H>, View4<H>, std::span<float>,      \
+                                       View4<const H>, std::span<const float>, View4<const H>, View4<const H>,  \
+                                       View4<const H>, View4<const H>, View4<const H>, const DeltaRuleOptions&, \
+                                       std::span<const float>);                                                 \
+  template void delta_rule_recurrent_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>,       \
+                                                View4<const H>, View4<const H>, std::span<float>,               \
+                                                const DeltaRuleOptions&);                                       \
+  template void delta_rule_step<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>,    \
+                                   View4<const H>, RecurrentState&, const DeltaRuleOptions&);
+LINATTN_DELTA_HALF(bf16)
+LINATTN_DELTA_HALF(f16)
+#undef LINATTN_DELTA_HALF
+
+}  // namespace linattn

@@ -1,0 +1,93 @@
+// The linear family over bf16/f16 tensors (linattn/half_attention.hpp), through the shared
+// conversion layer (kernels/half_views.hpp); recurrent_step reads a bf16 state natively
+// (recurrent_step.cpp).
+#include "kernels/half_views.hpp"
+#include "linattn/half_attention.hpp"
+
+namespace linattn {
+namespace {
+using boundary::object_region;
+using boundary::region;
+}  // namespace
+
+template <HalfType H>
+void linear_attention_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v,
+                              const LinearAttentionOptions& options) {
+  kernels::HalfCall<H> c("linear_attention_forward");
+  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v);
+  const TensorView out32 = c.out("out", out);
+  c.check();
+  linear_attention_forward(out32, q32, k32, v32, options);
+  c.store();
+}
+
+template <HalfType H>
+void linear_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfIn<H> dout, HalfIn<H> q, HalfIn<H> k,
+                               HalfIn<H> v, const LinearAttentionOptions& options) {
+  kernels::HalfCall<H> c("linear_attention_backward");
+  const ConstTensorView do32 = c.in("dout", dout), q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v);
+  const TensorView dq32 = c.out("dq", dq), dk32 = c.out("dk", dk), dv32 = c.out("dv", dv);
+  c.check();
+  linear_attention_backward(dq32, dk32, dv32, do32, q32, k32, v32, options);
+  c.store();
+}
+
+template <HalfType H>
+void causal_linear_attention_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v,
+                                     const LinearAttentionOptions& options, const RecurrentState* initial,
+                                     RecurrentState* final_state) {
+  kernels::HalfCall<H> c("causal_linear_attention_forward");
+  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v);
+  const TensorView out32 = c.out("out", out);
+  c.in_region(object_region("initial", initial));
+  c.out_region(object_region("final_state", final_state));
+  c.check();
+  causal_linear_attention_forward(out32, q32, k32, v32, options, initial, final_state);
+  c.store();
+}
+
+template <HalfType H>
+void causal_linear_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfIn<H> dout, HalfIn<H> q,
+                                      HalfIn<H> k, HalfIn<H> v, const LinearAttentionOptions& options,
+                                      const RecurrentState* initial, RecurrentState* dinitial) {
+  kernels::HalfCall<H> c("causal_linear_attention_backward");
+  const ConstTensorView do32 = c.in("dout", dout), q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v);
+  const TensorView dq32 = c.out("dq", dq), dk32 = c.out("dk", dk), dv32 = c.out("dv", dv);
+  c.in_region(object_region("initial", initial));
+  c.out_region(object_region("dinitial", dinitial));
+  c.check();
+  causal_linear_attention_backward(dq32, dk32, dv32, do32, q32, k32, v32, options, initial, dinitial);
+  c.store();
+}
+
+template <HalfType H>
+void recurrent_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, RecurrentState& state,
+                    const LinearAttentionOptions& options) {
+  kernels::HalfCall<H> c("recurrent_step");
+  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v);
+  const TensorView out32 = c.out("out", out);
+  c.out_region(region("state.S()", state.S()));
+  c.out_region(region("state.z()", state.z()));
+  c.check();
+  recurrent_step(out32, q32, k32, v32, state, options);
+  c.store();
+}
+
+#define LINATTN_LINEAR_HALF(H)                                                                                     \
+  template void linear_attention_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>,              \
+                                            const LinearAttentionOptions&);                                        \
+  template void linear_attention_backward<H>(View4<H>, View4<H>, View4<H>, View4<const H>, View4<const H>,         \
+                                             View4<const H>, View4<const H>, const LinearAttentionOptions&);       \
+  template void causal_linear_attention_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>,       \
+                                                   const LinearAttentionOptions&, const RecurrentState*,           \
+                                                   RecurrentState*);                                               \
+  template void causal_linear_attention_backward<H>(View4<H>, View4<H>, View4<H>, View4<const H>, View4<const H>,  \
+                                                    View4<const H>, View4<const H>, const LinearAttentionOptions&, \
+                                                    const RecurrentState*, RecurrentState*);                       \
+  template void recurrent_step<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, RecurrentState&,       \
+                                  const LinearAttentionOptions&);
+LINATTN_LINEAR_HALF(bf16)
+LINATTN_LINEAR_HALF(f16)
+#undef LINATTN_LINEAR_HALF
+
+}  // namespace linattn
