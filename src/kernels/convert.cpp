@@ -85,6 +85,14 @@ HWY_EXPORT(WidenBf16);
 HWY_EXPORT(NarrowBf16);
 HWY_EXPORT(WidenF16);
 HWY_EXPORT(NarrowF16);
+// The dispatch inside the namespace of the exports, with unqualified names: a build of one static
+// target (HWY_COMPILE_ONLY_STATIC) turns HWY_DYNAMIC_DISPATCH(F) into N_<TARGET>::F.
+namespace {
+void widen(float* dst, const bf16* src, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenBf16)(dst, src, n); }
+void widen(float* dst, const f16* src, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenF16)(dst, src, n); }
+void narrow(bf16* dst, const float* src, int64_t n) { HWY_DYNAMIC_DISPATCH(NarrowBf16)(dst, src, n); }
+void narrow(f16* dst, const float* src, int64_t n) { HWY_DYNAMIC_DISPATCH(NarrowF16)(dst, src, n); }
+}  // namespace
 }  // namespace kernels
 
 float to_float(bf16 x) { return kernels::scalar::bf16_to_float(x.bits); }
@@ -93,16 +101,16 @@ bf16 to_bf16(float x) { return {kernels::scalar::float_to_bf16(x)}; }
 f16 to_f16(float x) { return {kernels::scalar::float_to_f16(x)}; }
 
 void convert(std::span<float> dst, std::span<const bf16> src) {
-  HWY_DYNAMIC_DISPATCH(kernels::WidenBf16)(dst.data(), src.data(), int64_t(src.size()));
+  kernels::widen(dst.data(), src.data(), int64_t(src.size()));
 }
 void convert(std::span<float> dst, std::span<const f16> src) {
-  HWY_DYNAMIC_DISPATCH(kernels::WidenF16)(dst.data(), src.data(), int64_t(src.size()));
+  kernels::widen(dst.data(), src.data(), int64_t(src.size()));
 }
 void convert(std::span<bf16> dst, std::span<const float> src) {
-  HWY_DYNAMIC_DISPATCH(kernels::NarrowBf16)(dst.data(), src.data(), int64_t(src.size()));
+  kernels::narrow(dst.data(), src.data(), int64_t(src.size()));
 }
 void convert(std::span<f16> dst, std::span<const float> src) {
-  HWY_DYNAMIC_DISPATCH(kernels::NarrowF16)(dst.data(), src.data(), int64_t(src.size()));
+  kernels::narrow(dst.data(), src.data(), int64_t(src.size()));
 }
 
 }  // namespace linattn
