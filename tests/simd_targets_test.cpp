@@ -98,8 +98,12 @@ TEST(SimdDispatch, ChosenTargetIsTheExpectedOne) {
   const char* expected_lanes = std::getenv("LINATTN_EXPECT_LANES");
   if (!expected && !expected_lanes)
     GTEST_SKIP() << "no LINATTN_EXPECT_TARGET or _LANES to compare " << chosen << " with";
-  if (expected) EXPECT_EQ(chosen, expected) << "the CPU gave dispatch another target than the run is for";
-  if (expected_lanes) EXPECT_EQ(lanes, std::atoll(expected_lanes)) << "the vector length is not the run's";
+  if (expected) {
+    EXPECT_EQ(chosen, expected) << "the CPU gave dispatch another target than the run is for";
+  }
+  if (expected_lanes) {
+    EXPECT_EQ(lanes, std::atoll(expected_lanes)) << "the vector length is not the run's";
+  }
 }
 
 class SimdTargets : public ::testing::Test {

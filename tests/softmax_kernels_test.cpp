@@ -117,8 +117,8 @@ TEST(SoftmaxForwardTile, OnlineSoftmaxOverTwoTiles) {
         }
       }
       // exp of the fp32 difference again: m_old − m_new ≈ −43 rounds by up to 1.9e-6 relative in fp32, more than
-      // the bound, and whether it does depends on the draws (libstdc++'s uniform_real_distribution<float> gives other
-      // last bits on aarch64, whose long double is binary128).
+      // the bound, and whether it does depends on the draws (uniform_real_distribution<float> gives other last bits
+      // on aarch64, where GCC fuses its u·(b − a) + a into one FMA).
       const double rescale = ends[tile][i] > 0 ? std::exp(double(max_before[i] - float(m))) : 1.0;
       if (tile == 1) {
         EXPECT_NEAR(o[i * kOut + 3], rescale, 1e-6 * rescale) << i;
