@@ -66,11 +66,12 @@ build_deps() {
   # binaries need no guest library path.
   (cd "$(ls -d "$src"/zlib-*/)" && CHOST=riscv64-linux-gnu CC=riscv64-linux-gnu-gcc ./configure --static \
     --prefix="$deps" >/dev/null && make -s -j "$jobs" install >/dev/null)
-  # OpenBLAS: the C interface only (no Fortran, no LAPACK), the generic RISC-V kernels, static.
-  make -s -C "$(ls -d "$src"/openblas-*/)" -j "$jobs" TARGET=RISCV64_GENERIC HOSTCC=gcc CC=riscv64-linux-gnu-gcc \
-    NOFORTRAN=1 NO_LAPACK=1 ONLY_CBLAS=1 NO_SHARED=1 USE_OPENMP=0 NUM_THREADS=2 libs >/dev/null
-  make -s -C "$(ls -d "$src"/openblas-*/)" TARGET=RISCV64_GENERIC HOSTCC=gcc CC=riscv64-linux-gnu-gcc NOFORTRAN=1 \
-    NO_LAPACK=1 ONLY_CBLAS=1 NO_SHARED=1 PREFIX="$deps" install >/dev/null
+  # OpenBLAS: the C interface only (no Fortran, no LAPACK), the generic RISC-V kernels, static. install gets the
+  # same variables as the build, or it rebuilds everything for the variables it lacks (seen).
+  local blas=(TARGET=RISCV64_GENERIC HOSTCC=gcc CC=riscv64-linux-gnu-gcc NOFORTRAN=1 NO_LAPACK=1 ONLY_CBLAS=1 NO_SHARED=1
+    USE_OPENMP=0 NUM_THREADS=2)
+  make -s -C "$(ls -d "$src"/openblas-*/)" -j "$jobs" "${blas[@]}" libs >/dev/null
+  make -s -C "$(ls -d "$src"/openblas-*/)" "${blas[@]}" PREFIX="$deps" install >/dev/null
   touch "$deps/.done"
 }
 
