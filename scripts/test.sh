@@ -46,6 +46,13 @@ if [[ "${LINATTN_SKIP_FUZZ:-0}" != 1 ]]; then
   ./scripts/fuzz.sh
 fi
 
+# The aarch64 cross build under qemu-user (docs/cross-platform.md), in its own build dir: CI runs the whole suite on
+# one emulated CPU (SVE2 at 128 bits) and simd_targets_test at 256 and 512 bits; scripts/cross_test.sh aarch64
+# alone runs the whole suite on all six CPUs.
+if [[ "${LINATTN_SKIP_CROSS:-0}" != 1 ]]; then
+  LINATTN_CROSS_TOOLS=0 ./scripts/cross_test.sh aarch64 sve2-128 sve256:simd sve2-512:simd
+fi
+
 # `pip install .` (pyproject.toml, scikit-build-core) into the venv, through a wheel. It reuses the
 # Release build above (build-dir=build, the same options, the same cmake and ninja), so nothing is
 # compiled a third time: CMake re-runs and the python component is installed (about 10 s).

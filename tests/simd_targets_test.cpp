@@ -12,6 +12,8 @@ HWY_BEFORE_NAMESPACE();
 namespace linattn::HWY_NAMESPACE {
 // The target this copy was compiled for: dispatching to it names the target dispatch picked.
 int64_t CompiledTarget() { return HWY_TARGET; }
+// fp32 lanes of a full vector under this target: on SVE the vector length the CPU runs at, not a compile-time one.
+int64_t FloatLanes() { return int64_t(hwy::HWY_NAMESPACE::Lanes(hwy::HWY_NAMESPACE::ScalableTag<float>())); }
 }  // namespace linattn::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -22,6 +24,7 @@ HWY_AFTER_NAMESPACE();
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -44,6 +47,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace linattn {
 HWY_EXPORT(CompiledTarget);
+HWY_EXPORT(FloatLanes);
 namespace {
 
 using testing::Layout;
@@ -80,6 +84,28 @@ std::string target_names(const std::vector<int64_t>& targets) {
   std::string names;
   for (int64_t t : targets) names.append(names.empty() ? "" : " ").append(hwy::TargetName(t));
   return names;
+}
+
+// What the CPU's own dispatch chose, printed in every run. scripts/cross_test.sh runs the suite once per emulated CPU
+// and names the target and the fp32 lanes that CPU must give (LINATTN_EXPECT_TARGET, spelt as hwy::TargetName;
+// LINATTN_EXPECT_LANES): a qemu option that did not take effect fails here instead of passing as that target's run.
+TEST(SimdDispatch, ChosenTargetIsTheExpectedOne) {
+  hwy::SetSupportedTargetsForTest(0);
+  const std::string chosen = hwy::TargetName(HWY_DYNAMIC_DISPATCH(CompiledTarget)());
+  const int64_t lanes = HWY_DYNAMIC_DISPATCH(FloatLanes)();
+  std::printf("[ target   ] dispatch chose %s, %lld fp32 lanes\n", chosen.c_str(), static_cast<long long>(lanes));
+  RecordProperty("chosen", chosen);
+  RecordProperty("lanes", std::to_string(lanes));
+  const char* expected = std::getenv("LINATTN_EXPECT_TARGET");
+  const char* expected_lanes = std::getenv("LINATTN_EXPECT_LANES");
+  if (!expected && !expected_lanes)
+    GTEST_SKIP() << "no LINATTN_EXPECT_TARGET or _LANES to compare " << chosen << " with";
+  if (expected) {
+    EXPECT_EQ(chosen, expected) << "the CPU gave dispatch another target than the run is for";
+  }
+  if (expected_lanes) {
+    EXPECT_EQ(lanes, std::atoll(expected_lanes)) << "the vector length is not the run's";
+  }
 }
 
 class SimdTargets : public ::testing::Test {

@@ -43,8 +43,9 @@ struct Identity {
   HWY_INLINE V operator()(D, V x, V) const { return x; }
 };
 
-// Vector columns of a feature tile taken together (their column sums stay in registers).
-constexpr int kVecs = HWY_LANES(float) >= 16 ? 4 : 2;
+// Vector columns of a feature tile taken together (their column sums stay in registers). One on SVE, whose
+// sizeless vectors cannot be array elements (FeatureColumns below).
+constexpr int kVecs = HWY_HAVE_SCALABLE ? 1 : HWY_LANES(float) >= 16 ? 4 : 2;
 
 // φ of vector v: column c of row x, through a buffer at the ragged end of a row (nothing past the row
 // is read; the lanes past it are 0).
@@ -58,6 +59,26 @@ HWY_INLINE V FeatureVector(D d, const F& f, const float* x, int64_t c, int64_t c
   return hn::IfThenElseZero(hn::FirstN(d, size_t(n)), f(d, hn::Load(d, buf), hn::Zero(d)));
 }
 
+#if HWY_HAVE_SCALABLE
+// FeatureTile columns [c0, c0 + L) with the map F: the loop below for NV = 1, without its arrays of vectors.
+template <int NV, class F>
+HWY_INLINE void FeatureColumns(const FeatureTile& t, int64_t c0) {
+  static_assert(NV == 1, "SVE takes one vector column at a time (kVecs)");
+  const D d;
+  const F f;
+  V sum = t.sum ? hn::LoadU(d, t.sum + c0) : hn::Zero(d);
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const V y = FeatureVector(d, f, t.x + r * t.ldx, c0, t.cols);
+    hn::StoreU(y, d, t.phi + r * t.ldp + c0);
+    sum = hn::Add(sum, y);
+    if (t.dots) {
+      const float part = hn::GetLane(hn::SumOfLanes(d, hn::MulAdd(y, hn::LoadU(d, t.dot + c0), hn::Zero(d))));
+      t.dots[r] = c0 == 0 ? part : t.dots[r] + part;
+    }
+  }
+  if (t.sum) hn::StoreU(sum, d, t.sum + c0);
+}
+#else
 // FeatureTile columns [c0, c0 + NV·L) with the map F: the group's column sums stay in registers across
 // the rows, and its NV vectors are independent of each other.
 template <int NV, class F>
@@ -86,6 +107,7 @@ HWY_INLINE void FeatureColumns(const FeatureTile& t, int64_t c0) {
   if (t.sum)
     for (int j = 0; j < NV; ++j) hn::StoreU(sum[j], d, t.sum + c0 + j * L);
 }
+#endif  // HWY_HAVE_SCALABLE
 
 // FeatureTile with the map F, in groups of up to kVecs vector columns.
 template <class F>
@@ -94,18 +116,20 @@ void FeatureTileWith(const FeatureTile& t) {
   const int64_t L = int64_t(hn::Lanes(d));
   int64_t c0 = 0;
   for (; c0 + kVecs * L <= t.ldp; c0 += kVecs * L) FeatureColumns<kVecs, F>(t, c0);
-  switch ((t.ldp - c0) / L) {
-    case 1:
-      FeatureColumns<1, F>(t, c0);
-      break;
-    case 2:
-      FeatureColumns<2, F>(t, c0);
-      break;
-    case 3:
-      FeatureColumns<3, F>(t, c0);
-      break;
-    default:
-      break;
+  if constexpr (kVecs > 1) {  // the vector columns left over (none when kVecs is 1)
+    switch ((t.ldp - c0) / L) {
+      case 1:
+        FeatureColumns<1, F>(t, c0);
+        break;
+      case 2:
+        FeatureColumns<2, F>(t, c0);
+        break;
+      case 3:
+        FeatureColumns<3, F>(t, c0);
+        break;
+      default:
+        break;
+    }
   }
 }
 

@@ -76,6 +76,44 @@ enum class Init { zero, load, per_row };
 // Rows [r0, r0 + R) × columns [j, j + NV·L) of c, the chains over k ∈ [lo, hi): row i's accumulators
 // start as kInit says and are stored times mul[i] (mul null: as they are). A segment that is not a
 // row's last stores its partial chain unscaled, and the next segment picks it up bit for bit.
+#if HWY_HAVE_SCALABLE
+// SVE's vectors are sizeless types, which cannot be array elements: the same chains, one column vector at a time,
+// its R rows' accumulators as named variables (those past R are never used and compile away).
+#define LINATTN_GEMM_ROWS(X) X(0, acc0) X(1, acc1) X(2, acc2) X(3, acc3) X(4, acc4) X(5, acc5)
+template <int R, int NV, Init kInit>
+HWY_INLINE void Block(const Job& g, int64_t r0, int64_t j, int64_t lo, int64_t hi, const bool* load,
+                      const float* HWY_RESTRICT mul, Prefetcher& prefetch) {
+  static_assert(R <= kRows && kRows == 6, "LINATTN_GEMM_ROWS names six rows");
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  float* HWY_RESTRICT c = g.c.data + r0 * g.c.ld + j;
+  const int64_t ldc = g.c.ld, ars = g.a.row, acs = g.a.col, ldb = g.b.ld;
+  const float* HWY_RESTRICT a = g.a.data + r0 * ars;
+  const float* HWY_RESTRICT b = g.b.data + j;
+  for (int v = 0; v < NV; ++v) {
+    V acc0 = hn::Zero(d), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0;
+#define LINATTN_GEMM_INIT(r, acc) \
+  if constexpr (r < R)            \
+    if (kInit == Init::load || (kInit == Init::per_row && load[r])) acc = hn::LoadU(d, c + r * ldc + v * L);
+    LINATTN_GEMM_ROWS(LINATTN_GEMM_INIT)
+    for (int64_t k = lo; k < hi; ++k) {
+      const V bv = hn::LoadU(d, b + k * ldb + v * L);
+      const float* HWY_RESTRICT ak = a + k * acs;
+#define LINATTN_GEMM_FMA(r, acc) \
+  if constexpr (r < R) acc = hn::MulAdd(hn::Set(d, ak[r * ars]), bv, acc);
+      LINATTN_GEMM_ROWS(LINATTN_GEMM_FMA)
+      if (v == 0) prefetch.Tick();  // as many ticks as the blocked loop below
+    }
+#define LINATTN_GEMM_STORE(r, acc) \
+  if constexpr (r < R) hn::StoreU(mul ? hn::Mul(acc, hn::Set(d, mul[r])) : acc, d, c + r * ldc + v * L);
+    LINATTN_GEMM_ROWS(LINATTN_GEMM_STORE)
+#undef LINATTN_GEMM_INIT
+#undef LINATTN_GEMM_FMA
+#undef LINATTN_GEMM_STORE
+  }
+}
+#undef LINATTN_GEMM_ROWS
+#else
 template <int R, int NV, Init kInit>
 HWY_INLINE void Block(const Job& g, int64_t r0, int64_t j, int64_t lo, int64_t hi, const bool* load,
                       const float* HWY_RESTRICT mul, Prefetcher& prefetch) {
@@ -107,6 +145,7 @@ HWY_INLINE void Block(const Job& g, int64_t r0, int64_t j, int64_t lo, int64_t h
       hn::StoreU(out, d, c + r * ldc + v * L);
     }
 }
+#endif  // HWY_HAVE_SCALABLE
 
 template <int R, int NV>
 HWY_NOINLINE void RangedRows(const Job& g, int64_t r0, int64_t j, Prefetcher& prefetch);

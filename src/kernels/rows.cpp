@@ -103,6 +103,30 @@ void RankOneUpdateReadoutBf16(float* num, bf16* S, const float* phi_k, const flo
   RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay);
 }
 
+#if HWY_HAVE_SCALABLE
+// Columns [e, e + L) of one delta-rule token: the panel below for NV = 1, without its arrays of vectors (SVE's
+// sizeless vectors cannot be array elements). Each column's chains are the same as in any panel width.
+template <int NV>
+HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+                           const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
+                           const float* HWY_RESTRICT decay, int64_t e) {
+  static_assert(NV == 1, "SVE takes one vector column at a time (kDeltaVecs)");
+  const D d;
+  V acc = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m)
+    acc = hn::MulAdd(hn::Set(d, decay ? decay[m] * k[m] : k[m]), hn::LoadU(d, S + m * E + e), acc);
+  const V u = hn::Mul(hn::Set(d, beta), hn::Sub(hn::LoadU(d, v + e), acc));
+  acc = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m) {
+    float* s = S + m * E + e;
+    const V previous = decay ? hn::Mul(hn::Set(d, decay[m]), hn::LoadU(d, s)) : hn::LoadU(d, s);
+    const V row = hn::MulAdd(hn::Set(d, k[m]), u, previous);
+    hn::StoreU(row, d, s), acc = hn::MulAdd(hn::Set(d, q[m]), row, acc);
+  }
+  hn::StoreU(acc, d, out + e);
+}
+constexpr int kDeltaVecs = 1;
+#else
 // Columns [e, e + NV·L) of one delta-rule token: one sweep over the rows of S for Pᵀk
 // (P = diag(decay) S), then one that writes P + k (β r)ᵀ with r = v − Pᵀk and reads it out, while the
 // panel is in L1. NV vectors per row amortise each row's broadcasts of decay, k and q over the panel.
@@ -138,6 +162,8 @@ HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const
   }
   for (int j = 0; j < NV; ++j) hn::StoreU(acc[j], d, out + e + j * L);
 }
+constexpr int kDeltaVecs = 4;
+#endif  // HWY_HAVE_SCALABLE
 
 // One delta-rule token (see rows.hpp): panels of 4 vector columns (8 + 4 registers live on AVX2),
 // then single vectors, then scalar columns.
@@ -146,8 +172,9 @@ void DeltaUpdateReadout(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const fl
                         const float* HWY_RESTRICT decay) {
   const int64_t L = int64_t(hn::Lanes(D()));
   int64_t e = 0;
-  for (; e + 4 * L <= E; e += 4 * L) DeltaPanel<4>(out, S, k, v, q, beta, M, E, decay, e);
-  for (; e + L <= E; e += L) DeltaPanel<1>(out, S, k, v, q, beta, M, E, decay, e);
+  for (; e + kDeltaVecs * L <= E; e += kDeltaVecs * L) DeltaPanel<kDeltaVecs>(out, S, k, v, q, beta, M, E, decay, e);
+  if constexpr (kDeltaVecs > 1)
+    for (; e + L <= E; e += L) DeltaPanel<1>(out, S, k, v, q, beta, M, E, decay, e);
   for (; e < E; ++e) {
     float pk = 0;
     for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], S[m * E + e], pk);
