@@ -77,10 +77,14 @@ aarch64() {
     libgmock-dev:arm64 zlib1g-dev:arm64 libopenblas-dev:arm64 libgomp1:arm64 libcli11-dev nlohmann-json3-dev python3
   local build=${LINATTN_CROSS_BUILD_DIR:-build-aarch64} tools=ON
   [[ "${LINATTN_CROSS_TOOLS:-1}" == 1 ]] || tools=OFF
-  local start=$SECONDS
+  local start=$SECONDS run_arg targets=()
+  # Only RUN:simd runs asked for: build the library and simd_targets_test alone (CI's variant).
+  targets=(--target simd_targets_test)
+  for run_arg in "$@"; do [[ $run_arg == *:simd ]] || targets=(); done
+  (($#)) || targets=()
   /usr/bin/cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINATTN_WERROR=ON \
     -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake -DLINATTN_BUILD_TOOLS=$tools >/dev/null
-  /usr/bin/cmake --build "$build" -j "$jobs"
+  /usr/bin/cmake --build "$build" -j "$jobs" "${targets[@]}"
   echo "== aarch64 build: $((SECONDS - start)) s"
   [[ $tools == OFF ]] || QEMU_CPU=max qemu-aarch64 "$build/tools/linattn" --version
   # name, QEMU_CPU, the target hwy::TargetName must report, fp32 lanes. a64fx has SVE without SVE2 and vector
