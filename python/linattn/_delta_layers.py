@@ -12,10 +12,23 @@ from ._layer_parts import (FusedRMSNormGated, ShortConvolution, elu_plus_one, he
                            unpad, update_layer_cache)
 
 
-def _short_convs(module, key_dim, value_dim, conv_size, conv_bias, qk_silu):
-    module.q_conv1d = ShortConvolution(key_dim, conv_size, bias=conv_bias, activation="silu" if qk_silu else None)
-    module.k_conv1d = ShortConvolution(key_dim, conv_size, bias=conv_bias, activation="silu" if qk_silu else None)
-    module.v_conv1d = ShortConvolution(value_dim, conv_size, bias=conv_bias, activation="silu")
+def _convolutions_and_output(module, conv_size, conv_bias, qk_silu, norm_eps):
+    """Both layers' short convolutions (q, k activated by silu when qk_silu; v always) and their output:
+    the gate projection and gated RMS norm (use_gate) or a plain RMS norm, then o_proj."""
+    if module.use_short_conv:
+        qk_activation = "silu" if qk_silu else None
+        module.q_conv1d = ShortConvolution(module.key_dim, conv_size, bias=conv_bias, activation=qk_activation)
+        module.k_conv1d = ShortConvolution(module.key_dim, conv_size, bias=conv_bias, activation=qk_activation)
+        module.v_conv1d = ShortConvolution(module.value_dim, conv_size, bias=conv_bias, activation="silu")
+    else:
+        warnings.warn("ShortConvolution is crucial to the performance. Do not turn it off, i.e., setting "
+                      "`use_short_conv=False` unless you know what you are doing.")
+    if module.use_gate:
+        module.g_proj = nn.Linear(module.hidden_size, module.value_dim, bias=False)
+        module.o_norm = FusedRMSNormGated(module.head_v_dim, eps=norm_eps)
+    else:
+        module.o_norm = nn.RMSNorm(module.head_v_dim, eps=norm_eps)
+    module.o_proj = nn.Linear(module.value_dim, module.hidden_size, bias=False)
 
 
 def _project_qkv(module, hidden_states, last, use_cache, cu_seqlens):
@@ -39,11 +52,6 @@ def _output(module, o, hidden_states, indices, batch_size, q_len):
     else:
         o = module.o_norm(o)
     return repad(module.o_proj(o.flatten(-2)), indices, batch_size, q_len)
-
-
-def _no_short_conv_warning():
-    warnings.warn("ShortConvolution is crucial to the performance. Do not turn it off, i.e., setting "
-                  "`use_short_conv=False` unless you know what you are doing.")
 
 
 class DeltaNet(nn.Module):
@@ -83,16 +91,7 @@ class DeltaNet(nn.Module):
         self.use_beta = use_beta
         if use_beta:
             self.b_proj = nn.Linear(hidden_size, num_heads, bias=False)
-        if use_short_conv:
-            _short_convs(self, self.key_dim, self.value_dim, conv_size, conv_bias, qk_activation == "silu")
-        else:
-            _no_short_conv_warning()
-        if use_gate:
-            self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
-            self.o_norm = FusedRMSNormGated(self.head_v_dim, eps=norm_eps)
-        else:
-            self.o_norm = nn.RMSNorm(self.head_v_dim, eps=norm_eps)
-        self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
+        _convolutions_and_output(self, conv_size, conv_bias, qk_activation == "silu", norm_eps)
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
                 output_attentions=False, **kwargs):
@@ -161,16 +160,7 @@ class GatedDeltaNet(nn.Module):
         dt = dt.clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
         self.dt_bias._no_weight_decay = True
-        if use_short_conv:
-            _short_convs(self, self.key_dim, self.value_dim, conv_size, conv_bias, True)
-        else:
-            _no_short_conv_warning()
-        if use_gate:
-            self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
-            self.o_norm = FusedRMSNormGated(self.head_v_dim, eps=norm_eps)
-        else:
-            self.o_norm = nn.RMSNorm(self.head_v_dim, eps=norm_eps)
-        self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
+        _convolutions_and_output(self, conv_size, conv_bias, True, norm_eps)
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
                 output_attentions=False, **kwargs):
