@@ -119,13 +119,15 @@ TEST(Gemm, BlockingDoesNotChangeBits) {
       GemmOptions one = opt;
       if (one.row_scale) one.row_scale += r;
       if (one.k_begin) one.k_begin += r, one.k_end += r;
-      gemm({by_rows.data() + r * o.ldc, o.ldc, 1, t.cols}, {o.a.data() + r * o.ars, o.ars, o.acs},
-           {o.b.data(), o.ldb, t.depth, t.cols}, one);
+      const float* a_r = o.a.empty() ? nullptr : o.a.data() + r * o.ars;  // depth 0: no a (see below)
+      gemm({by_rows.data() + r * o.ldc, o.ldc, 1, t.cols}, {a_r, o.ars, o.acs}, {o.b.data(), o.ldb, t.depth, t.cols},
+           one);
     }
     for (int64_t j = 0, w = 3; j < t.cols; j += w, w = w * 2 + 1) {
       const int64_t n = std::min(w, t.cols - j);
-      gemm({by_cols.data() + j, o.ldc, t.rows, n}, {o.a.data(), o.ars, o.acs}, {o.b.data() + j, o.ldb, t.depth, n},
-           opt);
+      // A depth-0 case has no b at all (data() may be null: no offset into it).
+      const float* b_j = o.b.empty() ? nullptr : o.b.data() + j;
+      gemm({by_cols.data() + j, o.ldc, t.rows, n}, {o.a.data(), o.ars, o.acs}, {b_j, o.ldb, t.depth, n}, opt);
     }
     EXPECT_EQ(0, std::memcmp(whole.data(), by_rows.data(), whole.size() * sizeof(float))) << "row by row";
     EXPECT_EQ(0, std::memcmp(whole.data(), by_cols.data(), whole.size() * sizeof(float))) << "column slices";
