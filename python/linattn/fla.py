@@ -15,15 +15,19 @@ None unless output_final_state.
   (DeltaNet, Gated DeltaNet, Kimi Delta Attention), chunked and token by token.
 
 Tensors must be on the CPU. float32 runs linattn's fast operators (read in place, no copy); float64
-runs the fp64 oracle (token by token, slow) so that gradcheck works at fp64 tolerances. Autograd
+runs the fp64 oracle (token by token, slow) so that gradcheck works at fp64 tolerances. bfloat16 and
+float16 inputs (as flash-linear-attention's models give them) are widened to float32 on entry, run
+by the float32 operators and o is rounded back to q's dtype; final_state stays float32, as in
+flash-linear-attention. g, beta and initial_state may be float32 beside half-precision q, k, v. Autograd
 reaches q, k, v, g, beta and initial_state (not g_gamma), and A_log and dt_bias. state_v_first=True
 takes and returns states as [N, H, V, K]. use_gate_in_kernel=True computes the log decay from g's raw
 input as flash-linear-attention does (−exp(A_log)·softplus(g + dt_bias), or with lower_bound
 lower_bound·sigmoid(exp(A_log)·(g + dt_bias))). Not supported, and refused by name:
 fused_recurrent_gla's and fused_recurrent_gated_delta_rule's gv, a beta per value dimension, context
-parallelism (cp_context), return_intermediate_states, other dtypes, tensors on another device.
+parallelism (cp_context), return_intermediate_states, integer or complex dtypes, tensors on another device.
 """
 
+import functools
 import warnings
 
 import numpy as np
@@ -59,10 +63,47 @@ def _check_tensor(name, x, dtype=None):
     if x.device.type != "cpu":
         raise TypeError(f"{name}: expected a CPU tensor (linattn runs on the CPU), got device {x.device}")
     if dtype is None:
-        if x.dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"{name}: expected float32 (or float64, run by the fp64 oracle), got {x.dtype}")
-    elif x.dtype != dtype:
+        if x.dtype not in (torch.float32, torch.float64) + _HALF:
+            raise TypeError(f"{name}: expected float32 (float64 runs the fp64 oracle; bfloat16 and float16 run in "
+                            f"float32), got {x.dtype}")
+    elif x.dtype != dtype and not (dtype in _HALF and x.dtype == torch.float32):
         raise TypeError(f"{name}: expected {dtype} (q's dtype), got {x.dtype}")
+
+
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def _widen(name, x, half):
+    """x for the float32 operators beside half-precision q: tensors of q's dtype or float32 (and tuples of
+    them, chunk_linear_attn's (state, z)) as float32, anything else unchanged."""
+    if isinstance(x, tuple):
+        return tuple(_widen(f"{name}[{i}]", y, half) for i, y in enumerate(x))
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        return x
+    if x.dtype not in (half, torch.float32):
+        raise TypeError(f"{name}: expected {half} (q's dtype) or float32, got {x.dtype}")
+    return x.float()
+
+
+def _half_through_float32(entry):
+    """bfloat16/float16 calls of an entry point (op, mode, kind, q, k, v, *tensors, **options) run in
+    float32: every input rounded to half precision once, products and states accumulated in float32, o
+    rounded to q's dtype once, the final state kept float32. Autograd flows through the conversions, so
+    the gradients come back in each input's own dtype."""
+
+    @functools.wraps(entry)
+    def run(op, mode, kind, q, k, v, *tensors, **options):
+        if not isinstance(q, torch.Tensor) or q.dtype not in _HALF:
+            return entry(op, mode, kind, q, k, v, *tensors, **options)
+        half = q.dtype
+        for name, x in (("k", k), ("v", v)):
+            _check_tensor(name, x, half)
+        wide = [_widen(name, x, half) for name, x in zip(("beta",), tensors)]  # _delta's beta
+        wide_options = {name: _widen(name, x, half) for name, x in options.items()}
+        o, final = entry(op, mode, kind, q.float(), k.float(), v.float(), *wide, **wide_options)
+        return o.to(half), final
+
+    return run
 
 
 def _check_dims(name, x, dims, shape):
@@ -132,6 +173,7 @@ def _normalize(o, q, k, scale, z_init, B, T, cu):
     return o / denom, z_state
 
 
+@_half_through_float32
 def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
              output_final_state=False, reverse=False, cu_seqlens=None, chunk_size=None, normalize=False,
              state_v_first=False):
@@ -340,6 +382,7 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
 # D_t = I (delta_rule), exp(g_t) I (gated_delta_rule) or diag(exp g_t) (kda).
 
 
+@_half_through_float32
 def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
            use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=None, use_beta_sigmoid_in_kernel=False,
            allow_neg_eigval=False, state_v_first=False):
