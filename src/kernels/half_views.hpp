@@ -32,10 +32,14 @@ void narrow_span(std::span<H> y, std::span<const float> src);
 // The checks and copies of one half-precision call. in() and out() give the fp32 views the fp32
 // operator takes (an empty half view, data null, gives an empty fp32 view: an absent gate tensor);
 // check() runs the aliasing rule over every half argument registered; store() rounds every output.
+// The fp32 copies live in buffers kept per calling thread between calls (copy_buffer below).
 template <HalfType H>
 class HalfCall {
  public:
   explicit HalfCall(const char* op) : op_(op) {}
+  ~HalfCall();
+  HalfCall(const HalfCall&) = delete;
+  HalfCall& operator=(const HalfCall&) = delete;
   ConstTensorView in(const char* name, View4<const H> x);
   TensorView out(const char* name, View4<H> y);
   // An input the operator reads in place as H: checked and registered, not copied (returns {}).
@@ -51,8 +55,9 @@ class HalfCall {
     View4<H> half;
     size_t copy;
   };
+  float* copy(size_t n);
   const char* op_;
-  std::vector<std::vector<float>> copies_;
+  std::vector<float*> copies_;
   std::vector<Output> outs_;
   std::vector<boundary::Region> outputs_, inputs_;
 };
