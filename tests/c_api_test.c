@@ -574,6 +574,63 @@ static void test_recurrence(int delta) {
 
 static int contains(const char* haystack, const char* needle) { return strstr(haystack, needle) != NULL; }
 
+/* bf16 bits of x, rounded to nearest even (finite x). */
+static unsigned short to_bf16(float x) {
+  unsigned int u;
+  memcpy(&u, &x, sizeof u);
+  return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(unsigned short h) {
+  unsigned int u = (unsigned int)h << 16;
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+static linattn_tensor bf16_tensor(unsigned short* bits, int n, int x) {
+  linattn_tensor t = linattn_tensor_bnhd((float*)(void*)bits, B, n, H, x);
+  t.dtype = LINATTN_BF16;
+  return t;
+}
+
+/* bf16 descriptors: the causal linear forward and the decayed forward on bf16 q, k, v (and g) give the
+ * f32 operator's result on the same (rounded) values, rounded once, bit for bit; a bf16 out with f32
+ * inputs is refused by name. */
+static void test_bf16(void) {
+  float q[QSIZE], k[QSIZE], v[VSIZE], g[B * T * H], out[VSIZE];
+  unsigned short hq[QSIZE], hk[QSIZE], hv[VSIZE], hg[B * T * H], hout[VSIZE];
+  linattn_tensor tq = linattn_tensor_bnhd(q, B, T, H, D), tk = linattn_tensor_bnhd(k, B, T, H, D),
+                 tv = linattn_tensor_bnhd(v, B, T, H, E), tg = linattn_tensor_bnhd(g, B, T, H, 1),
+                 to = linattn_tensor_bnhd(out, B, T, H, E);
+  linattn_tensor bq = bf16_tensor(hq, T, D), bk = bf16_tensor(hk, T, D), bv = bf16_tensor(hv, T, E),
+                 bg = bf16_tensor(hg, T, 1), bo = bf16_tensor(hout, T, E);
+  linattn_linear_options lin;
+  linattn_decay_options dec;
+  int i, differ = 0;
+  fill(q, QSIZE, -1, 1), fill(k, QSIZE, -1, 1), fill(v, VSIZE, -1, 1), fill(g, B * T * H, -1, 0);
+  for (i = 0; i < QSIZE; ++i)
+    hq[i] = to_bf16(q[i]), q[i] = from_bf16(hq[i]), hk[i] = to_bf16(k[i]), k[i] = from_bf16(hk[i]);
+  for (i = 0; i < VSIZE; ++i) hv[i] = to_bf16(v[i]), v[i] = from_bf16(hv[i]);
+  for (i = 0; i < B * T * H; ++i) hg[i] = to_bf16(g[i]), g[i] = from_bf16(hg[i]);
+
+  linattn_linear_options_init(&lin);
+  lin.causal = 1;
+  OK(linattn_causal_linear_forward(&to, &tq, &tk, &tv, &lin, NULL, NULL));
+  OK(linattn_causal_linear_forward(&bo, &bq, &bk, &bv, &lin, NULL, NULL));
+  for (i = 0; i < VSIZE; ++i) differ += hout[i] != to_bf16(out[i]);
+  CHECK(differ == 0, "bf16 causal linear forward: %d of %d elements differ from the rounded f32 result", differ, VSIZE);
+
+  linattn_decay_options_init(&dec);
+  dec.decay = LINATTN_DECAY_TOKEN;
+  OK(linattn_decayed_forward(&to, &tq, &tk, &tv, &tg, &dec, NULL, NULL, 0));
+  OK(linattn_decayed_forward(&bo, &bq, &bk, &bv, &bg, &dec, NULL, NULL, 0));
+  for (differ = 0, i = 0; i < VSIZE; ++i) differ += hout[i] != to_bf16(out[i]);
+  CHECK(differ == 0, "bf16 decayed forward: %d of %d elements differ from the rounded f32 result", differ, VSIZE);
+
+  CHECK(linattn_linear_forward(&bo, &tq, &tk, &tv, NULL) == LINATTN_ERROR_INVALID_ARGUMENT &&
+            contains(linattn_last_error(), ".dtype is LINATTN_F32, expected LINATTN_BF16"),
+        "f32 q with a bf16 out: %s", linattn_last_error());
+}
+
 static void* other_thread(void* arg) {
   /* The main thread's last call failed; this thread has made none: its message is its own (""). */
   *(int*)arg = linattn_last_error()[0] == '\0';
@@ -610,13 +667,14 @@ static void test_errors(void) {
         linattn_last_error());
 
   bad = tv;
-  bad.dtype = LINATTN_BF16;
+  bad.dtype = LINATTN_BF16; /* one bf16 tensor among f32 ones */
   s = linattn_softmax_forward(&to, lse, &tq, &tk, &bad, NULL);
-  CHECK(s == LINATTN_ERROR_UNSUPPORTED_DTYPE && contains(linattn_last_error(), "v.dtype is LINATTN_BF16"),
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT &&
+            contains(linattn_last_error(), "v.dtype is LINATTN_BF16, expected LINATTN_F32"),
         "bf16 v: %s, %s", linattn_status_name(s), linattn_last_error());
   bad.dtype = LINATTN_F16;
   s = linattn_decayed_forward(&to, &tq, &tk, &bad, NULL, NULL, NULL, NULL, 0);
-  CHECK(s == LINATTN_ERROR_UNSUPPORTED_DTYPE && contains(linattn_last_error(), "LINATTN_F16"), "f16 v: %s",
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "LINATTN_F16"), "f16 v: %s",
         linattn_last_error());
   bad.dtype = 7;
   s = linattn_linear_forward(&to, &tq, &tk, &bad, NULL);
@@ -712,6 +770,7 @@ int main(void) {
   test_recurrence(0);
   test_recurrence(1);
   test_errors();
+  test_bf16();
 #ifdef LINATTN_TEST_MODEL_API
   test_model_api();
 #endif

@@ -36,7 +36,7 @@ typedef enum linattn_status {
   LINATTN_OK = 0,
   LINATTN_ERROR_INVALID_ARGUMENT = 1,  /* a shape, stride, option or value the operator refuses */
   LINATTN_ERROR_NULL_POINTER = 2,      /* a required pointer argument is NULL */
-  LINATTN_ERROR_UNSUPPORTED_DTYPE = 3, /* a known dtype this build cannot compute in (yet) */
+  LINATTN_ERROR_UNSUPPORTED_DTYPE = 3, /* reserved: a known dtype a function cannot compute in (none now) */
   LINATTN_ERROR_OUT_OF_MEMORY = 4,
   LINATTN_ERROR_IO = 5,      /* a state file that cannot be written, read or parsed */
   LINATTN_ERROR_INTERNAL = 6 /* anything else the library threw: a bug, please report it */
@@ -44,8 +44,8 @@ typedef enum linattn_status {
 
 typedef enum linattn_dtype {
   LINATTN_F32 = 0,
-  LINATTN_BF16 = 1, /* storage only, fp32 accumulation: refused with UNSUPPORTED_DTYPE for now */
-  LINATTN_F16 = 2   /* IEEE binary16, likewise refused for now */
+  LINATTN_BF16 = 1, /* storage only: products accumulate in fp32, outputs rounded to nearest even */
+  LINATTN_F16 = 2   /* IEEE binary16 storage, likewise */
 } linattn_dtype;
 
 /* A strided 4-d view [B, N, H, D] over caller memory; element (b, n, h, d) is at

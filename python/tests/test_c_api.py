@@ -19,8 +19,8 @@ LIBRARY = next(iter(sorted(BUILD.glob("liblinattn_c.so*"))), None)
 
 pytestmark = pytest.mark.skipif(LIBRARY is None, reason=f"no liblinattn_c.so in {BUILD} (set LINATTN_BUILD_DIR)")
 
-LINATTN_OK, LINATTN_ERROR_INVALID_ARGUMENT, LINATTN_ERROR_UNSUPPORTED_DTYPE = 0, 1, 3
-LINATTN_F32, LINATTN_BF16 = 0, 1
+LINATTN_OK, LINATTN_ERROR_INVALID_ARGUMENT = 0, 1
+LINATTN_F32, LINATTN_BF16, LINATTN_F16 = 0, 1, 2
 
 
 class Tensor(ctypes.Structure):
@@ -30,7 +30,7 @@ class Tensor(ctypes.Structure):
 
 
 def tensor(array, dtype=LINATTN_F32):
-    assert array.dtype == np.float32 and array.ndim == 4
+    assert array.dtype == (np.float16 if dtype == LINATTN_F16 else np.float32) and array.ndim == 4
     return Tensor(array.ctypes.data, dtype, (ctypes.c_int64 * 4)(*array.shape),
                   (ctypes.c_int64 * 4)(*(s // array.itemsize for s in array.strides)))
 
@@ -63,13 +63,31 @@ def test_softmax_forward_matches_numpy(lib):
     assert lib.linattn_version().decode() == linattn.__version__
 
 
+def test_float16_descriptors(lib):
+    """numpy float16 arrays through LINATTN_F16 descriptors: the softmax forward gives the f32 operator's
+    result on the same values, rounded once to float16 (numpy's rounding, to nearest even)."""
+    rng = np.random.default_rng(3)
+    B, N, H, D = 2, 65, 3, 8
+    q, k, v = (rng.standard_normal((B, N, H, D)).astype(np.float16) for _ in range(3))
+    out16, out32 = np.zeros((B, N, H, D), np.float16), np.zeros((B, N, H, D), np.float32)
+    lse16, lse32 = np.zeros((B, H, N), np.float32), np.zeros((B, H, N), np.float32)
+    status = lib.linattn_softmax_forward(tensor(out16, LINATTN_F16), lse16.ctypes.data, tensor(q, LINATTN_F16),
+                                         tensor(k, LINATTN_F16), tensor(v, LINATTN_F16), None)
+    assert status == LINATTN_OK, lib.linattn_last_error()
+    q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+    status = lib.linattn_softmax_forward(tensor(out32), lse32.ctypes.data, tensor(q32), tensor(k32), tensor(v32), None)
+    assert status == LINATTN_OK, lib.linattn_last_error()
+    np.testing.assert_array_equal(out16, out32.astype(np.float16))
+    np.testing.assert_array_equal(lse16, lse32)
+
+
 def test_errors_carry_status_and_message(lib):
     x = np.ones((1, 3, 1, 4), np.float32)
     out, lse = np.zeros_like(x), np.zeros(3, np.float32)
     status = lib.linattn_softmax_forward(tensor(out), lse.ctypes.data, tensor(x), tensor(x), tensor(x, LINATTN_BF16),
                                          None)
-    assert status == LINATTN_ERROR_UNSUPPORTED_DTYPE
-    assert b"v.dtype is LINATTN_BF16" in lib.linattn_last_error()
+    assert status == LINATTN_ERROR_INVALID_ARGUMENT
+    assert b"v.dtype is LINATTN_BF16, expected LINATTN_F32" in lib.linattn_last_error()
     k = np.ones((1, 3, 1, 5), np.float32)  # head dim 5 against q's 4
     status = lib.linattn_softmax_forward(tensor(out), lse.ctypes.data, tensor(x), tensor(k), tensor(x), None)
     assert status == LINATTN_ERROR_INVALID_ARGUMENT

@@ -1,6 +1,7 @@
 // The C API's foundations: the last error, tensor descriptors, version, info and threads.
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "capi/capi_support.hpp"
 #include "linattn/cpu_info.hpp"
@@ -16,7 +17,35 @@ thread_local std::string last_error;
 thread_local bool last_error_lost = false;
 thread_local std::string info_json;
 
-const char* dtype_name(int32_t dtype) {
+template <class T>
+constexpr int32_t dtype_of() {
+  using E = std::remove_const_t<T>;
+  return std::is_same_v<E, float> ? LINATTN_F32 : std::is_same_v<E, bf16> ? LINATTN_BF16 : LINATTN_F16;
+}
+
+// The descriptor as a view of T, whose dtype it must have (that of the call's first output).
+template <class T>
+View4<T> to_view(const char* function, const char* name, const linattn_tensor* t) {
+  require(t, function, name);
+  if (t->dtype != dtype_of<T>()) {
+    const char* known = dtype_name(t->dtype);
+    if (!known) fail_unknown_dtype(function, name, t->dtype);
+    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+         std::string(name) + ".dtype is " + known + ", expected " + dtype_name(dtype_of<T>()) +
+             ": every tensor of one call has the same dtype");
+  }
+  View4<T> v;
+  v.data = static_cast<T*>(t->data);
+  for (int i = 0; i < 4; ++i) {
+    v.extent[size_t(i)] = t->extent[i];
+    v.stride[size_t(i)] = t->stride[i];
+  }
+  return v;
+}
+
+}  // namespace
+
+const char* dtype_name(int32_t dtype) noexcept {
   switch (dtype) {
     case LINATTN_F32:
       return "LINATTN_F32";
@@ -29,28 +58,11 @@ const char* dtype_name(int32_t dtype) {
   }
 }
 
-template <class T>
-View4<T> to_view(const char* function, const char* name, const linattn_tensor* t) {
-  require(t, function, name);
-  if (t->dtype != LINATTN_F32) {
-    if (const char* known = dtype_name(t->dtype))
-      fail(LINATTN_ERROR_UNSUPPORTED_DTYPE, function,
-           std::string(name) + ".dtype is " + known +
-               ", which this build does not compute in yet (expected LINATTN_F32)");
-    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
-         std::string(name) + ".dtype is " + std::to_string(t->dtype) +
-             ", expected LINATTN_F32 (0), LINATTN_BF16 (1) or LINATTN_F16 (2)");
-  }
-  View4<T> v;
-  v.data = static_cast<T*>(t->data);
-  for (int i = 0; i < 4; ++i) {
-    v.extent[size_t(i)] = t->extent[i];
-    v.stride[size_t(i)] = t->stride[i];
-  }
-  return v;
+void fail_unknown_dtype(const char* function, const char* name, int32_t dtype) {
+  fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+       std::string(name) + ".dtype is " + std::to_string(dtype) +
+           ", expected LINATTN_F32 (0), LINATTN_BF16 (1) or LINATTN_F16 (2)");
 }
-
-}  // namespace
 
 void set_error(const char* message) noexcept {
   try {
@@ -75,19 +87,16 @@ void require(const void* pointer, const char* function, const char* name) {
     fail(LINATTN_ERROR_NULL_POINTER, function, std::string(name) + " is NULL, expected a pointer");
 }
 
-TensorView view(const char* function, const char* name, const linattn_tensor* t) {
-  return to_view<float>(function, name, t);
+template <class T>
+View4<T> view_of(const char* function, const char* name, const linattn_tensor* t) {
+  return to_view<T>(function, name, t);
 }
-ConstTensorView const_view(const char* function, const char* name, const linattn_tensor* t) {
-  return to_view<const float>(function, name, t);
-}
-TensorView optional_view(const char* function, const char* name, const linattn_tensor* t) {
-  return t == nullptr ? TensorView{} : view(function, name, t);
-}
-ConstTensorView optional_const_view(const char* function, const char* name, const linattn_tensor* t) {
-  return t == nullptr ? ConstTensorView{} : const_view(function, name, t);
-}
-
+template View4<float> view_of<float>(const char*, const char*, const linattn_tensor*);
+template View4<const float> view_of<const float>(const char*, const char*, const linattn_tensor*);
+template View4<bf16> view_of<bf16>(const char*, const char*, const linattn_tensor*);
+template View4<const bf16> view_of<const bf16>(const char*, const char*, const linattn_tensor*);
+template View4<f16> view_of<f16>(const char*, const char*, const linattn_tensor*);
+template View4<const f16> view_of<const f16>(const char*, const char*, const linattn_tensor*);
 int64_t lse_size(const linattn_tensor* q) {
   if (q == nullptr) return 0;
   const int64_t B = q->extent[0], N = q->extent[1], H = q->extent[2];

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi/capi_support.hpp"
+#include "linattn/half_attention.hpp"
 #include "linattn/linear_attention.hpp"
 
 using namespace linattn::capi;
@@ -42,8 +43,12 @@ linattn_status linattn_linear_forward(const linattn_tensor* out, const linattn_t
                                       const linattn_tensor* v, const linattn_linear_options* options) {
   const char* f = "linattn_linear_forward";
   return guard([&] {
-    linattn::linear_attention_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
-                                      const_view(f, "v", v), linear_options(f, options));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      linattn::linear_attention_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q),
+                                        const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+                                        linear_options(f, options));
+    });
   });
 }
 
@@ -52,9 +57,13 @@ linattn_status linattn_linear_backward(const linattn_tensor* dq, const linattn_t
                                        const linattn_tensor* v, const linattn_linear_options* options) {
   const char* f = "linattn_linear_backward";
   return guard([&] {
-    linattn::linear_attention_backward(view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv),
-                                       const_view(f, "dout", dout), const_view(f, "q", q), const_view(f, "k", k),
-                                       const_view(f, "v", v), linear_options(f, options));
+    by_dtype(f, "dq", dq, [&](auto element) {
+      using T = decltype(element);
+      linattn::linear_attention_backward(view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv),
+                                         const_view_of<T>(f, "dout", dout), const_view_of<T>(f, "q", q),
+                                         const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+                                         linear_options(f, options));
+    });
   });
 }
 
@@ -64,9 +73,13 @@ linattn_status linattn_causal_linear_forward(const linattn_tensor* out, const li
                                              linattn_state* final_state) {
   const char* f = "linattn_causal_linear_forward";
   return guard([&] {
-    linattn::causal_linear_attention_forward(
-        view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
-        linear_options(f, options), initial ? &initial->state : nullptr, final_state ? &final_state->state : nullptr);
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      linattn::causal_linear_attention_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q),
+                                               const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+                                               linear_options(f, options), initial ? &initial->state : nullptr,
+                                               final_state ? &final_state->state : nullptr);
+    });
   });
 }
 
@@ -77,10 +90,13 @@ linattn_status linattn_causal_linear_backward(const linattn_tensor* dq, const li
                                               linattn_state* dinitial) {
   const char* f = "linattn_causal_linear_backward";
   return guard([&] {
-    linattn::causal_linear_attention_backward(
-        view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), const_view(f, "dout", dout), const_view(f, "q", q),
-        const_view(f, "k", k), const_view(f, "v", v), linear_options(f, options), initial ? &initial->state : nullptr,
-        dinitial ? &dinitial->state : nullptr);
+    by_dtype(f, "dq", dq, [&](auto element) {
+      using T = decltype(element);
+      linattn::causal_linear_attention_backward(
+          view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv), const_view_of<T>(f, "dout", dout),
+          const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+          linear_options(f, options), initial ? &initial->state : nullptr, dinitial ? &dinitial->state : nullptr);
+    });
   });
 }
 
@@ -89,8 +105,11 @@ linattn_status linattn_recurrent_step(const linattn_tensor* out, const linattn_t
                                       const linattn_linear_options* options) {
   const char* f = "linattn_recurrent_step";
   return guard([&] {
-    linattn::recurrent_step(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
-                            state_of(f, state), linear_options(f, options));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      linattn::recurrent_step(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k),
+                              const_view_of<T>(f, "v", v), state_of(f, state), linear_options(f, options));
+    });
   });
 }
 

@@ -7,6 +7,7 @@
 #include "capi/capi_support.hpp"
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
+#include "linattn/half_attention.hpp"
 
 using namespace linattn::capi;
 
@@ -93,10 +94,14 @@ linattn_status linattn_decayed_forward(const linattn_tensor* out, const linattn_
                                        float* final_state, int64_t n_state) {
   const char* f = "linattn_decayed_forward";
   return guard([&] {
-    linattn::decayed_attention_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
-                                       const_view(f, "v", v), optional_const_view(f, "g", g), decay_options(f, options),
-                                       state_buffer(f, "initial_state", initial_state, n_state),
-                                       state_buffer(f, "final_state", final_state, n_state));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      linattn::decayed_attention_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q),
+                                         const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+                                         optional_const_view_of<T>(f, "g", g), decay_options(f, options),
+                                         state_buffer(f, "initial_state", initial_state, n_state),
+                                         state_buffer(f, "final_state", final_state, n_state));
+    });
   });
 }
 
@@ -108,12 +113,15 @@ linattn_status linattn_decayed_backward(const linattn_tensor* dq, const linattn_
                                         int64_t n_state) {
   const char* f = "linattn_decayed_backward";
   return guard([&] {
-    linattn::decayed_attention_backward(
-        view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), optional_view(f, "dg", dg),
-        state_buffer(f, "dinitial_state", dinitial_state, n_state), const_view(f, "dout", dout),
-        state_buffer(f, "dfinal_state", dfinal_state, n_state), const_view(f, "q", q), const_view(f, "k", k),
-        const_view(f, "v", v), optional_const_view(f, "g", g), decay_options(f, options),
-        state_buffer(f, "initial_state", initial_state, n_state));
+    by_dtype(f, "dq", dq, [&](auto element) {
+      using T = decltype(element);
+      linattn::decayed_attention_backward(
+          view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv), optional_view_of<T>(f, "dg", dg),
+          state_buffer(f, "dinitial_state", dinitial_state, n_state), const_view_of<T>(f, "dout", dout),
+          state_buffer(f, "dfinal_state", dfinal_state, n_state), const_view_of<T>(f, "q", q),
+          const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v), optional_const_view_of<T>(f, "g", g),
+          decay_options(f, options), state_buffer(f, "initial_state", initial_state, n_state));
+    });
   });
 }
 
@@ -123,10 +131,14 @@ linattn_status linattn_decayed_recurrent_forward(const linattn_tensor* out, cons
                                                  const linattn_decay_options* options) {
   const char* f = "linattn_decayed_recurrent_forward";
   return guard([&] {
-    require(state, f, "state");
-    linattn::decayed_recurrent_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
-                                       const_view(f, "v", v), optional_const_view(f, "g", g),
-                                       buffer(f, "state", state, n_state), decay_options(f, options));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      require(state, f, "state");
+      linattn::decayed_recurrent_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q),
+                                         const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+                                         optional_const_view_of<T>(f, "g", g), buffer(f, "state", state, n_state),
+                                         decay_options(f, options));
+    });
   });
 }
 
@@ -135,8 +147,12 @@ linattn_status linattn_decayed_step(const linattn_tensor* out, const linattn_ten
                                     const linattn_decay_options* options) {
   const char* f = "linattn_decayed_step";
   return guard([&] {
-    linattn::decayed_step(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
-                          optional_const_view(f, "g", g), state_of(f, state), decay_options(f, options));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      linattn::decayed_step(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k),
+                            const_view_of<T>(f, "v", v), optional_const_view_of<T>(f, "g", g), state_of(f, state),
+                            decay_options(f, options));
+    });
   });
 }
 
@@ -164,10 +180,14 @@ linattn_status linattn_delta_forward(const linattn_tensor* out, const linattn_te
                                      float* final_state, int64_t n_state) {
   const char* f = "linattn_delta_forward";
   return guard([&] {
-    linattn::delta_rule_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
-                                const_view(f, "v", v), const_view(f, "beta", beta), optional_const_view(f, "g", g),
-                                delta_options(f, options), state_buffer(f, "initial_state", initial_state, n_state),
-                                state_buffer(f, "final_state", final_state, n_state));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      linattn::delta_rule_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k),
+                                  const_view_of<T>(f, "v", v), const_view_of<T>(f, "beta", beta),
+                                  optional_const_view_of<T>(f, "g", g), delta_options(f, options),
+                                  state_buffer(f, "initial_state", initial_state, n_state),
+                                  state_buffer(f, "final_state", final_state, n_state));
+    });
   });
 }
 
@@ -179,12 +199,16 @@ linattn_status linattn_delta_backward(const linattn_tensor* dq, const linattn_te
                                       const float* initial_state, int64_t n_state) {
   const char* f = "linattn_delta_backward";
   return guard([&] {
-    linattn::delta_rule_backward(view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), view(f, "dbeta", dbeta),
-                                 optional_view(f, "dg", dg), state_buffer(f, "dinitial_state", dinitial_state, n_state),
-                                 const_view(f, "dout", dout), state_buffer(f, "dfinal_state", dfinal_state, n_state),
-                                 const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
-                                 const_view(f, "beta", beta), optional_const_view(f, "g", g), delta_options(f, options),
-                                 state_buffer(f, "initial_state", initial_state, n_state));
+    by_dtype(f, "dq", dq, [&](auto element) {
+      using T = decltype(element);
+      linattn::delta_rule_backward(
+          view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv), view_of<T>(f, "dbeta", dbeta),
+          optional_view_of<T>(f, "dg", dg), state_buffer(f, "dinitial_state", dinitial_state, n_state),
+          const_view_of<T>(f, "dout", dout), state_buffer(f, "dfinal_state", dfinal_state, n_state),
+          const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+          const_view_of<T>(f, "beta", beta), optional_const_view_of<T>(f, "g", g), delta_options(f, options),
+          state_buffer(f, "initial_state", initial_state, n_state));
+    });
   });
 }
 
@@ -194,11 +218,14 @@ linattn_status linattn_delta_recurrent_forward(const linattn_tensor* out, const 
                                                int64_t n_state, const linattn_delta_options* options) {
   const char* f = "linattn_delta_recurrent_forward";
   return guard([&] {
-    require(state, f, "state");
-    linattn::delta_rule_recurrent_forward(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k),
-                                          const_view(f, "v", v), const_view(f, "beta", beta),
-                                          optional_const_view(f, "g", g), buffer(f, "state", state, n_state),
-                                          delta_options(f, options));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      require(state, f, "state");
+      linattn::delta_rule_recurrent_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q),
+                                            const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+                                            const_view_of<T>(f, "beta", beta), optional_const_view_of<T>(f, "g", g),
+                                            buffer(f, "state", state, n_state), delta_options(f, options));
+    });
   });
 }
 
@@ -207,9 +234,12 @@ linattn_status linattn_delta_step(const linattn_tensor* out, const linattn_tenso
                                   linattn_state* state, const linattn_delta_options* options) {
   const char* f = "linattn_delta_step";
   return guard([&] {
-    linattn::delta_rule_step(view(f, "out", out), const_view(f, "q", q), const_view(f, "k", k), const_view(f, "v", v),
-                             const_view(f, "beta", beta), optional_const_view(f, "g", g), state_of(f, state),
-                             delta_options(f, options));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      linattn::delta_rule_step(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k),
+                               const_view_of<T>(f, "v", v), const_view_of<T>(f, "beta", beta),
+                               optional_const_view_of<T>(f, "g", g), state_of(f, state), delta_options(f, options));
+    });
   });
 }
 

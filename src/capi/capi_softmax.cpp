@@ -2,6 +2,7 @@
 #include <optional>
 
 #include "capi/capi_support.hpp"
+#include "linattn/half_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/softmax_attention.hpp"
 
@@ -47,9 +48,13 @@ linattn_status linattn_softmax_forward(const linattn_tensor* out, float* lse, co
                                        const linattn_softmax_options* options) {
   const char* f = "linattn_softmax_forward";
   return guard([&] {
-    require(lse, f, "lse");
-    linattn::softmax_attention_forward(view(f, "out", out), {lse, size_t(lse_size(q))}, const_view(f, "q", q),
-                                       const_view(f, "k", k), const_view(f, "v", v), softmax_options(f, options));
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      require(lse, f, "lse");
+      linattn::softmax_attention_forward(view_of<T>(f, "out", out), {lse, size_t(lse_size(q))},
+                                         const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k),
+                                         const_view_of<T>(f, "v", v), softmax_options(f, options));
+    });
   });
 }
 
@@ -59,11 +64,14 @@ linattn_status linattn_softmax_backward(const linattn_tensor* dq, const linattn_
                                         const linattn_softmax_options* options) {
   const char* f = "linattn_softmax_backward";
   return guard([&] {
-    require(lse, f, "lse");
-    linattn::softmax_attention_backward(view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv),
-                                        const_view(f, "dout", dout), const_view(f, "q", q), const_view(f, "k", k),
-                                        const_view(f, "v", v), const_view(f, "out", out), {lse, size_t(lse_size(q))},
-                                        softmax_options(f, options));
+    by_dtype(f, "dq", dq, [&](auto element) {
+      using T = decltype(element);
+      require(lse, f, "lse");
+      linattn::softmax_attention_backward(
+          view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv), const_view_of<T>(f, "dout", dout),
+          const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+          const_view_of<T>(f, "out", out), {lse, size_t(lse_size(q))}, softmax_options(f, options));
+    });
   });
 }
 
@@ -76,12 +84,16 @@ linattn_status linattn_linformer_forward(const linattn_tensor* out, float* lse, 
                                          const float* F, int64_t n_proj, const linattn_linformer_options* options) {
   const char* f = "linattn_linformer_forward";
   return guard([&] {
-    require(lse, f, "lse");
-    require(E, f, "E");
-    const linattn::LinformerOptions o = linformer_options(f, options);
-    linattn::linformer_attention_forward(view(f, "out", out), {lse, size_t(lse_size(q))}, const_view(f, "q", q),
-                                         const_view(f, "k", k), const_view(f, "v", v), buffer(f, "E", E, n_proj),
-                                         F ? buffer(f, "F", F, n_proj) : std::span<const float>{}, o);
+    by_dtype(f, "out", out, [&](auto element) {
+      using T = decltype(element);
+      require(lse, f, "lse");
+      require(E, f, "E");
+      const linattn::LinformerOptions o = linformer_options(f, options);
+      linattn::linformer_attention_forward(view_of<T>(f, "out", out), {lse, size_t(lse_size(q))},
+                                           const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k),
+                                           const_view_of<T>(f, "v", v), buffer(f, "E", E, n_proj),
+                                           F ? buffer(f, "F", F, n_proj) : std::span<const float>{}, o);
+    });
   });
 }
 
@@ -92,16 +104,19 @@ linattn_status linattn_linformer_backward(const linattn_tensor* dq, const linatt
                                           const linattn_linformer_options* options) {
   const char* f = "linattn_linformer_backward";
   return guard([&] {
-    require(lse, f, "lse");
-    require(E, f, "E");
-    require(dE, f, "dE");
-    const linattn::LinformerOptions o = linformer_options(f, options);
-    linattn::linformer_attention_backward(
-        view(f, "dq", dq), view(f, "dk", dk), view(f, "dv", dv), buffer(f, "dE", dE, n_proj),
-        dF ? buffer(f, "dF", dF, n_proj) : std::span<float>{}, const_view(f, "dout", dout), const_view(f, "q", q),
-        const_view(f, "k", k), const_view(f, "v", v), buffer(f, "E", E, n_proj),
-        F ? buffer(f, "F", F, n_proj) : std::span<const float>{}, const_view(f, "out", out), {lse, size_t(lse_size(q))},
-        o);
+    by_dtype(f, "dq", dq, [&](auto element) {
+      using T = decltype(element);
+      require(lse, f, "lse");
+      require(E, f, "E");
+      require(dE, f, "dE");
+      const linattn::LinformerOptions o = linformer_options(f, options);
+      linattn::linformer_attention_backward(
+          view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv), buffer(f, "dE", dE, n_proj),
+          dF ? buffer(f, "dF", dF, n_proj) : std::span<float>{}, const_view_of<T>(f, "dout", dout),
+          const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
+          buffer(f, "E", E, n_proj), F ? buffer(f, "F", F, n_proj) : std::span<const float>{},
+          const_view_of<T>(f, "out", out), {lse, size_t(lse_size(q))}, o);
+    });
   });
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "linattn/feature_map.hpp"
+#include "linattn/half.hpp"
 #include "linattn/linattn.h"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
@@ -39,12 +40,25 @@ linattn_status guard(Body&& body, bool io_errors = false) noexcept;
 // A required pointer argument.
 void require(const void* pointer, const char* function, const char* name);
 
-// A required tensor descriptor of a dtype this build computes in (f32).
-TensorView view(const char* function, const char* name, const linattn_tensor* t);
-ConstTensorView const_view(const char* function, const char* name, const linattn_tensor* t);
-// An optional one: NULL gives the empty view the C++ API takes for "none".
-TensorView optional_view(const char* function, const char* name, const linattn_tensor* t);
-ConstTensorView optional_const_view(const char* function, const char* name, const linattn_tensor* t);
+// The operators, which take f32, bf16 or f16 (linattn/half_attention.hpp): body(T{}) runs with T the
+// element type of lead's dtype (float, bf16 or f16), and the views of T below require every other
+// tensor of the call to have that dtype too.
+template <class Body>
+void by_dtype(const char* function, const char* name, const linattn_tensor* lead, Body&& body);
+template <class T>
+View4<T> view_of(const char* function, const char* name, const linattn_tensor* t);
+template <class T>
+View4<const T> const_view_of(const char* function, const char* name, const linattn_tensor* t) {
+  return view_of<const T>(function, name, t);
+}
+template <class T>
+View4<const T> optional_const_view_of(const char* function, const char* name, const linattn_tensor* t) {
+  return t == nullptr ? View4<const T>{} : const_view_of<T>(function, name, t);
+}
+template <class T>
+View4<T> optional_view_of(const char* function, const char* name, const linattn_tensor* t) {
+  return t == nullptr ? View4<T>{} : view_of<T>(function, name, t);
+}
 
 // A (pointer, count) argument: NULL with a count of 0 is empty; NULL with a count is an error.
 template <class T>
@@ -68,3 +82,26 @@ int64_t lse_size(const linattn_tensor* q);
 }  // namespace linattn::capi
 
 #include "capi/capi_guard-inl.hpp"
+
+namespace linattn::capi {
+
+// "LINATTN_BF16" for a known dtype, nullptr for any other value.
+const char* dtype_name(int32_t dtype) noexcept;
+[[noreturn]] void fail_unknown_dtype(const char* function, const char* name, int32_t dtype);
+
+template <class Body>
+void by_dtype(const char* function, const char* name, const linattn_tensor* lead, Body&& body) {
+  require(lead, function, name);
+  switch (lead->dtype) {
+    case LINATTN_F32:
+      return body(float{});
+    case LINATTN_BF16:
+      return body(bf16{});
+    case LINATTN_F16:
+      return body(f16{});
+    default:
+      fail_unknown_dtype(function, name, lead->dtype);
+  }
+}
+
+}  // namespace linattn::capi
