@@ -592,6 +592,55 @@ static linattn_tensor bf16_tensor(unsigned short* bits, int n, int x) {
   return t;
 }
 
+/* A bf16 state (linattn_state_create_dtype): recurrent steps over q, k, v (f32, [B, T, H, *]) follow the
+ * f32 state's outputs to bf16's precision, the state reports and keeps its dtype through save and load,
+ * and an f16 state is refused. */
+static void test_bf16_state(const float* q, const float* k, const float* v) {
+  linattn_state *s32 = NULL, *s16 = NULL, *loaded = NULL, *refused = NULL;
+  float out32[B * H * E], out16[B * H * E];
+  double worst = 0, scale = 0;
+  int32_t dtype = -1;
+  int t, i;
+  float* S = (float*)1;
+  int64_t S_size = -1;
+  const char* path = "c_api_test_bf16_state.bin";
+  OK(linattn_state_create(B, H, D, E, "elu", &s32));
+  OK(linattn_state_create_dtype(B, H, D, E, "elu", LINATTN_BF16, &s16));
+  for (t = 0; t < T; ++t) {
+    /* Token t of every batch and head: rows of [B, T, H, *] with the batch stride of the whole sequence. */
+    linattn_tensor tq = linattn_tensor_bnhd((float*)q + t * H * D, B, 1, H, D),
+                   tk = linattn_tensor_bnhd((float*)k + t * H * D, B, 1, H, D),
+                   tv = linattn_tensor_bnhd((float*)v + t * H * E, B, 1, H, E),
+                   t32 = linattn_tensor_bnhd(out32, B, 1, H, E), t16 = linattn_tensor_bnhd(out16, B, 1, H, E);
+    tq.stride[0] = tk.stride[0] = T * H * D;
+    tv.stride[0] = T * H * E;
+    OK(linattn_recurrent_step(&t32, &tq, &tk, &tv, s32, NULL));
+    OK(linattn_recurrent_step(&t16, &tq, &tk, &tv, s16, NULL));
+    for (i = 0; i < B * H * E; ++i) {
+      const double d = fabs((double)out16[i] - out32[i]);
+      worst = d > worst ? d : worst;
+      scale = fabs(out32[i]) > scale ? fabs(out32[i]) : scale;
+    }
+  }
+  CHECK(scale > 0.05 && worst <= 0.02 * scale, "bf16 state steps: worst difference %g against outputs up to %g", worst,
+        scale);
+  OK(linattn_state_dtype(s16, &dtype));
+  CHECK(dtype == LINATTN_BF16, "bf16 state reports dtype %d", (int)dtype);
+  OK(linattn_state_data(s16, &S, &S_size, NULL, NULL));
+  CHECK(S == NULL && S_size == 0, "a bf16 state's f32 S should be NULL/0");
+  OK(linattn_state_save(s16, path));
+  OK(linattn_state_load(path, &loaded));
+  OK(linattn_state_dtype(loaded, &dtype));
+  CHECK(dtype == LINATTN_BF16, "a loaded bf16 state reports dtype %d", (int)dtype);
+  remove(path);
+  CHECK(linattn_state_create_dtype(B, H, D, E, "elu", LINATTN_F16, &refused) == LINATTN_ERROR_UNSUPPORTED_DTYPE &&
+            refused == NULL && contains(linattn_last_error(), "dtype is LINATTN_F16"),
+        "f16 state: %s", linattn_last_error());
+  linattn_state_free(s32);
+  linattn_state_free(s16);
+  linattn_state_free(loaded);
+}
+
 /* bf16 descriptors: the causal linear forward and the decayed forward on bf16 q, k, v (and g) give the
  * f32 operator's result on the same (rounded) values, rounded once, bit for bit; a bf16 out with f32
  * inputs is refused by name. */
@@ -625,6 +674,8 @@ static void test_bf16(void) {
   OK(linattn_decayed_forward(&bo, &bq, &bk, &bv, &bg, &dec, NULL, NULL, 0));
   for (differ = 0, i = 0; i < VSIZE; ++i) differ += hout[i] != to_bf16(out[i]);
   CHECK(differ == 0, "bf16 decayed forward: %d of %d elements differ from the rounded f32 result", differ, VSIZE);
+
+  test_bf16_state(q, k, v);
 
   CHECK(linattn_linear_forward(&bo, &tq, &tk, &tv, NULL) == LINATTN_ERROR_INVALID_ARGUMENT &&
             contains(linattn_last_error(), ".dtype is LINATTN_F32, expected LINATTN_BF16"),

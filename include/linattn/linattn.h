@@ -177,6 +177,14 @@ LINATTN_C_API linattn_status linattn_recurrent_step(const linattn_tensor* out, c
  * map's linattn_feature_map_name, or a decayed / delta recurrence's name (linattn_decay_name). */
 LINATTN_C_API linattn_status linattn_state_create(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
                                                   const char* feature_map, linattn_state** out);
+/* The same with S's element type: LINATTN_F32 (linattn_state_create's) or LINATTN_BF16 (half the decode
+ * memory; z stays f32; only linattn_recurrent_step takes a bf16 state, the other operators refuse it by
+ * name). LINATTN_F16 is LINATTN_ERROR_UNSUPPORTED_DTYPE. */
+LINATTN_C_API linattn_status linattn_state_create_dtype(int64_t batch, int64_t heads, int64_t feature_dim,
+                                                        int64_t value_dim, const char* feature_map, int32_t dtype,
+                                                        linattn_state** out);
+/* S's element type: LINATTN_F32 or LINATTN_BF16 (a bf16 state saved and loaded stays bf16). */
+LINATTN_C_API linattn_status linattn_state_dtype(const linattn_state* state, int32_t* dtype);
 LINATTN_C_API void linattn_state_free(linattn_state* state);
 LINATTN_C_API linattn_status linattn_state_reset(linattn_state* state);
 /* Atomic write (temporary + rename), format docs/state-format.md; LINATTN_ERROR_IO on failure. */
@@ -185,7 +193,7 @@ LINATTN_C_API linattn_status linattn_state_load(const char* path, linattn_state*
 /* extents[4] = {batch, heads, feature_dim, value_dim}; position = tokens consumed. */
 LINATTN_C_API linattn_status linattn_state_shape(const linattn_state* state, int64_t extents[4], int64_t* position);
 /* The state's own S and z (contiguous, row-major), valid until the state is freed or reshaped;
- * sizes in floats. Either output pointer may be NULL. */
+ * sizes in floats. Either output pointer may be NULL. A bf16 state's S is not floats: NULL, size 0. */
 LINATTN_C_API linattn_status linattn_state_data(linattn_state* state, float** S, int64_t* S_size, float** z,
                                                 int64_t* z_size);
 /* The name the state records; owned by the state. NULL for a NULL state. */

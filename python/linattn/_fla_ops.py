@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from . import _linattn
+from ._torch_ops import _backend  # float32: the fast module; float64: the fp64 oracle
 from ._torch_threads import torch_threads
 
 _HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
@@ -27,10 +28,6 @@ _HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op
 def _array(x):
     """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
     return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
-
-
-def _backend(q):
-    return _linattn if q.dtype == torch.float32 else _linattn.reference
 
 
 def _states(q, cu_seqlens):

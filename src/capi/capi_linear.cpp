@@ -31,6 +31,32 @@ const linattn::RecurrentState& state_of(const char* function, const linattn_stat
   return state->state;
 }
 
+linattn_status create_state(const char* f, int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
+                            const char* feature_map, int32_t dtype, linattn_state** out) {
+  return guard([&] {
+    require(out, f, "out");
+    *out = nullptr;
+    require(feature_map, f, "feature_map");
+    const int64_t extents[4] = {batch, heads, feature_dim, value_dim};
+    const char* names[4] = {"batch", "heads", "feature_dim", "value_dim"};
+    for (int i = 0; i < 4; ++i)
+      if (extents[i] < 1)
+        fail(LINATTN_ERROR_INVALID_ARGUMENT, f,
+             std::string(names[i]) + " is " + std::to_string(extents[i]) + ", expected >= 1");
+    if (dtype == LINATTN_F16)
+      fail(LINATTN_ERROR_UNSUPPORTED_DTYPE, f,
+           "dtype is LINATTN_F16; a state holds S in LINATTN_F32 or LINATTN_BF16 (f16's range is too narrow for "
+           "sums over a long context)");
+    if (dtype != LINATTN_F32 && dtype != LINATTN_BF16)
+      fail(LINATTN_ERROR_INVALID_ARGUMENT, f,
+           "dtype is " + std::to_string(dtype) + ", expected LINATTN_F32 (0) or LINATTN_BF16 (1)");
+    auto handle = std::make_unique<linattn_state>();
+    handle->state = linattn::RecurrentState(batch, heads, feature_dim, value_dim, feature_map,
+                                            dtype == LINATTN_BF16 ? linattn::DType::bf16 : linattn::DType::f32);
+    *out = handle.release();
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -115,20 +141,20 @@ linattn_status linattn_recurrent_step(const linattn_tensor* out, const linattn_t
 
 linattn_status linattn_state_create(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
                                     const char* feature_map, linattn_state** out) {
-  const char* f = "linattn_state_create";
+  return create_state("linattn_state_create", batch, heads, feature_dim, value_dim, feature_map, LINATTN_F32, out);
+}
+
+linattn_status linattn_state_create_dtype(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
+                                          const char* feature_map, int32_t dtype, linattn_state** out) {
+  return create_state("linattn_state_create_dtype", batch, heads, feature_dim, value_dim, feature_map, dtype, out);
+}
+
+linattn_status linattn_state_dtype(const linattn_state* state, int32_t* dtype) {
+  const char* f = "linattn_state_dtype";
   return guard([&] {
-    require(out, f, "out");
-    *out = nullptr;
-    require(feature_map, f, "feature_map");
-    const int64_t extents[4] = {batch, heads, feature_dim, value_dim};
-    const char* names[4] = {"batch", "heads", "feature_dim", "value_dim"};
-    for (int i = 0; i < 4; ++i)
-      if (extents[i] < 1)
-        fail(LINATTN_ERROR_INVALID_ARGUMENT, f,
-             std::string(names[i]) + " is " + std::to_string(extents[i]) + ", expected >= 1");
-    auto handle = std::make_unique<linattn_state>();
-    handle->state = linattn::RecurrentState(batch, heads, feature_dim, value_dim, feature_map);
-    *out = handle.release();
+    const linattn::RecurrentState& s = state_of(f, state);
+    require(dtype, f, "dtype");
+    *dtype = s.dtype() == linattn::DType::bf16 ? LINATTN_BF16 : LINATTN_F32;
   });
 }
 
@@ -180,7 +206,7 @@ linattn_status linattn_state_data(linattn_state* state, float** S, int64_t* S_si
   const char* f = "linattn_state_data";
   return guard([&] {
     linattn::RecurrentState& s = state_of(f, state);
-    if (S) *S = s.S().data();
+    if (S) *S = s.S().empty() ? nullptr : s.S().data();
     if (S_size) *S_size = int64_t(s.S().size());
     if (z) *z = s.z().data();
     if (z_size) *z_size = int64_t(s.z().size());

@@ -26,6 +26,7 @@ struct Shard {
 };
 
 // The local checks of q, k, v and the options; the output views (named) must be shaped like `like`.
+// Not boundary::check_attention_inputs: a rank's shard may hold no tokens (extents of 0 are valid here).
 void check_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                   const LinearAttentionOptions& options) {
   check_view(op, "q", q);
