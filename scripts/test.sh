@@ -27,6 +27,12 @@ cmake --install build --prefix "$PWD/build/install-check" >/dev/null
 cmake -S examples/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install-check" >/dev/null
 cmake --build build/consumer
 ./build/consumer/consumer
+# And find_package(linattn COMPONENTS mpi): the installed linattn::mpi over two ranks, against the
+# single-process operator (examples/consumer/mpi_main.cpp), where the build has LINATTN_MPI.
+if [[ -x build/consumer/consumer_mpi ]]; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+    mpiexec -n 2 --oversubscribe ./build/consumer/consumer_mpi
+fi
 
 # The sanitizer build: clang -O1, and Highway's one static target for this machine (-march=native,
 # HWY_COMPILE_ONLY_STATIC) instead of every x86 target: the dispatch runs that target anyway, and the
