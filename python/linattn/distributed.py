@@ -16,6 +16,12 @@ numpy (float32 arrays, any strides; the options of linattn.linear_attention, wit
   decayed_attention_backward(comm, q, k, v, g, dout, ...) -> (dq, dk, dv, dg): linattn.decayed_attention
 - delta_rule(comm, q, k, v, beta, g=None, *, gate="delta_rule", scale=None, use_qk_l2norm=False,
   chunk_size=64) and delta_rule_backward(comm, q, k, v, beta, g, dout, ...) -> (dq, dk, dv, dbeta, dg)
+- ring_attention(comm, q, k, v, *, scale=None, causal=False, layout="contiguous", early_length=-1,
+  key_lengths=None) -> (out, lse) and ring_attention_backward(comm, q, k, v, out, lse, dout, ...) ->
+  (dq, dk, dv): exact softmax attention (hybrid models' softmax layers) by ring attention: the k/v
+  shards travel around the ring, so its traffic grows with N (docs/ring-attention.md). layout
+  "balanced" (for causal): rank r holds blocks r and 2P−1−r of 2P; balanced_range(N, rank, ranks) ->
+  (early_begin, early_length, late_begin, late_length) gives the standard cut
 - comm_stats() -> {"bytes_sent", "calls", "comm_seconds", "compute_seconds"}; reset_comm_stats()
 
 torch (autograd; float32 CPU tensors; layout "bnhd" [B, n, H, D] or "bhnd" [B, H, n, D], as linattn.torch):
@@ -23,6 +29,8 @@ torch (autograd; float32 CPU tensors; layout "bnhd" [B, n, H, D] or "bhnd" [B, H
 - torch_linear_attention(comm, q, k, v, *, layout, feature_map="elu", causal=False, eps=1e-6, ...)
 - torch_decayed_attention(comm, q, k, v, g=None, *, decay, ...), torch_delta_rule(comm, q, k, v, beta,
   g=None, *, gate, ...): [B, n_r, H, K] tensors (flash-linear-attention's layout)
+- torch_ring_attention(comm, q, k, v, *, layout="bnhd", scale=None, causal=False, ring_layout="contiguous",
+  early_length=-1, key_lengths=None): ring attention's out with autograd
 
 Every rank must make the same call: shapes that disagree between ranks, or a bad argument on one rank,
 raise ValueError on every rank naming the rank at fault, before any arithmetic. Needs linattn built
@@ -38,7 +46,8 @@ except ImportError as e:  # linattn built without LINATTN_MPI, or MPI's library 
 
 __all__ = ["linear_attention", "linear_attention_backward", "decayed_attention", "decayed_attention_backward",
            "delta_rule", "delta_rule_backward", "torch_linear_attention", "torch_decayed_attention",
-           "torch_delta_rule", "comm_stats", "reset_comm_stats"]
+           "torch_delta_rule", "ring_attention", "ring_attention_backward", "balanced_range", "torch_ring_attention",
+           "comm_stats", "reset_comm_stats"]
 
 
 def _handle(comm):
@@ -99,6 +108,62 @@ def delta_rule_backward(comm, q, k, v, beta, g, dout, *, gate="delta_rule", scal
     """This rank's (dq, dk, dv, dbeta, dg) (dg None without g)."""
     return _distributed.delta_rule_backward(_handle(comm), q, k, v, beta, g, dout, gate=gate, scale=scale,
                                             use_qk_l2norm=bool(use_qk_l2norm), chunk_size=int(chunk_size))
+
+
+def ring_attention(comm, q, k, v, *, scale=None, causal=False, layout="contiguous", early_length=-1,
+                   key_lengths=None):
+    """This rank's (out [B, n_r, H, E], lse [B, H, n_r]) of softmax attention over the whole sharded
+    sequence (linattn.softmax_attention's, with key_lengths over global positions); lse is what the
+    backward takes."""
+    return _distributed.ring_attention(_handle(comm), q, k, v, scale=scale, causal=bool(causal), layout=layout,
+                                       early_length=int(early_length), key_lengths=key_lengths)
+
+
+def ring_attention_backward(comm, q, k, v, out, lse, dout, *, scale=None, causal=False, layout="contiguous",
+                            early_length=-1, key_lengths=None):
+    """This rank's (dq, dk, dv) of ring_attention, from its out and lse."""
+    return _distributed.ring_attention_backward(_handle(comm), q, k, v, out, lse, dout, scale=scale,
+                                                causal=bool(causal), layout=layout, early_length=int(early_length),
+                                                key_lengths=key_lengths)
+
+
+def balanced_range(N, rank, ranks):
+    """(early_begin, early_length, late_begin, late_length): the rows of a length-N sequence that rank holds
+    under the balanced layout (blocks rank and 2·ranks−1−rank of 2·ranks)."""
+    return _distributed.balanced_range(int(N), int(rank), int(ranks))
+
+
+_ring_function = None
+
+
+def _ring():
+    """ring_attention as a torch.autograd.Function (made on first use, like _function)."""
+    global _ring_function
+    if _ring_function is not None:
+        return _ring_function
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class Ring(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, comm, options, q, k, v):
+            out, lse = ring_attention(comm, _array(q), _array(k), _array(v), **options)
+            out, lse = torch.from_numpy(out), torch.from_numpy(lse)
+            ctx.comm, ctx.options = comm, options
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.mark_non_differentiable(lse)
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, dout):
+            q, k, v, out, lse = ctx.saved_tensors
+            grads = ring_attention_backward(ctx.comm, *(_array(x) for x in (q, k, v, out, lse)),
+                                            _array(dout.to(torch.float32).contiguous()), **ctx.options)
+            return (None, None, *(torch.from_numpy(g) for g in grads))
+
+    _ring_function = Ring
+    return _ring_function
 
 
 _FORWARD = {"linear": linear_attention, "decayed": decayed_attention, "delta": delta_rule}
@@ -176,3 +241,16 @@ def torch_delta_rule(comm, q, k, v, beta, g=None, *, gate="delta_rule", scale=No
     """delta_rule with autograd (dq, dk, dv, dbeta, dg) on [B, n_r, H, K] tensors."""
     options = dict(gate=gate, scale=scale, use_qk_l2norm=bool(use_qk_l2norm), chunk_size=int(chunk_size))
     return _function().apply(comm, "delta", options, q, k, v, beta, g)
+
+
+def torch_ring_attention(comm, q, k, v, *, layout=None, scale=None, causal=False, ring_layout="contiguous",
+                         early_length=-1, key_lengths=None):
+    """ring_attention's out with autograd (dq, dk, dv), in `layout` ("bnhd" or torch's "bhnd", as
+    linattn.torch); ring_layout is the shards' placement ("contiguous" or "balanced")."""
+    from ._layout import check_layout, from_bnhd, to_bnhd
+
+    check_layout(layout, "torch_ring_attention")
+    q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
+    options = dict(scale=scale, causal=bool(causal), layout=ring_layout, early_length=int(early_length),
+                   key_lengths=key_lengths)
+    return from_bnhd(_ring().apply(comm, options, q, k, v), layout)

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
@@ -16,6 +17,7 @@
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
 #include "linattn/distributed/comm.hpp"
+#include "linattn/distributed/ring.hpp"
 #include "linattn/distributed/scan.hpp"
 
 namespace linattn::python {
@@ -197,6 +199,74 @@ py::tuple delta_backward(int64_t comm, const py::object& q, const py::object& k,
   return py::make_tuple(dq.array, dk.array, dv.array, trailing_result(dbeta.array, b), trailing_result(dg.array, gate));
 }
 
+// Ring attention's options; layout "contiguous" or "balanced" (docs/ring-attention.md). key_lengths
+// keeps the span's memory.
+struct RingArgs {
+  std::vector<int64_t> key_lengths;
+  distributed::RingAttentionOptions options;
+};
+RingArgs ring_args(std::optional<float> scale, bool causal, const std::string& layout, int64_t early_length,
+                   const py::object& key_lengths) {
+  RingArgs a;
+  a.key_lengths = key_lengths_arg(key_lengths);
+  a.options.scale = scale;
+  a.options.causal = causal;
+  a.options.early_length = early_length;
+  a.options.key_lengths = a.key_lengths;
+  if (layout == "contiguous")
+    a.options.layout = distributed::RingLayout::contiguous;
+  else if (layout == "balanced")
+    a.options.layout = distributed::RingLayout::balanced;
+  else
+    throw py::value_error("layout: expected \"contiguous\" or \"balanced\", got \"" + layout + "\"");
+  return a;
+}
+
+// lse [B, H, n] of this rank's shard.
+py::array_t<float> lse_array(const Shard& s) {
+  return py::array_t<float>(std::vector<py::ssize_t>{s.q.view.extent[0], s.q.view.extent[2], s.q.view.extent[1]});
+}
+
+py::tuple ring_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                       std::optional<float> scale, bool causal, const std::string& layout, int64_t early_length,
+                       const py::object& key_lengths) {
+  const MPI_Comm c = comm_arg(comm);
+  const Shard s = shard_args(q, k, v);
+  const RingArgs a = ring_args(scale, causal, layout, early_length, key_lengths);
+  OutputArray<float> out = output_array<float>(out_shape(s));
+  py::array_t<float> lse = lse_array(s);
+  const std::span<float> lse_span(lse.mutable_data(), size_t(lse.size()));
+  {
+    py::gil_scoped_release nogil;
+    distributed::ring_attention_forward(c, out.view, lse_span, s.q.view, s.k.view, s.v.view, a.options);
+  }
+  return py::make_tuple(out.array, lse);
+}
+
+py::tuple ring_backward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                        const py::object& out, const py::object& lse, const py::object& dout,
+                        std::optional<float> scale, bool causal, const std::string& layout, int64_t early_length,
+                        const py::object& key_lengths) {
+  const MPI_Comm c = comm_arg(comm);
+  const Shard s = shard_args(q, k, v);
+  const RingArgs a = ring_args(scale, causal, layout, early_length, key_lengths);
+  const SavedInputs saved = saved_inputs(out, lse);
+  const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, n, H, E]");
+  OutputArray<float> dq = output_array<float>(s.q.view.extent), dk = output_array<float>(s.k.view.extent),
+                     dv = output_array<float>(s.v.view.extent);
+  {
+    py::gil_scoped_release nogil;
+    distributed::ring_attention_backward(c, dq.view, dk.view, dv.view, d.view, s.q.view, s.k.view, s.v.view,
+                                         saved.out.view, saved.lse_span(), a.options);
+  }
+  return py::make_tuple(dq.array, dk.array, dv.array);
+}
+
+py::tuple balanced_range(int64_t N, int rank, int ranks) {
+  const distributed::BalancedRange r = distributed::balanced_range(N, rank, ranks);
+  return py::make_tuple(r.early_begin, r.early_length, r.late_begin, r.late_length);
+}
+
 py::dict comm_stats() {
   const distributed::CommStats s = distributed::comm_stats();
   py::dict d;
@@ -236,6 +306,15 @@ PYBIND11_MODULE(_distributed, m) {
   m.def("delta_rule_backward", &delta_backward, arg("comm"), arg("q"), arg("k"), arg("v"), arg("beta"), arg("g"),
         arg("dout"), py::kw_only(), arg("gate") = "delta_rule", arg("scale") = py::none(), arg("use_qk_l2norm") = false,
         arg("chunk_size") = 64, "This rank's (dq, dk, dv, dbeta, dg) of delta_rule.");
+  m.def("ring_attention", &ring_forward, arg("comm"), arg("q"), arg("k"), arg("v"), py::kw_only(),
+        arg("scale") = py::none(), arg("causal") = false, arg("layout") = "contiguous", arg("early_length") = -1,
+        arg("key_lengths") = py::none(),
+        "This rank's (out [B, n, H, E], lse [B, H, n]) of exact softmax attention over comm's shards (the ring).");
+  m.def("ring_attention_backward", &ring_backward, arg("comm"), arg("q"), arg("k"), arg("v"), arg("out"), arg("lse"),
+        arg("dout"), py::kw_only(), arg("scale") = py::none(), arg("causal") = false, arg("layout") = "contiguous",
+        arg("early_length") = -1, arg("key_lengths") = py::none(), "This rank's (dq, dk, dv) of ring_attention.");
+  m.def("balanced_range", &balanced_range, arg("N"), arg("rank"), arg("ranks"),
+        "(early_begin, early_length, late_begin, late_length): rank's two blocks of the balanced layout.");
   m.def("comm_stats", &comm_stats, "This process's CommStats (bytes_sent, calls, comm_seconds, compute_seconds).");
   m.def("reset_comm_stats", &linattn::distributed::reset_comm_stats);
 }

@@ -72,6 +72,7 @@ def main():
             np.testing.assert_array_equal(got, want.numpy(), err_msg=name)
 
     check_families(comm, lengths, begin, end)
+    check_ring(comm, lengths, begin, end)
 
     # Shapes that disagree between ranks: every rank raises, naming the rank at fault (rank 1 here).
     if comm.Get_size() > 1:
@@ -121,6 +122,42 @@ def check_families(comm, lengths, begin, end):
             assert tuple(got.shape) == want.shape, (name, what, got.shape, want.shape)
             err = relative_error(got, want)
             assert err < TOL, f"rank {rank} {name} {what}: error {err:.3g} > {TOL}"
+
+
+def check_ring(comm, lengths, begin, end):
+    """Ring attention (softmax) through torch's autograd against the single-process linattn.torch
+    softmax_attention on the whole sequence: the contiguous shards (causal and not) and, for causal, the
+    balanced layout's two blocks per rank (balanced_range's cut of the same N)."""
+    rank, ranks = comm.Get_rank(), comm.Get_size()
+    B, H, D, E = 1, 2, 8, 4
+    N = sum(lengths)
+    g = torch.Generator().manual_seed(77)
+    q, k, v, w = (torch.randn(B, N, H, d, generator=g) for d in (D, D, E, E))
+    eb, el, lb, ll = dist.balanced_range(N, rank, ranks)
+    rows = {"contiguous": torch.arange(begin, end), "balanced": torch.cat([torch.arange(eb, eb + el),
+                                                                           torch.arange(lb, lb + ll)])}
+    for causal, ring_layout in ((False, "contiguous"), (True, "contiguous"), (True, "balanced")):
+        qf, kf, vf = (x.clone().requires_grad_() for x in (q, k, v))
+        ref = lt.softmax_attention(qf, kf, vf, layout="bnhd", causal=causal)
+        (ref * w).sum().backward()
+        mine = rows[ring_layout]
+        qs, ks, vs = (x[:, mine].clone().requires_grad_() for x in (q, k, v))
+        out = dist.torch_ring_attention(comm, qs, ks, vs, layout="bnhd", causal=causal, ring_layout=ring_layout,
+                                        early_length=el if ring_layout == "balanced" else -1)
+        (out * w[:, mine]).sum().backward()
+        for what, got, want in (("out", out.detach(), ref.detach()), ("dq", qs.grad, qf.grad),
+                                ("dk", ks.grad, kf.grad), ("dv", vs.grad, vf.grad)):
+            want = want[:, mine]
+            assert tuple(got.shape) == tuple(want.shape), (ring_layout, what, got.shape, want.shape)
+            err = relative_error(got, want)
+            assert err < TOL, f"rank {rank} ring {ring_layout} causal={causal} {what}: error {err:.3g} > {TOL}"
+    try:
+        dist.ring_attention(comm, q[:, begin:end].numpy(), k[:, begin:end].numpy(), v[:, begin:end].numpy(),
+                            layout="spiral")
+    except ValueError as e:
+        assert "layout" in str(e), str(e)
+    else:
+        raise AssertionError("an unknown ring layout was not refused")
 
 
 if __name__ == "__main__":
