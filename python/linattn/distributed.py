@@ -38,6 +38,8 @@ with LINATTN_MPI (the _distributed module) and mpi4py built against the same MPI
 python3-mpi4py with libopenmpi-dev).
 """
 
+import functools
+
 try:
     from . import _distributed
 except ImportError as e:  # linattn built without LINATTN_MPI, or MPI's library missing
@@ -133,14 +135,9 @@ def balanced_range(N, rank, ranks):
     return _distributed.balanced_range(int(N), int(rank), int(ranks))
 
 
-_ring_function = None
-
-
+@functools.cache
 def _ring():
     """ring_attention as a torch.autograd.Function (made on first use, like _function)."""
-    global _ring_function
-    if _ring_function is not None:
-        return _ring_function
     import torch
     from torch.autograd.function import once_differentiable
 
@@ -162,21 +159,15 @@ def _ring():
                                             _array(dout.to(torch.float32).contiguous()), **ctx.options)
             return (None, None, *(torch.from_numpy(g) for g in grads))
 
-    _ring_function = Ring
-    return _ring_function
+    return Ring
 
 
 _FORWARD = {"linear": linear_attention, "decayed": decayed_attention, "delta": delta_rule}
 _BACKWARD = {"linear": linear_attention_backward, "decayed": decayed_attention_backward,
              "delta": delta_rule_backward}
-_torch_function = None
-
-
+@functools.cache
 def _function():
     """The torch.autograd.Function, made on first use so that importing this module needs no torch."""
-    global _torch_function
-    if _torch_function is not None:
-        return _torch_function
     import torch
     from torch.autograd.function import once_differentiable
 
@@ -202,8 +193,7 @@ def _function():
                                           **ctx.options)
             return (None, None, None, *(None if g is None else torch.from_numpy(g) for g in grads))
 
-    _torch_function = Distributed
-    return _torch_function
+    return Distributed
 
 
 def _array(x):
