@@ -23,26 +23,6 @@ constexpr int32_t dtype_of() {
   return std::is_same_v<E, float> ? LINATTN_F32 : std::is_same_v<E, bf16> ? LINATTN_BF16 : LINATTN_F16;
 }
 
-// The descriptor as a view of T, whose dtype it must have (that of the call's first output).
-template <class T>
-View4<T> to_view(const char* function, const char* name, const linattn_tensor* t) {
-  require(t, function, name);
-  if (t->dtype != dtype_of<T>()) {
-    const char* known = dtype_name(t->dtype);
-    if (!known) fail_unknown_dtype(function, name, t->dtype);
-    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
-         std::string(name) + ".dtype is " + known + ", expected " + dtype_name(dtype_of<T>()) +
-             ": every tensor of one call has the same dtype");
-  }
-  View4<T> v;
-  v.data = static_cast<T*>(t->data);
-  for (int i = 0; i < 4; ++i) {
-    v.extent[size_t(i)] = t->extent[i];
-    v.stride[size_t(i)] = t->stride[i];
-  }
-  return v;
-}
-
 }  // namespace
 
 const char* dtype_name(int32_t dtype) noexcept {
@@ -87,10 +67,26 @@ void require(const void* pointer, const char* function, const char* name) {
     fail(LINATTN_ERROR_NULL_POINTER, function, std::string(name) + " is NULL, expected a pointer");
 }
 
+// The descriptor as a view of T, whose dtype it must have (that of the call's first output).
 template <class T>
 View4<T> view_of(const char* function, const char* name, const linattn_tensor* t) {
-  return to_view<T>(function, name, t);
+  require(t, function, name);
+  if (t->dtype != dtype_of<T>()) {
+    const char* known = dtype_name(t->dtype);
+    if (!known) fail_unknown_dtype(function, name, t->dtype);
+    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+         std::string(name) + ".dtype is " + known + ", expected " + dtype_name(dtype_of<T>()) +
+             ": every tensor of one call has the same dtype");
+  }
+  View4<T> v;
+  v.data = static_cast<T*>(t->data);
+  for (int i = 0; i < 4; ++i) {
+    v.extent[size_t(i)] = t->extent[i];
+    v.stride[size_t(i)] = t->stride[i];
+  }
+  return v;
 }
+
 template View4<float> view_of<float>(const char*, const char*, const linattn_tensor*);
 template View4<const float> view_of<const float>(const char*, const char*, const linattn_tensor*);
 template View4<bf16> view_of<bf16>(const char*, const char*, const linattn_tensor*);
