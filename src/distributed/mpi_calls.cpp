@@ -139,6 +139,11 @@ void exclusive_scan(const void* send, void* recv, int count, MPI_Datatype dataty
   }
 }
 
+void reduce(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
+  Counted counted(type_bytes(datatype, count));
+  check_mpi(MPI_Reduce(send, recv, count, datatype, op, root, comm), "MPI_Reduce", comm);
+}
+
 void bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
   // Only the root sends.
   Counted counted(comm_rank(comm) == root ? type_bytes(datatype, count) : 0);

@@ -49,6 +49,7 @@ void scan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op
 // chain (P − 1 sequential steps) unless told otherwise; LINATTN_MPI_SCAN=exscan in the environment
 // makes this call MPI_Exscan instead (then counted once, as any collective).
 void exclusive_scan(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+void reduce(const void* send, void* recv, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm);
 void bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
 void sendrecv(const void* send, int send_count, int dest, void* recv, int recv_count, int source, MPI_Datatype datatype,
               int tag, MPI_Comm comm);

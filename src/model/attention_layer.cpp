@@ -72,26 +72,28 @@ DecayedAttentionOptions decayed_options(const AttentionSpec& spec) {
 
 template <>
 void attention_forward<float>(float* out, float* lse, const float* qkv, const AttentionSpec& spec, int64_t B,
-                              int64_t T_, int64_t C, const float* gate, const float* beta) {
-  if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C);
+                              int64_t T_, int64_t C, const float* gate, const float* beta,
+                              const SequenceParallel& parallel) {
+  if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C, parallel);
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
   const TensorView o = part_view(out, 0, C, B, T_, H, C);
   if (spec.kind == AttentionKind::softmax) {
-    softmax_attention_forward(o, {lse, size_t(B * H * T_)}, q, k, v, softmax_options());
+    parallel.softmax_forward(o, {lse, size_t(B * H * T_)}, q, k, v, softmax_options());
   } else if (is_decayed(spec.kind)) {
-    decayed_attention_forward(o, q, k, v, gate_view(gate, spec, B, T_, C), decayed_options(spec));
+    parallel.decayed_forward(o, q, k, v, gate_view(gate, spec, B, T_, C), decayed_options(spec));
   } else {
-    causal_linear_attention_forward(o, q, k, v, linear_options(spec));
+    parallel.linear_forward(o, q, k, v, linear_options(spec));
   }
 }
 
 template <>
 void attention_backward<float>(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                                const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C, const float* gate,
-                               float* dgate, const float* beta, float* dbeta) {
-  if (is_delta(spec.kind)) return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C);
+                               float* dgate, const float* beta, float* dbeta, const SequenceParallel& parallel) {
+  if (is_delta(spec.kind))
+    return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C, parallel);
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
@@ -102,18 +104,20 @@ void attention_backward<float>(float* dqkv, const float* dout, const float* qkv,
                    dv = part_view(dqkv, 2, 3 * C, B, T_, H, C);
   if (spec.kind == AttentionKind::softmax) {
     const ConstTensorView out_view = part_view(out, 0, C, B, T_, H, C);
-    softmax_attention_backward(dq, dk, dv, dout_view, q, k, v, out_view, {lse, size_t(B * H * T_)}, softmax_options());
+    parallel.softmax_backward(dq, dk, dv, dout_view, q, k, v, out_view, {lse, size_t(B * H * T_)}, softmax_options());
   } else if (is_decayed(spec.kind)) {
-    decayed_attention_backward(dq, dk, dv, gate_view(dgate, spec, B, T_, C), {}, dout_view, {}, q, k, v,
-                               gate_view(gate, spec, B, T_, C), decayed_options(spec));
+    parallel.decayed_backward(dq, dk, dv, gate_view(dgate, spec, B, T_, C), dout_view, q, k, v,
+                              gate_view(gate, spec, B, T_, C), decayed_options(spec));
   } else {
-    causal_linear_attention_backward(dq, dk, dv, dout_view, q, k, v, linear_options(spec));
+    parallel.linear_backward(dq, dk, dv, dout_view, q, k, v, linear_options(spec));
   }
 }
 
 template <>
 void attention_forward<double>(double* out, double* lse, const double* qkv, const AttentionSpec& spec, int64_t B,
-                               int64_t T_, int64_t C, const double* gate, const double* beta) {
+                               int64_t T_, int64_t C, const double* gate, const double* beta,
+                               const SequenceParallel& parallel) {
+  require_single_process(parallel, "the fp64 attention");
   if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
@@ -137,7 +141,8 @@ void attention_forward<double>(double* out, double* lse, const double* qkv, cons
 template <>
 void attention_backward<double>(double* dqkv, const double* dout, const double* qkv, const double*, const double*,
                                 const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C, const double* gate,
-                                double* dgate, const double* beta, double* dbeta) {
+                                double* dgate, const double* beta, double* dbeta, const SequenceParallel& parallel) {
+  require_single_process(parallel, "the fp64 attention");
   if (is_delta(spec.kind)) return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),

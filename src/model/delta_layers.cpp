@@ -114,17 +114,18 @@ DeltaRuleOptions delta_options(const AttentionSpec& spec) {
 
 template <>
 void delta_attention_forward<float>(float* out, const float* qkv, const float* gate, const float* beta,
-                                    const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C) {
+                                    const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
+                                    const SequenceParallel& parallel) {
   const auto x = delta_views(qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads, hd = C / H;
-  delta_rule_forward(bnhd(out, B, T_, H, hd), ConstTensorView(x.q), ConstTensorView(x.k), ConstTensorView(x.v),
-                     ConstTensorView(x.beta), ConstTensorView(x.g), delta_options(spec));
+  parallel.delta_forward(bnhd(out, B, T_, H, hd), ConstTensorView(x.q), ConstTensorView(x.k), ConstTensorView(x.v),
+                         ConstTensorView(x.beta), ConstTensorView(x.g), delta_options(spec));
 }
 
 template <>
 void delta_attention_backward<float>(float* dqkv, float* dgate, float* dbeta, const float* dout, const float* qkv,
                                      const float* gate, const float* beta, const AttentionSpec& spec, int64_t B,
-                                     int64_t T_, int64_t C) {
+                                     int64_t T_, int64_t C, const SequenceParallel& parallel) {
   const auto x = delta_views(qkv, gate, beta, spec, B, T_, C);
   if (!dbeta || (x.g.data && !dgate))
     throw std::invalid_argument(
@@ -132,14 +133,16 @@ void delta_attention_backward<float>(float* dqkv, float* dgate, float* dbeta, co
   // dq, dk, dv straight into their parts of dqkv: disjoint interleaved slices, as the other kinds do.
   const auto d = delta_views(dqkv, x.g.data ? dgate : nullptr, dbeta, spec, B, T_, C);
   const int64_t H = spec.heads, hd = C / H;
-  delta_rule_backward(d.q, d.k, d.v, d.beta, d.g, {}, bnhd(dout, B, T_, H, hd), {}, ConstTensorView(x.q),
-                      ConstTensorView(x.k), ConstTensorView(x.v), ConstTensorView(x.beta), ConstTensorView(x.g),
-                      delta_options(spec));
+  parallel.delta_backward(d.q, d.k, d.v, d.beta, d.g, bnhd(dout, B, T_, H, hd), ConstTensorView(x.q),
+                          ConstTensorView(x.k), ConstTensorView(x.v), ConstTensorView(x.beta), ConstTensorView(x.g),
+                          delta_options(spec));
 }
 
 template <>
 void delta_attention_forward<double>(double* out, const double* qkv, const double* gate, const double* beta,
-                                     const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C) {
+                                     const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
+                                     const SequenceParallel& parallel) {
+  require_single_process(parallel, "the fp64 delta rule");
   const auto x = delta_views(qkv, gate, beta, spec, B, T_, C);
   const reference::Tensor g = x.g.data ? to_tensor(x.g) : reference::Tensor();
   const reference::DecayedOutput o = reference::delta_rule_forward(
@@ -150,7 +153,8 @@ void delta_attention_forward<double>(double* out, const double* qkv, const doubl
 template <>
 void delta_attention_backward<double>(double* dqkv, double* dgate, double* dbeta, const double* dout, const double* qkv,
                                       const double* gate, const double* beta, const AttentionSpec& spec, int64_t B,
-                                      int64_t T_, int64_t C) {
+                                      int64_t T_, int64_t C, const SequenceParallel& parallel) {
+  require_single_process(parallel, "the fp64 delta rule");
   const auto x = delta_views(qkv, gate, beta, spec, B, T_, C);
   if (!dbeta || (x.g.data && !dgate))
     throw std::invalid_argument(

@@ -168,8 +168,9 @@ void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t B
 }
 
 template <class T>
-T cross_entropy_forward(T* probs, const T* logits, const int32_t* targets, const T* weights, int64_t N, int64_t V) {
-  double loss = 0, total = 0;
+T cross_entropy_forward(T* probs, const T* logits, const int32_t* targets, const T* weights, int64_t N, int64_t V,
+                        double total) {
+  double loss = 0, here = 0;
   for (int64_t i = 0; i < N; ++i) {
     const T* x = logits + i * V;
     T* p = probs + i * V;
@@ -182,17 +183,18 @@ T cross_entropy_forward(T* probs, const T* logits, const int32_t* targets, const
     if (w == 0) continue;
     // −log p[target] = log Σ exp(x − max) − (x[target] − max), without rounding p first
     loss += w * (std::log(double(sum)) - double(x[targets[i]] - max));
-    total += w;
+    here += w;
   }
+  if (total == 0) total = here;
   return total > 0 ? T(loss / total) : T(0);
 }
 
 template <class T>
-void cross_entropy_backward(T* dlogits, const T* probs, const int32_t* targets, const T* weights, int64_t N,
-                            int64_t V) {
-  // loss = Σ_i w_i · −log probs[i, targets[i]] / Σ w
-  double total = 0;
-  for (int64_t i = 0; i < N; ++i) total += weights ? double(weights[i]) : 1.0;
+void cross_entropy_backward(T* dlogits, const T* probs, const int32_t* targets, const T* weights, int64_t N, int64_t V,
+                            double total) {
+  // loss = Σ_i w_i · −log probs[i, targets[i]] / total
+  if (total == 0)
+    for (int64_t i = 0; i < N; ++i) total += weights ? double(weights[i]) : 1.0;
   for (int64_t i = 0; i < N; ++i) {
     const T scale = total > 0 ? T((weights ? double(weights[i]) : 1.0) / total) : T(0);
     for (int64_t v = 0; v < V; ++v)
@@ -211,8 +213,8 @@ void cross_entropy_backward(T* dlogits, const T* probs, const int32_t* targets, 
   template void sinusoid_position<T>(T*, int64_t, int64_t);                                                            \
   template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);                \
   template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t);                        \
-  template T cross_entropy_forward<T>(T*, const T*, const int32_t*, const T*, int64_t, int64_t);                       \
-  template void cross_entropy_backward<T>(T*, const T*, const int32_t*, const T*, int64_t, int64_t);
+  template T cross_entropy_forward<T>(T*, const T*, const int32_t*, const T*, int64_t, int64_t, double);               \
+  template void cross_entropy_backward<T>(T*, const T*, const int32_t*, const T*, int64_t, int64_t, double);
 LINATTN_MODEL_LAYERS(float)
 LINATTN_MODEL_LAYERS(double)
 #undef LINATTN_MODEL_LAYERS

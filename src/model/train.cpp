@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <numbers>
+#include <span>
+#include <string>
 
 #include "linattn/error.hpp"
 #include "linattn/limits.hpp"
@@ -81,15 +83,46 @@ TrainOptions train_options_from_text(std::string_view text) {
 
 double EvalResult::bits_per_token() const { return loss / std::numbers::ln2; }
 
-Trainer::Trainer(ModelConfig config, TrainOptions options) : options_(std::move(options)) {
+namespace {
+
+// The positions [range.begin, range.begin + range.length) of every sequence of a [B, T] batch.
+Batch shard_of(const Batch& batch, ShardRange range) {
+  Batch shard;
+  shard.B = batch.B;
+  shard.T = range.length;
+  auto take = [&](const auto& from, auto& to) {
+    if (from.empty()) return;
+    to.reserve(size_t(batch.B * range.length));
+    for (int64_t b = 0; b < batch.B; ++b) {
+      const auto row = from.begin() + b * batch.T + range.begin;
+      to.insert(to.end(), row, row + range.length);
+    }
+  };
+  take(batch.tokens, shard.tokens);
+  take(batch.targets, shard.targets);
+  take(batch.weights, shard.weights);
+  return shard;
+}
+
+}  // namespace
+
+Trainer::Trainer(ModelConfig config, TrainOptions options, std::shared_ptr<const SequenceParallel> parallel)
+    : options_(std::move(options)), parallel_(std::move(parallel)) {
   check_train_options(options_);
+  const int ranks = this->parallel().ranks();
+  if (options_.seq_len < ranks)
+    throw Error("linattn::model: seq_len is " + std::to_string(options_.seq_len) + ", expected ≥ " +
+                std::to_string(ranks) + " (the ranks each sequence is split over: every rank needs a token)");
+  shard_ = shard_range(options_.seq_len, this->parallel().rank(), ranks);
   task_ = make_task(options_.task, options_.data, options_.mqar);
   config.vocab_size = task_->tokenizer().size();
   model_ = std::make_unique<Transformer<float>>(config);
+  model_->set_sequence_parallel(this->parallel(), shard_.begin);
   optimizer_ = AdamW(int64_t(model_->params().size()), AdamWOptions{0.9, 0.95, 1e-8, options_.weight_decay});
 }
 
-Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume) {
+Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume,
+                        std::shared_ptr<const SequenceParallel> parallel) {
   const std::string name = checkpoint.string();
   ModelFile f = load_model_file(checkpoint);
   if (!f.checkpoint)
@@ -113,7 +146,7 @@ Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOpt
                   std::to_string(f.step) + " (the step " + name + " reached)");
     options.steps = resume.steps;
   }
-  Trainer trainer(f.config, options);
+  Trainer trainer(f.config, options, std::move(parallel));
   if (trainer.task_->tokenizer().vocab() != f.vocab)
     throw Error("linattn::model: " + name + ": the vocabulary of task \"" + trainer.options_.task + "\" (data \"" +
                 trainer.options_.data + "\") differs from the checkpoint's, expected the same data");
@@ -127,10 +160,12 @@ Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOpt
 double Trainer::train_step() {
   const TrainOptions& o = options_;
   const int64_t step = optimizer_.step();
-  const Batch batch = task_->train_batch(o.batch, o.seq_len, o.seed, step);
+  const Batch whole = task_->train_batch(o.batch, o.seq_len, o.seed, step);
+  const Batch batch = parallel_ ? shard_of(whole, shard_) : whole;
   model_->zero_grad();
   const float loss = model_->forward(batch.tokens.data(), batch.targets.data(), batch.weights.data(), batch.B, batch.T);
   model_->backward();
+  parallel().sum(model_->grads());  // every rank's shard's part of the gradient, the same sum on every rank
   grad_norm_ = clip_grad_norm(model_->grads(), o.clip);
   const double lr = learning_rate(step, o.warmup, o.steps, o.lr, o.min_lr);
   optimizer_.update(model_->params(), model_->grads(), param_tensors(model_->config()), lr);
@@ -140,10 +175,11 @@ double Trainer::train_step() {
 EvalResult Trainer::evaluate(int64_t max_batches) {
   const int64_t V = model_->config().vocab_size;
   double loss = 0, correct = 0, total = 0;
-  for (const Batch& batch : task_->eval_batches(options_.batch, options_.seq_len, max_batches)) {
-    double weight = 0;
-    for (float w : batch.weights) weight += w;
+  for (const Batch& whole : task_->eval_batches(options_.batch, options_.seq_len, max_batches)) {
+    double weight = 0;  // the whole batch's, which every rank holds
+    for (float w : whole.weights) weight += w;
     if (weight == 0) continue;
+    const Batch batch = parallel_ ? shard_of(whole, shard_) : whole;
     loss += weight * model_->forward(batch.tokens.data(), batch.targets.data(), batch.weights.data(), batch.B, batch.T);
     const float* logits = model_->logits();
     for (int64_t i = 0; i < batch.B * batch.T; ++i) {
@@ -154,6 +190,7 @@ EvalResult Trainer::evaluate(int64_t max_batches) {
     }
     total += weight;
   }
+  parallel().sum(std::span<double>(&correct, 1));  // over the ranks' shards (the loss already is)
   return total > 0 ? EvalResult{loss / total, correct / total} : EvalResult{};
 }
 
@@ -179,7 +216,8 @@ bool Trainer::run(const std::function<void(const Progress&)>& report, int64_t lo
     p.eta_s = s > first ? seconds / double(s - first) * double(o.steps - s) : 0;
     const bool eval_now = (o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps;
     if (eval_now) p.eval = evaluate(o.eval_batches);
-    if (!o.checkpoint.empty() && ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps))
+    if (parallel().rank() == 0 && !o.checkpoint.empty() &&
+        ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps))
       save_checkpoint(o.checkpoint);
     if (s % std::max<int64_t>(log_every, 1) == 0 || eval_now) {
       p.loss = loss_sum / double(loss_count);
@@ -187,12 +225,18 @@ bool Trainer::run(const std::function<void(const Progress&)>& report, int64_t lo
       loss_count = 0;
       if (report) report(p);
     }
-    if (step() < o.steps && stop && stop()) {
-      if (!o.checkpoint.empty()) save_checkpoint(o.checkpoint);
+    if (step() < o.steps && stop_requested(stop)) {
+      if (parallel().rank() == 0 && !o.checkpoint.empty()) save_checkpoint(o.checkpoint);
       return false;
     }
   }
   return true;
+}
+
+bool Trainer::stop_requested(const std::function<bool()>& stop) const {
+  double asked = stop && stop() ? 1 : 0;
+  parallel().sum(std::span<double>(&asked, 1));  // any rank's request stops all of them at this step
+  return asked > 0;
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path) const {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <string>
+#include <type_traits>
 
 #include "linattn/error.hpp"
 #include "linattn/random.hpp"
@@ -185,7 +187,7 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
   const ParamPointers<const T> p = param_pointers<const T>(params_.data(), config_);
   const int64_t G = gate_width(config_.attention, C, H);
 
-  embedding_forward(encoded_.data(), tokens, p.wte, B, T_len, C);
+  embedding_forward(encoded_.data(), tokens, p.wte, B, T_len, C, position0_);
   const T* residual = encoded_.data();
   for (int64_t l = 0; l < L; ++l) {
     const detail::BlockActivations<T> a{ln1_.data() + l * BT * C,
@@ -208,14 +210,30 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
                                         config_.attention};
     T* lse = lse_.data() + l * B * H * T_len;
     detail::block_forward(a, residual, p, l, BT, C, F, H, [&](T* out, const T* qkv, const T* gate, const T* beta) {
-      attention_forward(out, lse, qkv, specs_[l], B, T_len, C, gate, beta);
+      attention_forward(out, lse, qkv, specs_[l], B, T_len, C, gate, beta, *parallel_);
     });
     residual = a.residual3;
   }
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual, p.lnfw, p.lnfb, BT, C);
   matmul_forward(logits_.data(), lnf_.data(), p.headw, p.headb, BT, C, V);
   if (!has_targets_) return T(0);
-  return cross_entropy_forward(probs_.data(), logits_.data(), targets, weights, BT, V);
+  loss_total_ = 0;
+  if (parallel_ == &single_process())
+    return cross_entropy_forward(probs_.data(), logits_.data(), targets, weights, BT, V);
+  // The whole sequence's loss: Σ w · (−log p) and Σ w, each summed over the ranks' shards.
+  double sums[2] = {double(cross_entropy_forward(probs_.data(), logits_.data(), targets, weights, BT, V, 1.0)), 0};
+  for (int64_t i = 0; i < BT; ++i) sums[1] += weights ? double(weights[i]) : 1.0;
+  parallel_->sum(sums);
+  loss_total_ = sums[1];
+  return sums[1] > 0 ? T(sums[0] / sums[1]) : T(0);
+}
+
+template <class T>
+void Transformer<T>::set_sequence_parallel(const SequenceParallel& parallel, int64_t position0) {
+  if constexpr (!std::is_same_v<T, float>) require_single_process(parallel, "Transformer<double>");
+  if (position0 < 0) throw Error("linattn::model: position0 is " + std::to_string(position0) + ", expected ≥ 0");
+  parallel_ = &parallel;
+  position0_ = position0;
 }
 
 template <class T>
@@ -230,7 +248,7 @@ void Transformer<T>::backward() {
   std::fill(dres.begin(), dres.end(), T(0));
 
   cross_entropy_backward(dlogits.data(), probs_.data(), targets_.data(), weights_.empty() ? nullptr : weights_.data(),
-                         BT, V);
+                         BT, V, loss_total_);
   matmul_backward(dln.data(), g.headw, g.headb, dlogits.data(), lnf_.data(), p.headw, BT, C, V);
   const T* last = L > 0 ? residual3_.data() + (L - 1) * BT * C : encoded_.data();
   layernorm_backward(dres.data(), g.lnfw, g.lnfb, dln.data(), last, p.lnfw, lnf_mean_.data(), lnf_rstd_.data(), BT, C);
@@ -261,9 +279,10 @@ void Transformer<T>::backward() {
     if (has_head_norm(config_.attention)) {
       head_norm_backward(dattn_.data(), datty.data(), atty, at_layer(head_rstd_, l, BT * H), BT * H, C / H);
       attention_backward(dbig.data(), dattn_.data(), qkv, at_layer(attn_, l, BT * C), lse, specs_[l], B, T_len, C, gate,
-                         gate ? dgate_.data() : nullptr, beta, beta ? dbeta_.data() : nullptr);
+                         gate ? dgate_.data() : nullptr, beta, beta ? dbeta_.data() : nullptr, *parallel_);
     } else {
-      attention_backward(dbig.data(), datty.data(), qkv, atty, lse, specs_[l], B, T_len, C);
+      attention_backward<T>(dbig.data(), datty.data(), qkv, atty, lse, specs_[l], B, T_len, C, nullptr, nullptr,
+                            nullptr, nullptr, *parallel_);
     }
     matmul_backward(dln.data(), g.qkvw + l * C * 3 * C, g.qkvb + l * 3 * C, dbig.data(), ln1, p.qkvw + l * C * 3 * C,
                     BT, C, 3 * C);

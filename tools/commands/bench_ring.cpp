@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "commands/mpi_session.hpp"
 #include "common/command.hpp"
 #include "common/table.hpp"
 #include "linattn/threads.hpp"
@@ -50,12 +51,7 @@ std::vector<float> normal(size_t count, std::mt19937_64& rng) {
 }  // namespace
 
 int bench_ring(const Problem& p, const MeasureOptions& measure, bool json) {
-  int initialised = 0;
-  MPI_Initialized(&initialised);
-  if (!initialised) {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  }
+  MpiSession session;
   const MPI_Comm comm = MPI_COMM_WORLD;
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
@@ -159,7 +155,6 @@ int bench_ring(const Problem& p, const MeasureOptions& measure, bool json) {
                     (long long)all[size_t(3 * r + 2)]);
     }
   }
-  if (!initialised) MPI_Finalize();
   return kExitOk;
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "commands/mpi_session.hpp"
 #include "common/command.hpp"
 #include "common/table.hpp"
 #include "linattn/threads.hpp"
@@ -51,28 +52,6 @@ std::vector<float> normal(size_t count, uint64_t seed) {
   for (float& v : x) v = dist(rng);
   return x;
 }
-
-// MPI initialised for the command's lifetime (unless the caller had done it).
-class MpiSession {
- public:
-  MpiSession() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      int provided = 0;
-      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-      owner_ = true;
-    }
-  }
-  ~MpiSession() {
-    if (owner_) MPI_Finalize();
-  }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-
- private:
-  bool owner_ = false;
-};
 
 }  // namespace
 

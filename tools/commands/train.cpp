@@ -1,22 +1,30 @@
 // linattn train: trains the small decoder-only transformer (src/model/) on the copy task, MQAR or a
 // text file with softmax, linear, favor, retnet, gla, deltanet, gated_deltanet or kda attention; prints
-// progress, writes checkpoints, the final model and optionally the loss curve as CSV.
+// progress, writes checkpoints, the final model and optionally the loss curve as CSV. Under
+// `mpirun -np P ... --seq-parallel` every sequence is split over the P ranks (linattn_mpi's
+// distributed::sequence_parallel); rank 0 prints and writes the files.
 #include "linattn/model/train.hpp"
 
 #include <CLI/CLI.hpp>
 #include <cinttypes>
 #include <csignal>
+#include <cstdarg>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "commands/mpi_session.hpp"
 #include "common/command.hpp"
 #include "common/flags.hpp"
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
 #include "linattn/limits.hpp"
 #include "linattn/threads.hpp"
+
+#if defined(LINATTN_HAS_MPI)
+#include "linattn/distributed/sequence_parallel.hpp"
+#endif
 
 namespace linattn::cli {
 namespace {
@@ -28,6 +36,7 @@ struct TrainArgs {
   std::string resume, out = "linattn.model", csv;
   int64_t log_every = 50;
   int threads = 0;
+  bool seq_parallel = false;
 };
 
 std::string duration(double seconds) {
@@ -38,6 +47,16 @@ std::string duration(double seconds) {
   else
     std::snprintf(text, sizeof text, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
   return text;
+}
+
+// printf and flush, on the rank that speaks (all but rank 0 are quiet under --seq-parallel).
+[[gnu::format(printf, 2, 3)]] void say(bool speaks, const char* format, ...) {
+  if (!speaks) return;
+  va_list values;
+  va_start(values, format);
+  std::vprintf(format, values);
+  va_end(values);
+  std::fflush(stdout);
 }
 
 // Set by SIGINT / SIGTERM: the loop saves a checkpoint after the step in flight and stops.
@@ -74,8 +93,11 @@ void check_resume_flags(const CLI::App& app, const TrainArgs& a, const model::Tr
                        "; only --steps may change)");
 }
 
-int train(const CLI::App& app, TrainArgs& a) {
+// parallel: the ranks the sequences are split over (null: this process alone).
+int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::SequenceParallel> parallel) {
   set_num_threads(a.threads);
+  // Every rank trains; rank 0 alone prints and writes files (the others' copies are the same bits).
+  const bool speaks = !parallel || parallel->rank() == 0;
   const bool resuming = !a.resume.empty();
   if (resuming) {
     // A resumed run takes its config and options from the checkpoint, so that it repeats exactly;
@@ -99,71 +121,101 @@ int train(const CLI::App& app, TrainArgs& a) {
     }
   }
   model::Trainer trainer =
-      resuming ? model::Trainer::resume(a.resume, model::ResumeOptions{a.options.data, a.options.checkpoint,
-                                                                       app.count("--steps") ? a.options.steps : 0})
-               : model::Trainer(a.config, a.options);
+      resuming ? model::Trainer::resume(a.resume,
+                                        model::ResumeOptions{a.options.data, a.options.checkpoint,
+                                                             app.count("--steps") ? a.options.steps : 0},
+                                        parallel)
+               : model::Trainer(a.config, a.options, parallel);
   if (resuming) check_resume_flags(app, a, trainer);
   const model::ModelConfig& c = trainer.model().config();
   const model::TrainOptions& o = trainer.options();
-  std::printf("train: task %s%s%s, attention %s, d_model %" PRId64 ", layers %" PRId64 ", heads %" PRId64
-              ", %zu parameters; batch %" PRId64 " x %" PRId64 " tokens, %" PRId64 " steps%s\n",
-              o.task.c_str(), o.data.empty() ? "" : " ", o.data.c_str(), model::attention_name(c.attention), c.d_model,
-              c.layers, c.heads, trainer.model().params().size(), o.batch, o.seq_len, o.steps,
-              resuming ? (" (resumed at step " + std::to_string(trainer.step()) + ")").c_str() : "");
+  say(speaks,
+      "train: task %s%s%s, attention %s, d_model %" PRId64 ", layers %" PRId64 ", heads %" PRId64
+      ", %zu parameters; batch %" PRId64 " x %" PRId64 " tokens, %" PRId64 " steps%s\n",
+      o.task.c_str(), o.data.empty() ? "" : " ", o.data.c_str(), model::attention_name(c.attention), c.d_model,
+      c.layers, c.heads, trainer.model().params().size(), o.batch, o.seq_len, o.steps,
+      resuming ? (" (resumed at step " + std::to_string(trainer.step()) + ")").c_str() : "");
+  if (parallel) {
+    const model::ShardRange first = model::shard_range(o.seq_len, 0, parallel->ranks());
+    say(speaks,
+        "sequence parallel: %d ranks, each holding %" PRId64 "%s tokens of every sequence (rank 0 positions 0..%" PRId64
+        ")\n",
+        parallel->ranks(), first.length, o.seq_len % parallel->ranks() ? " or one fewer" : "", first.length - 1);
+  }
   if (resuming && app.count("--steps"))
-    std::printf("steps: %" PRId64 " (--steps overrides the checkpoint's; the learning-rate schedule follows it)\n",
-                o.steps);
-  std::printf("model: %s%s; checkpoints: %s every %" PRId64 " steps and on SIGINT/SIGTERM\n", a.out.c_str(),
-              app.count("--out") ? "" : " (the default; --out FILE to choose)", o.checkpoint.c_str(),
-              o.checkpoint_every > 0 ? o.checkpoint_every : o.steps);
+    say(speaks, "steps: %" PRId64 " (--steps overrides the checkpoint's; the learning-rate schedule follows it)\n",
+        o.steps);
+  say(speaks, "model: %s%s; checkpoints: %s every %" PRId64 " steps and on SIGINT/SIGTERM\n", a.out.c_str(),
+      app.count("--out") ? "" : " (the default; --out FILE to choose)", o.checkpoint.c_str(),
+      o.checkpoint_every > 0 ? o.checkpoint_every : o.steps);
   std::signal(SIGINT, request_stop);
   std::signal(SIGTERM, request_stop);
-  std::fflush(stdout);
   std::string curve = "step,loss,lr,grad_norm,tokens_per_s,eval_loss,eval_bits_per_token,eval_accuracy\n";
   std::optional<model::EvalResult> last_eval;
   const bool finished = trainer.run(
       [&](const model::Progress& p) {
         if (p.eval) last_eval = p.eval;
-        std::printf("step %6" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  tok/s %8.0f  ETA %s", p.step, p.steps, p.loss,
-                    p.lr, p.tokens_per_s, duration(p.eta_s).c_str());
+        say(speaks, "step %6" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  tok/s %8.0f  ETA %s", p.step, p.steps, p.loss,
+            p.lr, p.tokens_per_s, duration(p.eta_s).c_str());
         char row[256];
         std::snprintf(row, sizeof row, "%" PRId64 ",%.6f,%.6g,%.4f,%.1f", p.step, p.loss, p.lr, p.grad_norm,
                       p.tokens_per_s);
         curve += row;
         if (p.eval) {
-          std::printf("  | held-out loss %.4f (%.3f bits/token) accuracy %.4f", p.eval->loss, p.eval->bits_per_token(),
-                      p.eval->accuracy);
+          say(speaks, "  | held-out loss %.4f (%.3f bits/token) accuracy %.4f", p.eval->loss, p.eval->bits_per_token(),
+              p.eval->accuracy);
           std::snprintf(row, sizeof row, ",%.6f,%.6f,%.6f", p.eval->loss, p.eval->bits_per_token(), p.eval->accuracy);
           curve += row;
         } else {
           curve += ",,,";
         }
         curve += "\n";
-        std::printf("\n");
-        std::fflush(stdout);
+        say(speaks, "\n");
       },
       a.log_every, [] { return g_stop != 0; });
   if (!finished) {
-    std::printf("stopped by a signal at step %" PRId64
-                ": checkpoint %s (continue with: linattn train --resume %s%s%s)\n",
-                trainer.step(), o.checkpoint.c_str(), o.checkpoint.c_str(), o.task == "text" ? " --data " : "",
-                o.task == "text" ? o.data.c_str() : "");
-    std::fflush(stdout);
-    return 128 + int(g_stop);  // the shell's code for a command ended by that signal
+    say(speaks,
+        "stopped by a signal at step %" PRId64 ": checkpoint %s (continue with: linattn train --resume %s%s%s)\n",
+        trainer.step(), o.checkpoint.c_str(), o.checkpoint.c_str(), o.task == "text" ? " --data " : "",
+        o.task == "text" ? o.data.c_str() : "");
+    return 128 + int(g_stop ? g_stop : SIGTERM);  // the shell's code for a command ended by that signal  // the shell's
+                                                  // code for a command ended by that signal
   }
   if (o.task == "mqar" && last_eval)
-    std::printf("mqar: %" PRId64 " pairs, %" PRId64 " symbols: held-out accuracy on the answers %.4f (%" PRId64
-                " sequences x %" PRId64 " answers), loss %.4f\n",
-                o.mqar.pairs, o.mqar.vocab, last_eval->accuracy, o.eval_batches * o.batch, o.mqar.pairs,
-                last_eval->loss);
+    say(speaks,
+        "mqar: %" PRId64 " pairs, %" PRId64 " symbols: held-out accuracy on the answers %.4f (%" PRId64
+        " sequences x %" PRId64 " answers), loss %.4f\n",
+        o.mqar.pairs, o.mqar.vocab, last_eval->accuracy, o.eval_batches * o.batch, o.mqar.pairs, last_eval->loss);
+  if (!speaks) return kExitOk;
   trainer.save_model(a.out);
-  std::printf("model: %s\n", a.out.c_str());
-  std::printf("checkpoint: %s\n", o.checkpoint.c_str());
+  say(speaks, "model: %s\n", a.out.c_str());
+  say(speaks, "checkpoint: %s\n", o.checkpoint.c_str());
   if (!a.csv.empty()) {
     write_file_atomically(a.csv, curve);
-    std::printf("loss curve: %s\n", a.csv.c_str());
+    say(speaks, "loss curve: %s\n", a.csv.c_str());
   }
   return kExitOk;
+}
+
+// --seq-parallel: MPI for the command's lifetime, and a failure on any rank ends every rank (the
+// others may be waiting in a collective for it), naming the rank.
+int train_command(const CLI::App& app, TrainArgs& a) {
+  if (!a.seq_parallel) return train(app, a, nullptr);
+#if defined(LINATTN_HAS_MPI)
+  MpiSession session;
+  const std::shared_ptr<const model::SequenceParallel> parallel = distributed::sequence_parallel(MPI_COMM_WORLD);
+  try {
+    return train(app, a, parallel);
+  } catch (const std::exception& e) {
+    if (parallel->ranks() == 1) throw;
+    std::fprintf(stderr, "linattn: rank %d: train --seq-parallel: %s\n", parallel->rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, dynamic_cast<const UsageError*>(&e) ? kExitUsage : kExitFailed);
+    return kExitFailed;
+  }
+#else
+  throw UsageError("--seq-parallel: this linattn was built without MPI (configure with -DLINATTN_MPI=ON)");
+#endif
 }
 
 const Registrar registrar{
@@ -253,12 +305,17 @@ const Registrar registrar{
            ->capture_default_str();
        app.add_option("--threads", a->threads, "Threads (linattn::set_num_threads); 0: the default")
            ->check(flags::threads());
+       app.add_flag("--seq-parallel", a->seq_parallel,
+                    "Under mpirun -np P: split every sequence over the P ranks (sequence parallelism; the losses are "
+                    "one process's; rank 0 prints and writes the files)");
        flags::examples(app, {"linattn train --task copy --attention linear --steps 3000 --out copy.model",
                              "linattn train --task text --data data/devils_dictionary.txt --attention softmax --out "
                              "text.model",
                              "linattn train --resume copy.model.ckpt --out copy.model   # after Ctrl-C or a kill",
-                             "linattn train --resume copy.model.ckpt --steps 6000 --out copy.model"});
-       return [a, &app] { return train(app, *a); };
+                             "linattn train --resume copy.model.ckpt --steps 6000 --out copy.model",
+                             "mpirun -np 4 linattn train --seq-parallel --task copy --attention gated_deltanet "
+                             "--seq-len 1024 --threads 1"});
+       return [a, &app] { return train_command(app, *a); };
      }}};
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "linattn/delta.hpp"
 #include "linattn/feature_map.hpp"
 #include "linattn/model/config.hpp"
+#include "linattn/model/sequence_parallel.hpp"
 
 namespace linattn::model {
 
@@ -50,13 +51,16 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t B, i
 template <class T>
 void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t B, int64_t T_, int64_t C);
 
-// probs: [N, V] = softmax(logits: [N, V]); returns Σ_i w_i · −log probs[i, targets[i]] / Σ_i w_i
-// (weights: [N], null means all 1; 0 when every weight is 0).
+// probs: [N, V] = softmax(logits: [N, V]); returns Σ_i w_i · −log probs[i, targets[i]] / total
+// (weights: [N], null means all 1). total 0 takes Σ_i w_i (a sequence-parallel shard passes the
+// whole sequence's); the result is 0 when the total is.
 template <class T>
-T cross_entropy_forward(T* probs, const T* logits, const int32_t* targets, const T* weights, int64_t N, int64_t V);
-// dlogits: [N, V] = w_i / Σw · (probs − onehot(targets))
+T cross_entropy_forward(T* probs, const T* logits, const int32_t* targets, const T* weights, int64_t N, int64_t V,
+                        double total = 0);
+// dlogits: [N, V] = w_i / total · (probs − onehot(targets)), total as the forward's
 template <class T>
-void cross_entropy_backward(T* dlogits, const T* probs, const int32_t* targets, const T* weights, int64_t N, int64_t V);
+void cross_entropy_backward(T* dlogits, const T* probs, const int32_t* targets, const T* weights, int64_t N, int64_t V,
+                            double total = 0);
 
 // g: [n] = logsigmoid(x) / kGlaGateNormalizer, GLA's log decay (≤ 0); g may alias x.
 template <class T>
@@ -110,24 +114,29 @@ struct AttentionSpec {
 // float runs linattn's operators (retnet, gla: decayed_attention_forward; the delta kinds:
 // delta_rule_forward; both chunked); double runs the fp64 reference (for the gradient tests). The
 // decayed and delta kinds write the output before the head norm.
+// parallel: whose operators attend (sequence_parallel.hpp): with a group of ranks, T_ is this rank's
+// shard and attention covers the whole sequence; double accepts only single_process().
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
-                       const T* gate = nullptr, const T* beta = nullptr);
+                       const T* gate = nullptr, const T* beta = nullptr,
+                       const SequenceParallel& parallel = single_process());
 // dqkv: [B, T, 3C]; out and lse as saved by the forward; dgate (shaped like gate) and dbeta ([B, T, H])
 // overwritten with ∂/∂gate and ∂/∂beta (the kinds that have them, else unused).
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, const AttentionSpec& spec,
                         int64_t B, int64_t T_, int64_t C, const T* gate = nullptr, T* dgate = nullptr,
-                        const T* beta = nullptr, T* dbeta = nullptr);
+                        const T* beta = nullptr, T* dbeta = nullptr,
+                        const SequenceParallel& parallel = single_process());
 
 // The delta kinds' attention (delta_layers.cpp), which attention_forward/backward dispatch to: the
 // delta rule on the q, k, v parts of qkv with qk_l2norm, β and (gated_deltanet, kda) the log decay.
 template <class T>
 void delta_attention_forward(T* out, const T* qkv, const T* gate, const T* beta, const AttentionSpec& spec, int64_t B,
-                             int64_t T_, int64_t C);
+                             int64_t T_, int64_t C, const SequenceParallel& parallel = single_process());
 template <class T>
 void delta_attention_backward(T* dqkv, T* dgate, T* dbeta, const T* dout, const T* qkv, const T* gate, const T* beta,
-                              const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C);
+                              const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
+                              const SequenceParallel& parallel = single_process());
 
 // The options of a delta kind's operator: its gate, qk_l2norm, the default scale K^−1/2, the spec's chunk.
 DeltaRuleOptions delta_options(const AttentionSpec& spec);

@@ -12,6 +12,7 @@
 #include "linattn/model/config.hpp"
 #include "linattn/model/data.hpp"
 #include "linattn/model/optimizer.hpp"
+#include "linattn/model/sequence_parallel.hpp"
 #include "linattn/model/transformer.hpp"
 
 namespace linattn::model {
@@ -52,21 +53,27 @@ struct ResumeOptions {
   int64_t steps = 0;       // > 0: a stated override of the stored steps (≥ the step reached)
 };
 
+// With a SequenceParallel of P ranks (sequence_parallel.hpp), every rank runs its own Trainer on the
+// same options: each draws the same batches, keeps shard_range(seq_len, rank, P) of every sequence,
+// and the gradients are summed over the ranks before clipping and AdamW, so the replicated weights stay
+// bitwise identical on every rank and the losses equal one process's within fp32 rounding. Files are
+// written by rank 0 only; a stop (run's `stop`) asked on any rank stops every rank at the same step.
 class Trainer {
  public:
-  // config.vocab_size is taken from the task's tokenizer.
-  Trainer(ModelConfig config, TrainOptions options);
+  // config.vocab_size is taken from the task's tokenizer. parallel: null, one process.
+  Trainer(ModelConfig config, TrainOptions options, std::shared_ptr<const SequenceParallel> parallel = {});
   // Continues the run saved in a checkpoint: its config, options, weights, step and moments.
-  static Trainer resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume = {});
+  static Trainer resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume = {},
+                        std::shared_ptr<const SequenceParallel> parallel = {});
 
   // One optimizer step on the next batch; returns its loss (before the update).
   double train_step();
   // Held-out loss and accuracy (reuses the model's activation buffers).
   EvalResult evaluate(int64_t max_batches);
   // Trains to options().steps, calling report after every log_every steps, after each evaluation
-  // and at the end, and saving checkpoints as the options say. `stop` is asked after every step; when
-  // it says true, run saves a checkpoint (if the options name one) and returns false. Returns true
-  // once the last step is done.
+  // and at the end, and saving checkpoints as the options say (rank 0's job when sequence-parallel). `stop` is asked
+  // after every step; when it says true, run saves a checkpoint (if the options name one) and returns false. Returns
+  // true once the last step is done.
   bool run(const std::function<void(const Progress&)>& report, int64_t log_every = 10,
            const std::function<bool()>& stop = {});
 
@@ -79,9 +86,15 @@ class Trainer {
   const Transformer<float>& model() const { return *model_; }
   const Task& task() const { return *task_; }
   double last_grad_norm() const { return grad_norm_; }
+  // The group the sequences are split over (single_process() when there is none).
+  const SequenceParallel& parallel() const { return parallel_ ? *parallel_ : single_process(); }
 
  private:
   TrainOptions options_;
+  std::shared_ptr<const SequenceParallel> parallel_;
+  ShardRange shard_;  // this rank's positions of every sequence
+
+  bool stop_requested(const std::function<bool()>& stop) const;
   std::unique_ptr<Task> task_;
   std::unique_ptr<Transformer<float>> model_;
   AdamW optimizer_;

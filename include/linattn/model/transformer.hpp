@@ -9,6 +9,7 @@
 
 #include "linattn/model/config.hpp"
 #include "linattn/model/layers.hpp"
+#include "linattn/model/sequence_parallel.hpp"
 
 namespace linattn::model {
 
@@ -63,6 +64,12 @@ class Transformer {
   T forward(const int32_t* tokens, const int32_t* targets, const T* weights, int64_t B, int64_t T_);
   // grads += ∂loss/∂params of the last forward, which must have had targets.
   void backward();
+  // Sequence parallelism (sequence_parallel.hpp): the tokens forward is given are then positions
+  // [position0, position0 + T) of every sequence, split over parallel's ranks. Attention covers the
+  // whole sequence, the loss forward returns is the whole batch's (the same on every rank), and
+  // backward adds this shard's part of the gradient (sum it over the ranks). Every rank calls forward
+  // and backward together. single_process() with position 0, the default, holds the sequence here.
+  void set_sequence_parallel(const SequenceParallel& parallel, int64_t position0);
   void zero_grad();
   const T* logits() const { return logits_.data(); }
 
@@ -71,6 +78,9 @@ class Transformer {
   std::vector<AttentionSpec> specs_;
   std::vector<T> params_, grads_;
   int64_t B_ = 0, T_ = 0;
+  const SequenceParallel* parallel_ = &single_process();
+  int64_t position0_ = 0;
+  double loss_total_ = 0;  // the loss's Σw over every rank (0: this process's own, as cross_entropy takes it)
   bool has_targets_ = false;
   std::vector<int32_t> tokens_, targets_;
   std::vector<T> weights_;
