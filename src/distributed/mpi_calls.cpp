@@ -158,6 +158,37 @@ void sendrecv(const void* send, int send_count, int dest, void* recv, int recv_c
             "MPI_Sendrecv", comm);
 }
 
+Transfer::Transfer(const void* send, int send_count, int dest, void* recv, int recv_count, int source,
+                   MPI_Datatype datatype, int tag, MPI_Comm comm)
+    : comm_(comm) {
+  Counted counted(dest == MPI_PROC_NULL ? 0 : type_bytes(datatype, send_count));
+  // The receive first, so that the matching send from the previous rank can land straight in it.
+  check_mpi(MPI_Irecv(recv, recv_count, datatype, source, tag, comm, &requests_[0]), "MPI_Irecv", comm);
+  check_mpi(MPI_Isend(send, send_count, datatype, dest, tag, comm, &requests_[1]), "MPI_Isend", comm);
+}
+
+Transfer::~Transfer() {
+  if (!waited_) MPI_Waitall(2, requests_, MPI_STATUSES_IGNORE);
+}
+
+void Transfer::progress() {
+  if (waited_) return;
+  int done = 0;
+  const double start = MPI_Wtime();
+  const int rc = MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE);
+  g_stats.comm_seconds += MPI_Wtime() - start;
+  check_mpi(rc, "MPI_Testall", comm_);
+}
+
+void Transfer::wait() {
+  if (waited_) return;
+  waited_ = true;
+  const double start = MPI_Wtime();  // the transfer's one call was counted when it started
+  const int rc = MPI_Waitall(2, requests_, MPI_STATUSES_IGNORE);
+  g_stats.comm_seconds += MPI_Wtime() - start;
+  check_mpi(rc, "MPI_Waitall", comm_);
+}
+
 ComputeTimer::~ComputeTimer() { g_stats.compute_seconds += MPI_Wtime() - start_; }
 
 void abort_job(MPI_Comm comm, const char* op, const char* what) {

@@ -54,6 +54,28 @@ void bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm co
 void sendrecv(const void* send, int send_count, int dest, void* recv, int recv_count, int source, MPI_Datatype datatype,
               int tag, MPI_Comm comm);
 
+// A point-to-point exchange left in flight while the caller computes (ring attention's next k/v shard
+// arriving during this step's blocks): MPI_Irecv from source and MPI_Isend to dest when made, the bytes
+// counted then, as sendrecv counts them; wait() completes both, its time counted as communication.
+// progress() lets MPI move the messages on between blocks (MPI_Testall; Open MPI has no progress
+// thread). Until wait() returns, send may only be read and recv not touched. Destroyed without a
+// wait (an exception on the way), it waits, ignoring errors, so that no request outlives its buffers.
+class Transfer {
+ public:
+  Transfer(const void* send, int send_count, int dest, void* recv, int recv_count, int source, MPI_Datatype datatype,
+           int tag, MPI_Comm comm);
+  ~Transfer();
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+  void progress();
+  void wait();
+
+ private:
+  MPI_Comm comm_;
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  bool waited_ = false;
+};
+
 // Adds the wall time of its lifetime to CommStats::compute_seconds.
 class ComputeTimer {
  public:

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -114,6 +115,13 @@ struct Ring {
     detail::sendrecv(send, detail::mpi_count(send_floats, "a ring message"), next(), recv,
                      detail::mpi_count(recv_floats, "a ring message"), previous(), MPI_FLOAT, tag, comm);
   }
+  // The same exchange left in flight: the k/v shard a step computes on goes on to the next rank, and
+  // the next step's arrives, while the step's blocks run (they only read it).
+  void start_pass(std::optional<detail::Transfer>& transfer, const float* send, int64_t send_floats, float* recv,
+                  int64_t recv_floats, int tag) const {
+    transfer.emplace(send, detail::mpi_count(send_floats, "a ring message"), next(), recv,
+                     detail::mpi_count(recv_floats, "a ring message"), previous(), MPI_FLOAT, tag, comm);
+  }
 };
 
 // The agreement (one Allgather) and the ring it describes; throws on every rank alike.
@@ -201,6 +209,11 @@ void ring_attention_forward(MPI_Comm comm, TensorView out, std::span<float> lse,
   }
   for (int step = 0; step < ring.ranks; ++step) {
     const int o = ring.origin(step);
+    // The next step's shard arrives while this step's blocks run.
+    std::optional<detail::Transfer> transfer;
+    if (step + 1 < ring.ranks)
+      ring.start_pass(transfer, held, ring.shard_floats(o), arriving, ring.shard_floats(ring.origin(step + 1)),
+                      kTagKeys);
     {
       detail::ComputeTimer timer;
       detail::or_abort(comm, op, [&] {
@@ -210,6 +223,7 @@ void ring_attention_forward(MPI_Comm comm, TensorView out, std::span<float> lse,
           for (const Segment& ks : ring.segments[size_t(o)]) {
             const Visibility seen = detail::visibility(ring.options.causal, qs, ks);
             if (seen == Visibility::none) continue;
+            if (transfer) transfer->progress();
             const SoftmaxAttentionOptions block = ring.block_options(seen, lengths_buffer, ks);
             const TensorView out_rows = detail::rows(out, qs.local, qs.length);
             const ConstTensorView q_rows = detail::rows(q, qs.local, qs.length),
@@ -228,8 +242,8 @@ void ring_attention_forward(MPI_Comm comm, TensorView out, std::span<float> lse,
         }
       });
     }
-    if (step + 1 < ring.ranks) {
-      ring.pass(held, ring.shard_floats(o), arriving, ring.shard_floats(ring.origin(step + 1)), kTagKeys);
+    if (transfer) {
+      transfer->wait();
       std::swap(held, arriving);
     }
   }
@@ -290,6 +304,11 @@ void ring_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tensor
   }
   for (int step = 0; step < ring.ranks; ++step) {
     const int o = ring.origin(step);
+    // k/v go on while the blocks run; their accumulators only after (the blocks write them).
+    std::optional<detail::Transfer> transfer;
+    if (step + 1 < ring.ranks)
+      ring.start_pass(transfer, held, ring.shard_floats(o), arriving, ring.shard_floats(ring.origin(step + 1)),
+                      kTagKeys);
     {
       detail::ComputeTimer timer;
       detail::or_abort(comm, op, [&] {
@@ -300,6 +319,7 @@ void ring_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tensor
           for (const Segment& ks : ring.segments[size_t(o)]) {
             const Visibility seen = detail::visibility(ring.options.causal, qs, ks);
             if (seen == Visibility::none) continue;
+            if (transfer) transfer->progress();
             const SoftmaxAttentionOptions block = ring.block_options(seen, lengths_buffer, ks);
             const TensorView dq_rows = detail::rows(dq, qs.local, qs.length);
             const TensorView dq_block = written[i] ? bnhd(block_dq.data(), ring.B, qs.length, ring.H, ring.D) : dq_rows;
@@ -321,8 +341,8 @@ void ring_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tensor
       });
     }
     if (ring.ranks == 1) break;
-    if (step + 1 < ring.ranks) {
-      ring.pass(held, ring.shard_floats(o), arriving, ring.shard_floats(ring.origin(step + 1)), kTagKeys);
+    if (transfer) {
+      transfer->wait();
       std::swap(held, arriving);
     }
     // The accumulators move on every step, the last one included: after P passes each is home.
