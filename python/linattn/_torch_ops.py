@@ -1,7 +1,7 @@
-"""linattn's softmax and linear attention as torch.library operators (torch >= 2.4).
+"""linattn's softmax, linear and Linformer attention as torch.library operators (torch >= 2.4).
 
-Registered as linattn::softmax_forward / softmax_backward and linattn::linear_forward /
-linear_backward, each with a fake (meta) implementation that gives the output shapes without
+Registered as linattn::softmax_forward / softmax_backward, linattn::linear_forward /
+linear_backward and linattn::linformer_forward / linformer_backward, each with a fake (meta) implementation that gives the output shapes without
 computing, and with autograd wired forward → backward. So torch.compile(fullgraph=True) traces them
 as single nodes (no graph break) and torch.export keeps them in the exported program.
 
@@ -165,3 +165,59 @@ def _linear_grad(ctx, dout):
 
 
 linear_forward.register_autograd(_linear_grad, setup_context=_linear_setup)
+
+
+@torch.library.custom_op("linattn::linformer_forward", mutates_args=())
+def linformer_forward(q: Tensor, k: Tensor, v: Tensor, E: Tensor, F: Tensor, scale: Optional[float],
+                      key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """(out [B, Nq, H, E_v], lse [B, H, Nq]); F is E itself where the values share the key projection
+    (autograd then adds both gradients into E). lse is empty for float64 (the oracle recomputes)."""
+    options = dict(key_lengths=_lengths(key_lengths), scale=scale)
+    arrays = [_array(x) for x in (q, k, v, E, F)]
+    with torch_threads():
+        if q.dtype == torch.float32:
+            out, lse = _linattn._linformer_attention_saving(*arrays, **options)
+            return torch.from_numpy(out), torch.from_numpy(lse)
+        out = _linattn.reference.linformer_attention(*arrays, **options)
+    return torch.from_numpy(out), q.new_empty(0)
+
+
+@linformer_forward.register_fake
+def _(q, k, v, E, F, scale, key_lengths):
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1])) if q.dtype == torch.float32 else q.new_empty(0)
+    return q.new_empty(_out_shape(q, v)), lse
+
+
+@torch.library.custom_op("linattn::linformer_backward", mutates_args=())
+def linformer_backward(q: Tensor, k: Tensor, v: Tensor, E: Tensor, F: Tensor, out: Tensor, lse: Tensor, dout: Tensor,
+                       scale: Optional[float],
+                       key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    options = dict(key_lengths=_lengths(key_lengths), scale=scale)
+    arrays = [_array(x) for x in (q, k, v, E, F)]
+    with torch_threads():
+        if q.dtype == torch.float32:
+            grads = _linattn._linformer_attention_backward_saved(*arrays, _array(out), _array(lse),
+                                                                  _array(dout.to(q.dtype)), **options)
+        else:
+            grads = _linattn.reference.linformer_attention_backward(*arrays, _array(dout.to(q.dtype)), **options)
+    return tuple(torch.from_numpy(g) for g in grads)
+
+
+@linformer_backward.register_fake
+def _(q, k, v, E, F, out, lse, dout, scale, key_lengths):
+    return tuple(x.new_empty(x.shape) for x in (q, k, v, E, F))
+
+
+def _linformer_setup(ctx, inputs, output):
+    q, k, v, E, F, scale, key_lengths = inputs
+    ctx.save_for_backward(q, k, v, E, F, *output)
+    ctx.options = (scale, key_lengths)
+
+
+def _linformer_grad(ctx, dout, dlse):
+    q, k, v, E, F, out, lse = ctx.saved_tensors
+    grads = linformer_backward(q, k, v, E, F, out, lse, dout.contiguous(), *ctx.options)
+    return *grads, None, None
+
+
+linformer_forward.register_autograd(_linformer_grad, setup_context=_linformer_setup)

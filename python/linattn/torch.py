@@ -206,6 +206,11 @@ def linformer_attention(q, k, v, E, F=None, *, layout=None, key_lengths=None, sc
     """
     check_layout(layout, "linformer_attention")
     q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
+    if _OPS is not None:
+        _backend((q, k, v, E, F))
+        out, _ = _OPS.linformer_forward(q, k, v, E, E if F is None else F, None if scale is None else float(scale),
+                                        _key_lengths_tensor(key_lengths))
+        return from_bnhd(out, layout)
     options = dict(key_lengths=_key_lengths(key_lengths), scale=scale)
     return from_bnhd(_Operator.apply("linformer_attention", options, q, k, v, E, F), layout)
 

@@ -68,6 +68,50 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.linattn.linear_forward, (q, k, v, "elu", True, 1e-6, None, 0, None))
 
 
+class LinformerBlock(torch.nn.Module):
+    """Linformer with learned projections: E for the keys, and F, or E again for the values."""
+
+    def __init__(self, shared):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 48)
+        self.E = torch.nn.Parameter(torch.randn(5, 12) / 4)  # [P, N_max], shared by the heads
+        self.F = None if shared else torch.nn.Parameter(torch.randn(5, 12) / 4)
+
+    def forward(self, x):
+        B, N, _ = x.shape
+        q, k, v = self.proj(x).view(B, N, 3, 2, 8).permute(2, 0, 3, 1, 4)  # each [B, H, N, D]
+        return lt.linformer_attention(q, k, v, self.E, self.F, layout="bhnd").sum(1)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_compile_fullgraph_linformer(shared):
+    """Linformer is an operator too: compiled without a graph break = eager, gradients to E and F
+    included (shared: F is E, whose gradient then sums both uses)."""
+    torch.manual_seed(2)
+    model, x = LinformerBlock(shared), torch.randn(2, 12, 16)
+    want, want_grads = step(model, x)
+    torch._dynamo.reset()
+    got, got_grads = step(torch.compile(model, fullgraph=True), x)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b)
+    exported = torch.export.export(model, (x,))
+    assert "linattn.linformer_forward.default" in {str(n.target) for n in exported.graph.nodes}
+
+
+def test_linformer_gradients_against_finite_differences():
+    """float64 runs the oracle through the same operator: gradcheck of q, k, v, E and F."""
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(1, 6, 2, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    E = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
+    F = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)  # [H, P, N_max]: one per head
+    fn = lambda q, k, v, E, F: lt.linformer_attention(q, k, v, E, F, layout="bnhd")  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v, E, F))
+    q32, k32, v32, E32, F32 = (x.detach().float().requires_grad_() for x in (q, k, v, E, F))
+    torch.testing.assert_close(fn(q32, k32, v32, E32, F32).double(), fn(q, k, v, E, F), rtol=1e-5, atol=1e-5)
+    torch.library.opcheck(torch.ops.linattn.linformer_forward, (q32, k32, v32, E32, F32, None, None))
+
+
 def fla_layers():
     from linattn.layers import DeltaNet, GatedDeltaNet, GatedLinearAttention
 
