@@ -592,6 +592,39 @@ static linattn_tensor bf16_tensor(unsigned short* bits, int n, int x) {
   return t;
 }
 
+/* RetNet's decode step on a bf16 state follows the f32 state's outputs to bf16's precision, as the linear
+ * step does. */
+static void test_bf16_decayed_state(const float* q, const float* k, const float* v) {
+  linattn_state *s32 = NULL, *s16 = NULL;
+  linattn_decay_options o;
+  float out32[B * H * E], out16[B * H * E];
+  double worst = 0, scale = 0;
+  int t, i;
+  linattn_decay_options_init(&o);
+  o.decay = LINATTN_DECAY_RETENTION;
+  OK(linattn_state_create(B, H, D, E, "retention", &s32));
+  OK(linattn_state_create_dtype(B, H, D, E, "retention", LINATTN_BF16, &s16));
+  for (t = 0; t < T; ++t) {
+    linattn_tensor tq = linattn_tensor_bnhd((float*)q + t * H * D, B, 1, H, D),
+                   tk = linattn_tensor_bnhd((float*)k + t * H * D, B, 1, H, D),
+                   tv = linattn_tensor_bnhd((float*)v + t * H * E, B, 1, H, E),
+                   t32 = linattn_tensor_bnhd(out32, B, 1, H, E), t16 = linattn_tensor_bnhd(out16, B, 1, H, E);
+    tq.stride[0] = tk.stride[0] = T * H * D;
+    tv.stride[0] = T * H * E;
+    OK(linattn_decayed_step(&t32, &tq, &tk, &tv, NULL, s32, &o));
+    OK(linattn_decayed_step(&t16, &tq, &tk, &tv, NULL, s16, &o));
+    for (i = 0; i < B * H * E; ++i) {
+      const double d = fabs((double)out16[i] - out32[i]);
+      worst = d > worst ? d : worst;
+      scale = fabs(out32[i]) > scale ? fabs(out32[i]) : scale;
+    }
+  }
+  CHECK(scale > 0.05 && worst <= 0.02 * scale,
+        "bf16 retention state steps: worst difference %g against outputs up to %g", worst, scale);
+  linattn_state_free(s32);
+  linattn_state_free(s16);
+}
+
 /* A bf16 state (linattn_state_create_dtype): recurrent steps over q, k, v (f32, [B, T, H, *]) follow the
  * f32 state's outputs to bf16's precision, the state reports and keeps its dtype through save and load,
  * and an f16 state is refused. */
@@ -624,6 +657,7 @@ static void test_bf16_state(const float* q, const float* k, const float* v) {
   }
   CHECK(scale > 0.05 && worst <= 0.02 * scale, "bf16 state steps: worst difference %g against outputs up to %g", worst,
         scale);
+  test_bf16_decayed_state(q, k, v);
   OK(linattn_state_dtype(s16, &dtype));
   CHECK(dtype == LINATTN_BF16, "bf16 state reports dtype %d", (int)dtype);
   OK(linattn_state_data(s16, &S, &S_size, NULL, NULL));

@@ -435,16 +435,22 @@ TYPED_TEST(HalfOps, DecayedFamily) {
     expect_criterion<H>(what + " dk", dk, gr.dk);
     expect_criterion<H>(what + " dv", dv, gr.dv);
     if (gate) expect_criterion<H>(what + " dg", dg, gr.dg);
-    // Decoding: the step over the same tokens, against the same oracle.
-    auto steps = result<H>({B, T, Hh, V}, Layout::bnhd);
-    RecurrentState s32(B, Hh, K, V, decay_name(decay)), s16(B, Hh, K, V, decay_name(decay));
-    for (int64_t n = 0; n < T; ++n) {
-      decayed_step(token(steps.f.view, n), token(q.f32(), n), token(k.f32(), n), token(v.f32(), n),
-                   gate ? token(g32, n) : ConstTensorView{}, s32, o);
-      decayed_step(token(steps.h.view, n), token(q.half(), n), token(k.half(), n), token(v.half(), n),
-                   gate ? token(g16, n) : View4<const H>{}, s16, o);
+    // Decoding: the step over the same tokens, against the same oracle, with an fp32 state and with a
+    // bf16 one (whose baseline rounds its fp32 S after every step, as RecurrentStep's).
+    for (const DType state_type : {DType::f32, DType::bf16}) {
+      auto steps = result<H>({B, T, Hh, V}, Layout::bnhd);
+      RecurrentState s32(B, Hh, K, V, decay_name(decay)), s16(B, Hh, K, V, decay_name(decay), state_type);
+      for (int64_t n = 0; n < T; ++n) {
+        decayed_step(token(steps.f.view, n), token(q.f32(), n), token(k.f32(), n), token(v.f32(), n),
+                     gate ? token(g32, n) : ConstTensorView{}, s32, o);
+        if (state_type == DType::bf16)
+          for (float& x : s32.S()) x = round_f<bf16>(x);
+        decayed_step(token(steps.h.view, n), token(q.half(), n), token(k.half(), n), token(v.half(), n),
+                     gate ? token(g16, n) : View4<const H>{}, s16, o);
+      }
+      expect_criterion<H>(what + " step, state " + dtype_name(state_type), steps, want.out);
+      EXPECT_EQ(s16.position(), T);
     }
-    expect_criterion<H>(what + " step", steps, want.out);
   }
 }
 
@@ -490,15 +496,20 @@ TYPED_TEST(HalfOps, DeltaRule) {
     expect_criterion<H>(what + " dv", dv, gr.dv);
     expect_criterion<H>(what + " dbeta", db, gr.dbeta);
     if (gd) expect_criterion<H>(what + " dg", dg, gr.dg);
-    auto steps = result<H>({B, T, Hh, V}, Layout::bnhd);
-    RecurrentState s32(B, Hh, K, V, delta_name(gate)), s16(B, Hh, K, V, delta_name(gate));
-    for (int64_t n = 0; n < T; ++n) {
-      delta_rule_step(token(steps.f.view, n), token(q.f32(), n), token(k.f32(), n), token(v.f32(), n),
-                      token(beta.f32(), n), gd ? token(g32, n) : ConstTensorView{}, s32, o);
-      delta_rule_step(token(steps.h.view, n), token(q.half(), n), token(k.half(), n), token(v.half(), n),
-                      token(beta.half(), n), gd ? token(g16, n) : View4<const H>{}, s16, o);
+    for (const DType state_type : {DType::f32, DType::bf16}) {  // as DecayedFamily's steps
+      auto steps = result<H>({B, T, Hh, V}, Layout::bnhd);
+      RecurrentState s32(B, Hh, K, V, delta_name(gate)), s16(B, Hh, K, V, delta_name(gate), state_type);
+      for (int64_t n = 0; n < T; ++n) {
+        delta_rule_step(token(steps.f.view, n), token(q.f32(), n), token(k.f32(), n), token(v.f32(), n),
+                        token(beta.f32(), n), gd ? token(g32, n) : ConstTensorView{}, s32, o);
+        if (state_type == DType::bf16)
+          for (float& x : s32.S()) x = round_f<bf16>(x);
+        delta_rule_step(token(steps.h.view, n), token(q.half(), n), token(k.half(), n), token(v.half(), n),
+                        token(beta.half(), n), gd ? token(g16, n) : View4<const H>{}, s16, o);
+      }
+      expect_criterion<H>(what + " step, state " + dtype_name(state_type), steps, want.out);
+      EXPECT_EQ(s16.position(), T);
     }
-    expect_criterion<H>(what + " step", steps, want.out);
   }
 }
 

@@ -34,6 +34,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "hwy/targets.h"
+#include "linattn/delta.hpp"
 #include "linattn/favor.hpp"
 #include "linattn/feature_map.hpp"
 #include "linattn/half_attention.hpp"
@@ -527,6 +528,18 @@ TEST_F(SimdTargets, HalfPrecision) {
     recurrent_step(linattn::bnhd(c.data(), 1, 1, 3, 24), one(0), one(1), one(0), s32);
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], c[i]) << i;
     for (size_t i = 0; i < s32.S().size(); ++i) EXPECT_EQ(s16.S_bf16()[i].bits, to_bf16(s32.S()[i]).bits) << i;
+    // The same for the gated delta rule's step (kernels::delta_update_readout on bf16 rows), E = 24:
+    // a panel of vectors and, on wide targets, scalar columns.
+    DeltaRuleOptions gated;
+    gated.gate = DeltaGate::token;
+    RecurrentState d16(1, 3, 24, 24, delta_name(gated.gate), DType::bf16), d32(1, 3, 24, 24, delta_name(gated.gate));
+    for (size_t i = 0; i < d32.S().size(); ++i) d32.S()[i] = to_float(d16.S_bf16()[i] = to_bf16(float(i % 5) * 0.125f));
+    std::vector<float> beta(3, 0.5f), g(3, -0.25f);
+    const ConstTensorView b1(beta.data(), {1, 1, 3, 1}, {3, 3, 1, 1}), g1(g.data(), {1, 1, 3, 1}, {3, 3, 1, 1});
+    delta_rule_step(linattn::bnhd(a.data(), 1, 1, 3, 24), one(0), one(1), one(0), b1, g1, d16, gated);
+    delta_rule_step(linattn::bnhd(c.data(), 1, 1, 3, 24), one(0), one(1), one(0), b1, g1, d32, gated);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], c[i]) << i;
+    for (size_t i = 0; i < d32.S().size(); ++i) EXPECT_EQ(d16.S_bf16()[i].bits, to_bf16(d32.S()[i]).bits) << i;
   });
 }
 

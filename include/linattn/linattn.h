@@ -178,8 +178,9 @@ LINATTN_C_API linattn_status linattn_recurrent_step(const linattn_tensor* out, c
 LINATTN_C_API linattn_status linattn_state_create(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
                                                   const char* feature_map, linattn_state** out);
 /* The same with S's element type: LINATTN_F32 (linattn_state_create's) or LINATTN_BF16 (half the decode
- * memory; z stays f32; only linattn_recurrent_step takes a bf16 state, the other operators refuse it by
- * name). LINATTN_F16 is LINATTN_ERROR_UNSUPPORTED_DTYPE. */
+ * memory; z stays f32; the decode steps linattn_recurrent_step, linattn_decayed_step and
+ * linattn_delta_step take a bf16 state, the other operators refuse it by name). LINATTN_F16 is
+ * LINATTN_ERROR_UNSUPPORTED_DTYPE. */
 LINATTN_C_API linattn_status linattn_state_create_dtype(int64_t batch, int64_t heads, int64_t feature_dim,
                                                         int64_t value_dim, const char* feature_map, int32_t dtype,
                                                         linattn_state** out);

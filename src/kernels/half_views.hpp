@@ -10,6 +10,7 @@
 
 #include "core/validate.hpp"
 #include "linattn/half.hpp"
+#include "linattn/recurrent_state.hpp"
 
 namespace linattn::kernels {
 
@@ -47,6 +48,11 @@ class HalfCall {
   // Registers fp32 outputs and inputs (lse, states) that the fp32 operator writes or reads in place.
   void out_region(boundary::Region r) { outputs_.push_back(r); }
   void in_region(boundary::Region r) { inputs_.push_back(r); }
+  // A recurrent state the fp32 operator updates in place: its S, of either storage (f32 or bf16).
+  void out_state(const RecurrentState& state) {
+    out_region(state.dtype() == DType::bf16 ? boundary::region("state.S_bf16()", state.S_bf16())
+                                            : boundary::region("state.S()", state.S()));
+  }
   void check() const { detail::check_outputs(op_, outputs_, inputs_); }
   void store();
 

@@ -103,25 +103,27 @@ void RankOneUpdateReadoutBf16(float* num, bf16* S, const float* phi_k, const flo
   RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay);
 }
 
+// The delta-rule token below on S of element type T (float, or bf16: rows widened as loaded, the
+// updated rows rounded as stored, the readout from the unrounded rows, as RankOneUpdateReadoutOf).
 #if HWY_HAVE_SCALABLE
 // Columns [e, e + L) of one delta-rule token: the panel below for NV = 1, without its arrays of vectors (SVE's
 // sizeless vectors cannot be array elements). Each column's chains are the same as in any panel width.
-template <int NV>
-HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+template <int NV, class T>
+HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
                            const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
                            const float* HWY_RESTRICT decay, int64_t e) {
   static_assert(NV == 1, "SVE takes one vector column at a time (kDeltaVecs)");
   const D d;
   V acc = hn::Zero(d);
   for (int64_t m = 0; m < M; ++m)
-    acc = hn::MulAdd(hn::Set(d, decay ? decay[m] * k[m] : k[m]), hn::LoadU(d, S + m * E + e), acc);
+    acc = hn::MulAdd(hn::Set(d, decay ? decay[m] * k[m] : k[m]), LoadWide(d, S + m * E + e), acc);
   const V u = hn::Mul(hn::Set(d, beta), hn::Sub(hn::LoadU(d, v + e), acc));
   acc = hn::Zero(d);
   for (int64_t m = 0; m < M; ++m) {
-    float* s = S + m * E + e;
-    const V previous = decay ? hn::Mul(hn::Set(d, decay[m]), hn::LoadU(d, s)) : hn::LoadU(d, s);
+    T* s = S + m * E + e;
+    const V previous = decay ? hn::Mul(hn::Set(d, decay[m]), LoadWide(d, s)) : LoadWide(d, s);
     const V row = hn::MulAdd(hn::Set(d, k[m]), u, previous);
-    hn::StoreU(row, d, s), acc = hn::MulAdd(hn::Set(d, q[m]), row, acc);
+    StoreRounded(d, row, s), acc = hn::MulAdd(hn::Set(d, q[m]), row, acc);
   }
   hn::StoreU(acc, d, out + e);
 }
@@ -130,8 +132,8 @@ constexpr int kDeltaVecs = 1;
 // Columns [e, e + NV·L) of one delta-rule token: one sweep over the rows of S for Pᵀk
 // (P = diag(decay) S), then one that writes P + k (β r)ᵀ with r = v − Pᵀk and reads it out, while the
 // panel is in L1. NV vectors per row amortise each row's broadcasts of decay, k and q over the panel.
-template <int NV>
-HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+template <int NV, class T>
+HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
                            const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
                            const float* HWY_RESTRICT decay, int64_t e) {
   const D d;
@@ -140,23 +142,23 @@ HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const
   for (int j = 0; j < NV; ++j) acc[j] = hn::Zero(d);
   for (int64_t m = 0; m < M; ++m) {
     const V km = hn::Set(d, decay ? decay[m] * k[m] : k[m]);
-    for (int j = 0; j < NV; ++j) acc[j] = hn::MulAdd(km, hn::LoadU(d, S + m * E + e + j * L), acc[j]);
+    for (int j = 0; j < NV; ++j) acc[j] = hn::MulAdd(km, LoadWide(d, S + m * E + e + j * L), acc[j]);
   }
   const V b = hn::Set(d, beta);
   for (int j = 0; j < NV; ++j) u[j] = hn::Mul(b, hn::Sub(hn::LoadU(d, v + e + j * L), acc[j])), acc[j] = hn::Zero(d);
   for (int64_t m = 0; m < M; ++m) {
     const V km = hn::Set(d, k[m]), qm = hn::Set(d, q[m]);
-    float* s = S + m * E + e;
+    T* s = S + m * E + e;
     if (decay) {
       const V am = hn::Set(d, decay[m]);
       for (int j = 0; j < NV; ++j) {
-        const V row = hn::MulAdd(km, u[j], hn::Mul(am, hn::LoadU(d, s + j * L)));
-        hn::StoreU(row, d, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
+        const V row = hn::MulAdd(km, u[j], hn::Mul(am, LoadWide(d, s + j * L)));
+        StoreRounded(d, row, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
       }
     } else {
       for (int j = 0; j < NV; ++j) {
-        const V row = hn::MulAdd(km, u[j], hn::LoadU(d, s + j * L));
-        hn::StoreU(row, d, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
+        const V row = hn::MulAdd(km, u[j], LoadWide(d, s + j * L));
+        StoreRounded(d, row, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
       }
     }
   }
@@ -167,9 +169,10 @@ constexpr int kDeltaVecs = 4;
 
 // One delta-rule token (see rows.hpp): panels of 4 vector columns (8 + 4 registers live on AVX2),
 // then single vectors, then scalar columns.
-void DeltaUpdateReadout(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT k,
-                        const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
-                        const float* HWY_RESTRICT decay) {
+template <class T>
+void DeltaUpdateReadoutOf(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+                          const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
+                          const float* HWY_RESTRICT decay) {
   const int64_t L = int64_t(hn::Lanes(D()));
   int64_t e = 0;
   for (; e + kDeltaVecs * L <= E; e += kDeltaVecs * L) DeltaPanel<kDeltaVecs>(out, S, k, v, q, beta, M, E, decay, e);
@@ -177,16 +180,25 @@ void DeltaUpdateReadout(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const fl
     for (; e + L <= E; e += L) DeltaPanel<1>(out, S, k, v, q, beta, M, E, decay, e);
   for (; e < E; ++e) {
     float pk = 0;
-    for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], S[m * E + e], pk);
+    for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], Widen(S[m * E + e]), pk);
     const float u = beta * (v[e] - pk);
     float acc = 0;
     for (int64_t m = 0; m < M; ++m) {
-      const float previous = decay ? decay[m] * S[m * E + e] : S[m * E + e];
-      S[m * E + e] = std::fma(k[m], u, previous);
-      acc = std::fma(q[m], S[m * E + e], acc);
+      const float previous = decay ? decay[m] * Widen(S[m * E + e]) : Widen(S[m * E + e]);
+      const float row = std::fma(k[m], u, previous);
+      Round(row, S + m * E + e);
+      acc = std::fma(q[m], row, acc);
     }
     out[e] = acc;
   }
+}
+void DeltaUpdateReadout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
+                        int64_t E, const float* decay) {
+  DeltaUpdateReadoutOf(out, S, k, v, q, beta, M, E, decay);
+}
+void DeltaUpdateReadoutBf16(float* out, bf16* S, const float* k, const float* v, const float* q, float beta, int64_t M,
+                            int64_t E, const float* decay) {
+  DeltaUpdateReadoutOf(out, S, k, v, q, beta, M, E, decay);
 }
 
 // dst = srcᵀ in 4 × 4 blocks of 128-bit vectors (two rounds of interleaves), the ragged edges scalar.
@@ -264,6 +276,7 @@ HWY_EXPORT(RowMaxN);
 HWY_EXPORT(RankOneUpdateReadout);
 HWY_EXPORT(RankOneUpdateReadoutBf16);
 HWY_EXPORT(DeltaUpdateReadout);
+HWY_EXPORT(DeltaUpdateReadoutBf16);
 
 void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t rows, int64_t cols) {
   HWY_DYNAMIC_DISPATCH(RowDots)(out, a, lda, x, rows, cols);
@@ -289,6 +302,10 @@ void rank1_update_readout(float* num, bf16* S, const float* phi_k, const float* 
 void delta_update_readout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
                           int64_t E, const float* decay) {
   HWY_DYNAMIC_DISPATCH(DeltaUpdateReadout)(out, S, k, v, q, beta, M, E, decay);
+}
+void delta_update_readout(float* out, bf16* S, const float* k, const float* v, const float* q, float beta, int64_t M,
+                          int64_t E, const float* decay) {
+  HWY_DYNAMIC_DISPATCH(DeltaUpdateReadoutBf16)(out, S, k, v, q, beta, M, E, decay);
 }
 
 }  // namespace linattn::kernels

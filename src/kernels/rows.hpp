@@ -38,5 +38,9 @@ void rank1_update_readout(float* num, bf16* S, const float* phi_k, const float* 
 // decay null: P = S), then out: [E] = qᵀ S.
 void delta_update_readout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
                           int64_t E, const float* decay = nullptr);
+// The same on a bf16 S: rows widened as loaded and rounded (nearest even) as stored; out reads the
+// unrounded rows.
+void delta_update_readout(float* out, bf16* S, const float* k, const float* v, const float* q, float beta, int64_t M,
+                          int64_t E, const float* decay = nullptr);
 
 }  // namespace linattn::kernels

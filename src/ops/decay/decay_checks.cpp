@@ -98,9 +98,8 @@ std::vector<boundary::Region> decay_input_regions(ConstTensorView q, ConstTensor
 
 void check_decode_state(const char* op, const RecurrentState& state, const std::string& name, const char* name_call,
                         ConstTensorView q, ConstTensorView v) {
-  if (state.dtype() != DType::f32)
-    fail_with(op, "state.dtype() is ", dtype_name(state.dtype()),
-              ", expected f32 (only the linear recurrent_step takes a bf16 state)");
+  if (state.dtype() != DType::f32 && state.dtype() != DType::bf16)
+    fail_with(op, "state.dtype() is ", dtype_name(state.dtype()), ", expected f32 or bf16");
   if (state.feature_map() != name)
     fail_with(op, "state is a '", state.feature_map(), "' state, expected a '", name,
               "' state (RecurrentState(B, H, K, V, ", name_call, "))");

@@ -58,7 +58,7 @@ void decayed_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H>
   kernels::HalfCall<H> c("decayed_step");
   const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), g32 = c.in("g", g);
   const TensorView out32 = c.out("out", out);
-  c.out_region(region("state.S()", state.S()));
+  c.out_state(state);
   c.check();
   decayed_step(out32, q32, k32, v32, g32, state, options);
   c.store();

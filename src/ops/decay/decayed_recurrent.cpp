@@ -14,8 +14,10 @@
 namespace linattn {
 namespace {
 
+// T: the state's element type (float, or bf16 for a decoding state kept in half the bytes).
+template <class T>
 void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-               ConstTensorView g, std::span<float> state, const DecayedAttentionOptions& options) {
+               ConstTensorView g, std::span<T> state, const DecayedAttentionOptions& options) {
   const detail::DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
   detail::check_output_shape(op, "out", out, q, v);
   if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
@@ -35,7 +37,7 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
       const detail::DecaySequence& s = p.sequences[size_t(task / p.H)];
       const int64_t h = task % p.H;
       std::fill_n(a, K, float(std::exp(detail::constant_log_decay(options, h))));
-      float* S = state.data() + (s.n * p.H + h) * K * V;
+      T* S = state.data() + (s.n * p.H + h) * K * V;
       for (int64_t t = s.begin; t < s.end; ++t) {
         kernels::pack_rows({qs, K, 1, K}, kernels::head_rows(q, s.b, h), t, 1, p.scale);
         kernels::pack_rows({ks, K, 1, K}, kernels::head_rows(k, s.b, h), t, 1);
@@ -63,7 +65,10 @@ void decayed_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTen
   if (!options.cu_seqlens.empty())
     detail::fail(op, "options.cu_seqlens is given, expected none (a decoding state holds one sequence per batch row)");
   detail::check_decode_state(op, state, decay_name(options.decay), "decay_name(options.decay)", q, v);
-  recurrent(op, out, q, k, v, g, state.S(), options);
+  if (state.dtype() == DType::bf16)
+    recurrent(op, out, q, k, v, g, state.S_bf16(), options);
+  else
+    recurrent(op, out, q, k, v, g, state.S(), options);
   state.set_position(state.position() + q.seq());
 }
 

@@ -62,7 +62,7 @@ void delta_rule_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn
   const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), b32 = c.in("beta", beta),
                         g32 = c.in("g", g);
   const TensorView out32 = c.out("out", out);
-  c.out_region(region("state.S()", state.S()));
+  c.out_state(state);
   c.check();
   delta_rule_step(out32, q32, k32, v32, b32, g32, state, options);
   c.store();

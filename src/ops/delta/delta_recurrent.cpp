@@ -22,8 +22,10 @@ void normalise(float* x, int64_t n, bool l2norm, float factor) {
   for (int64_t i = 0; i < n; ++i) x[i] *= f;
 }
 
+// T: the state's element type (float, or bf16 for a decoding state kept in half the bytes).
+template <class T>
 void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-               ConstTensorView beta, ConstTensorView g, std::span<float> state, const DeltaRuleOptions& options) {
+               ConstTensorView beta, ConstTensorView g, std::span<T> state, const DeltaRuleOptions& options) {
   const detail::DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
   detail::check_output_shape(op, "out", out, q, v);
   if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
@@ -41,7 +43,7 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
     for (int64_t task = 0; task < tasks; ++task) {
       const detail::DecaySequence& s = p.sequences[size_t(task / p.H)];
       const int64_t h = task % p.H;
-      float* S = state.data() + (s.n * p.H + h) * K * V;
+      T* S = state.data() + (s.n * p.H + h) * K * V;
       for (int64_t t = s.begin; t < s.end; ++t) {
         kernels::pack_rows({qs, K, 1, K}, kernels::head_rows(q, s.b, h), t, 1);
         kernels::pack_rows({ks, K, 1, K}, kernels::head_rows(k, s.b, h), t, 1);
@@ -75,7 +77,10 @@ void delta_rule_step(TensorView out, ConstTensorView q, ConstTensorView k, Const
   if (!options.cu_seqlens.empty())
     detail::fail(op, "options.cu_seqlens is given, expected none (a decoding state holds one sequence per batch row)");
   detail::check_decode_state(op, state, delta_name(options.gate), "delta_name(options.gate)", q, v);
-  recurrent(op, out, q, k, v, beta, g, state.S(), options);
+  if (state.dtype() == DType::bf16)
+    recurrent(op, out, q, k, v, beta, g, state.S_bf16(), options);
+  else
+    recurrent(op, out, q, k, v, beta, g, state.S(), options);
   state.set_position(state.position() + q.seq());
 }
 

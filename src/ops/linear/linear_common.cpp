@@ -94,7 +94,9 @@ void check_chunk_size(const char* op, const LinearAttentionOptions& o) {
 void check_state(const char* op, const char* name, const RecurrentState& s, const LinearProblem& p, bool takes_bf16) {
   const std::string n(name);
   if (s.dtype() != DType::f32 && !takes_bf16)
-    fail(op, n + ".dtype() is " + dtype_name(s.dtype()) + ", expected f32 (only recurrent_step takes a bf16 state)");
+    fail(op,
+         n + ".dtype() is " + dtype_name(s.dtype()) +
+             ", expected f32 (a bf16 state is for the decode steps: recurrent_step, decayed_step, delta_rule_step)");
   check_state_extents(op, name, {s.batch(), s.heads(), s.feature_dim(), s.value_dim()}, {p.B, p.H, p.M, p.E});
   if (s.feature_map() != p.map->name())
     fail(op, n + ".feature_map() is \"" + s.feature_map() + "\", expected \"" + p.map->name() +

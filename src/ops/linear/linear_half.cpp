@@ -66,7 +66,7 @@ void recurrent_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, Recurre
   kernels::HalfCall<H> c("recurrent_step");
   const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v);
   const TensorView out32 = c.out("out", out);
-  c.out_region(region("state.S()", state.S()));
+  c.out_state(state);
   c.out_region(region("state.z()", state.z()));
   c.check();
   recurrent_step(out32, q32, k32, v32, state, options);
