@@ -7,7 +7,11 @@ import numpy as np
 from . import _linattn
 
 _TENSORS = ("q", "k", "v", "dout")
-NAMES = {"softmax_attention", "softmax_attention_backward", "linear_attention", "linear_attention_backward"}
+NAMES = {"softmax_attention", "softmax_attention_backward", "linear_attention", "linear_attention_backward",
+         "linformer_attention", "linformer_attention_backward"}
+# The ones linattn.torch's autograd.Function (torch without custom_op) also runs in half: Linformer's
+# float32 projection gradients do not fit its half results, so half Linformer needs torch ≥ 2.4.
+FUNCTION_NAMES = NAMES - {"linformer_attention", "linformer_attention_backward"}
 
 
 def is_half(kwargs):
@@ -34,6 +38,13 @@ def run(name, kwargs):
     if name == "linear_attention_backward":
         return tuple(g.view(np.float16) for g in half.linear_attention_backward(**kw))
     dout = kw.pop("dout", None)
+    if name.startswith("linformer"):  # E and F stay float32, as do their gradients
+        out, lse = half._linformer_attention_saving(**kw)
+        if name == "linformer_attention":
+            return out.view(np.float16)
+        q, k, v, E, F = (kw.pop(key, None) for key in ("q", "k", "v", "E", "F"))
+        dq, dk, dv, dE, dF = half._linformer_attention_backward_saved(q, k, v, E, F, out, lse, dout, **kw)
+        return dq.view(np.float16), dk.view(np.float16), dv.view(np.float16), dE, dF
     out, lse = half._softmax_attention_saving(**kw)
     if name == "softmax_attention":
         return out.view(np.float16)

@@ -173,6 +173,11 @@ def linformer_forward(q: Tensor, k: Tensor, v: Tensor, E: Tensor, F: Tensor, sca
     """(out [B, Nq, H, E_v], lse [B, H, Nq]); F is E itself where the values share the key projection
     (autograd then adds both gradients into E). lse is empty for float64 (the oracle recomputes)."""
     options = dict(key_lengths=_lengths(key_lengths), scale=scale)
+    if q.dtype in _HALF:  # E, F float32
+        with torch_threads():
+            out, lse = _linattn.half._linformer_attention_saving(_bits(q), _bits(k), _bits(v), _array(E), _array(F),
+                                                                 dtype=_HALF[q.dtype], **options)
+        return _from_bits(out, q.dtype), torch.from_numpy(lse)
     arrays = [_array(x) for x in (q, k, v, E, F)]
     with torch_threads():
         if q.dtype == torch.float32:
@@ -184,7 +189,8 @@ def linformer_forward(q: Tensor, k: Tensor, v: Tensor, E: Tensor, F: Tensor, sca
 
 @linformer_forward.register_fake
 def _(q, k, v, E, F, scale, key_lengths):
-    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1])) if q.dtype == torch.float32 else q.new_empty(0)
+    saves = q.dtype == torch.float32 or q.dtype in _HALF
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if saves else q.new_empty(0)
     return q.new_empty(_out_shape(q, v)), lse
 
 
@@ -193,6 +199,12 @@ def linformer_backward(q: Tensor, k: Tensor, v: Tensor, E: Tensor, F: Tensor, ou
                        scale: Optional[float],
                        key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     options = dict(key_lengths=_lengths(key_lengths), scale=scale)
+    if q.dtype in _HALF:
+        with torch_threads():
+            dq, dk, dv, dE, dF = _linattn.half._linformer_attention_backward_saved(
+                _bits(q), _bits(k), _bits(v), _array(E), _array(F), _bits(out), _array(lse), _bits(dout.to(q.dtype)),
+                dtype=_HALF[q.dtype], **options)
+        return (*(_from_bits(g, q.dtype) for g in (dq, dk, dv)), torch.from_numpy(dE), torch.from_numpy(dF))
     arrays = [_array(x) for x in (q, k, v, E, F)]
     with torch_threads():
         if q.dtype == torch.float32:

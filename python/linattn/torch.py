@@ -115,7 +115,7 @@ class _Operator(torch.autograd.Function):
 
     @staticmethod
     def _forward(ctx, name, options, *tensors):
-        ctx.backend, ctx.name, ctx.options = _backend(tensors, half=name in _half.NAMES), name, options
+        ctx.backend, ctx.name, ctx.options = _backend(tensors, half=name in _half.FUNCTION_NAMES), name, options
         saving = getattr(ctx.backend, f"_{name}_saving", None)
         arrays = [_array(t) for t in tensors]
         if saving is None:
@@ -197,17 +197,30 @@ def linear_attention(q, k, v, *, layout=None, feature_map="elu", causal=False, k
     return from_bnhd(_linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed), layout)
 
 
+def _float32_projection(name, x):
+    """Linformer's E or F beside half-precision q, k, v: any floating CPU tensor, used as float32."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.device.type != "cpu":
+        got = f"{x.dtype} on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"{name}: expected a floating-point CPU tensor (used as float32), got {got}")
+    return x.float()
+
+
 def linformer_attention(q, k, v, E, F=None, *, layout=None, key_lengths=None, scale=None):
     """Linformer: softmax(q (E k)ᵀ · scale) (F v), keys and values projected along the sequence;
     layout: "bhnd" or "bnhd", as softmax_attention (E and F are not 4-d).
 
     E, F: [P, N_max] (shared by the heads) or [H, P, N_max]; F None: values are projected by E too.
     A sequence of Nk ≤ N_max keys uses the leading Nk columns. Differentiable in q, k, v, E and F.
+    q, k, v may be float16 or bfloat16 (torch ≥ 2.4): E and F are then used as float32 and out has q's dtype.
     """
     check_layout(layout, "linformer_attention")
     q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
     if _OPS is not None:
-        _backend((q, k, v, E, F))
+        if q.dtype in _HALF_DTYPES:  # half q, k, v; the projections in float32 (cast, differentiably)
+            _backend((q, k, v), half=True)
+            E, F = (None if x is None else _float32_projection(name, x) for name, x in (("E", E), ("F", F)))
+        else:
+            _backend((q, k, v, E, F))
         out, _ = _OPS.linformer_forward(q, k, v, E, E if F is None else F, None if scale is None else float(scale),
                                         _key_lengths_tensor(key_lengths))
         return from_bnhd(out, layout)

@@ -1,7 +1,7 @@
-// softmax_attention and linear_attention, forward and backward, on bf16 or f16 tensors: the module
+// softmax, linear and Linformer attention, forward and backward, on bf16 or f16 tensors: the module
 // _linattn.half. Arrays hold the bits as uint16 (numpy has no bfloat16; linattn/__init__.py and
 // _torch_ops.py view float16 arrays and torch.float16 / torch.bfloat16 tensors as uint16, no copy);
-// dtype ("bf16" or "f16") says what they mean. lse stays float32.
+// dtype ("bf16" or "f16") says what they mean. lse, and Linformer's E and F and their gradients, stay float32.
 #include <pybind11/stl.h>
 
 #include <optional>
@@ -12,6 +12,7 @@
 #include "bindings.hpp"
 #include "linattn/boundary.hpp"
 #include "linattn/half_attention.hpp"
+#include "linformer_args.hpp"
 
 namespace linattn::python {
 namespace {
@@ -124,11 +125,57 @@ py::tuple linear_backward(const py::object& q, const py::object& k, const py::ob
   return g.arrays();
 }
 
+// Linformer: q, k, v, out and their gradients in half; E, F, lse, dE and dF float32.
+py::tuple linformer_saving(const py::object& q, const py::object& k, const py::object& v, const py::object& E,
+                           const py::object& F, const std::string& dtype, const py::object& key_lengths,
+                           std::optional<float> scale) {
+  const Inputs in = inputs("linformer_attention", q, k, v, key_lengths);
+  const Projections<float> p = projections<float>(E, F, in.key_lengths, scale);
+  OutputArray<Bits> out = output_array<Bits>(in.out_extent());
+  py::array_t<float> lse(std::vector<py::ssize_t>{in.q.view.extent[0], in.q.view.extent[2], in.q.view.extent[1]});
+  const std::span<float> lse_span(lse.mutable_data(), size_t(lse.size()));
+  by_dtype(dtype, [&]<class H>() {
+    py::gil_scoped_release nogil;
+    linformer_attention_forward(as<H>(out.view), lse_span, as<H>(in.q.view), as<H>(in.k.view), as<H>(in.v.view), p.e(),
+                                p.f(), p.options);
+  });
+  return py::make_tuple(out.array, lse);
+}
+
+py::tuple linformer_backward_saved(const py::object& q, const py::object& k, const py::object& v, const py::object& E,
+                                   const py::object& F, const py::object& out, const py::object& lse,
+                                   const py::object& dout, const std::string& dtype, const py::object& key_lengths,
+                                   std::optional<float> scale) {
+  const Inputs in = inputs("linformer_attention_backward", q, k, v, key_lengths);
+  const Projections<float> p = projections<float>(E, F, in.key_lengths, scale);
+  const InputView<Bits> o = input_view<Bits>(out, "out", 4, "[B, Nq, H, E]"),
+                        d = input_view<Bits>(dout, "dout", 4, "[B, Nq, H, E]");
+  if (!py::isinstance<py::array_t<float>>(lse)) throw py::type_error("lse: expected a numpy.ndarray of float32");
+  const auto l = py::array_t<float, py::array::c_style>::ensure(lse);
+  Grads g(in);
+  const ProjectionGrads dp(p);
+  by_dtype(dtype, [&]<class H>() {
+    py::gil_scoped_release nogil;
+    linformer_attention_backward(as<H>(g.dq.view), as<H>(g.dk.view), as<H>(g.dv.view), dp.de, dp.df, as<H>(d.view),
+                                 as<H>(in.q.view), as<H>(in.k.view), as<H>(in.v.view), p.e(), p.f(), as<H>(o.view),
+                                 std::span<const float>(l.data(), size_t(l.size())), p.options);
+  });
+  return py::make_tuple(g.dq.array, g.dk.array, g.dv.array, dp.e(), dp.f());
+}
+
 }  // namespace
 
 void bind_half(py::module_& m) {
   using py::arg;
-  py::module_ h = m.def_submodule("half", "softmax and linear attention on bf16/f16 bits held as uint16 arrays.");
+  py::module_ h =
+      m.def_submodule("half", "softmax, linear and Linformer attention on bf16/f16 bits held as uint16 arrays.");
+  h.def("_linformer_attention_saving", &linformer_saving, arg("q"), arg("k"), arg("v"), arg("E"), arg("F") = py::none(),
+        py::kw_only(), arg("dtype"), arg("key_lengths") = py::none(), arg("scale") = py::none(),
+        "(out bits [B, Nq, H, E], lse float32 [B, H, Nq]); E and F float32.");
+  h.def("_linformer_attention_backward_saved", &linformer_backward_saved, arg("q"), arg("k"), arg("v"), arg("E"),
+        arg("F"), arg("out"), arg("lse"), arg("dout"), py::kw_only(), arg("dtype"), arg("key_lengths") = py::none(),
+        arg("scale") = py::none(),
+        "(dq, dk, dv) bits and (dE, dF) float32 (dF None when F is), from the forward's out and lse.");
   h.def("_softmax_attention_saving", &softmax_saving, arg("q"), arg("k"), arg("v"), py::kw_only(), arg("dtype"),
         arg("causal") = false, arg("key_lengths") = py::none(), arg("scale") = py::none(),
         "(out bits [B, Nq, H, E], lse float32 [B, H, Nq]).");

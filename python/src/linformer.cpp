@@ -12,62 +12,11 @@
 
 #include "arrays.hpp"
 #include "linattn/linformer.hpp"
+#include "linformer_args.hpp"
 #include "reference_args.hpp"
 
 namespace linattn::python {
 namespace {
-
-// E or F: [P, N_max] (one projection for all heads) or [H, P, N_max] (one per head), as a C-order
-// array of T: strided ones are copied (they are small), other dtypes refused.
-template <class T>
-py::array_t<T> projection_arg(const py::object& x, const char* name) {
-  const std::string arg(name);
-  if (!py::isinstance<py::array>(x))
-    throw py::type_error(arg + ": expected a numpy.ndarray of " + std::string(py::str(py::dtype::of<T>())) + ", got " +
-                         type_name(x));
-  if (!py::isinstance<py::array_t<T>>(x))
-    throw py::type_error(arg + ": expected " + std::string(py::str(py::dtype::of<T>())) + ", got " + type_name(x));
-  const auto array = py::reinterpret_borrow<py::array>(x);
-  if (array.ndim() != 2 && array.ndim() != 3)
-    throw py::value_error(arg + ": expected 2 dims [P, N_max] or 3 dims [H, P, N_max], got " +
-                          std::to_string(array.ndim()));
-  return py::array_t<T, py::array::c_style>::ensure(array);
-}
-
-// E and F (F None: keys = values, both projected by E) and the options they imply.
-template <class T>
-struct Projections {
-  py::array_t<T> E, F;  // F: only when has_F
-  bool has_F = false;
-  LinformerOptions options;
-  std::span<const T> e() const { return {E.data(), size_t(E.size())}; }
-  std::span<const T> f() const { return has_F ? std::span<const T>(F.data(), size_t(F.size())) : std::span<const T>(); }
-};
-
-template <class T>
-Projections<T> projections(const py::object& E, const py::object& F, std::span<const int64_t> key_lengths,
-                           std::optional<float> scale) {
-  Projections<T> p;
-  p.E = projection_arg<T>(E, "E");
-  const py::ssize_t dims = p.E.ndim();
-  if (!F.is_none()) {
-    p.F = projection_arg<T>(F, "F");
-    p.has_F = true;
-    const std::vector<py::ssize_t> e(p.E.shape(), p.E.shape() + dims), f(p.F.shape(), p.F.shape() + p.F.ndim());
-    if (e != f)
-      throw py::value_error("F: shape " + std::string(py::str(py::tuple(py::cast(f)))) + ", expected " +
-                            std::string(py::str(py::tuple(py::cast(e)))) + " (E's shape)");
-  }
-  if (p.E.shape(dims - 2) < 1 || p.E.shape(dims - 1) < 1)
-    throw py::value_error("E has an empty axis, expected P ≥ 1 and N_max ≥ 1");
-  p.options.projected_length = p.E.shape(dims - 2);
-  p.options.max_length = p.E.shape(dims - 1);
-  p.options.share_heads = dims == 2;
-  p.options.share_key_value = F.is_none();
-  p.options.scale = scale;
-  p.options.key_lengths = key_lengths;
-  return p;
-}
 
 // out and lse of the forward, which the backward needs.
 Saved linformer_run(const AttentionInputs& in, const Projections<float>& p) {
@@ -84,18 +33,13 @@ Saved linformer_run(const AttentionInputs& in, const Projections<float>& p) {
 py::tuple linformer_gradients(const AttentionInputs& in, const Projections<float>& p, const InputView<float>& dout,
                               ConstTensorView out, std::span<const float> lse) {
   AttentionGradients g(in);
-  auto like = [](const py::array_t<float>& x) {
-    return py::array_t<float>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  };
-  py::array_t<float> dE = like(p.E), dF = p.has_F ? like(p.F) : py::array_t<float>();
-  const std::span<float> de(dE.mutable_data(), size_t(dE.size()));
-  const std::span<float> df = p.has_F ? std::span<float>(dF.mutable_data(), size_t(dF.size())) : std::span<float>();
+  const ProjectionGrads dp(p);
   {
     py::gil_scoped_release nogil;
-    linformer_attention_backward(g.dq.view, g.dk.view, g.dv.view, de, df, dout.view, in.q.view, in.k.view, in.v.view,
-                                 p.e(), p.f(), out, lse, p.options);
+    linformer_attention_backward(g.dq.view, g.dk.view, g.dv.view, dp.de, dp.df, dout.view, in.q.view, in.k.view,
+                                 in.v.view, p.e(), p.f(), out, lse, p.options);
   }
-  return py::make_tuple(g.dq.array, g.dk.array, g.dv.array, dE, p.has_F ? py::object(dF) : py::object(py::none()));
+  return py::make_tuple(g.dq.array, g.dk.array, g.dv.array, dp.e(), dp.f());
 }
 
 py::array linformer_forward(const py::object& q, const py::object& k, const py::object& v, const py::object& E,

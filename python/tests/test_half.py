@@ -82,6 +82,54 @@ def test_numpy_float16():
     assert out.dtype == np.float16 and out.shape == (1, 2, 65, 8)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shared", [False, True])
+def test_torch_half_linformer(dtype, shared):
+    """Linformer on half q, k, v with float32 projections (learned ones in the model's dtype are cast):
+    out in q's dtype, gradients to q, k, v in it and to E, F in theirs, the criterion against fp64."""
+    q, k, v = _inputs(dtype, (2, 63, 2, 17), nk=65, e=9, seed=4)
+    rng = np.random.default_rng(5)
+    E = torch.tensor(rng.uniform(-0.3, 0.3, (2, 16, 80)), dtype=torch.float32)
+    F = None if shared else torch.tensor(rng.uniform(-0.3, 0.3, (2, 16, 80)), dtype=torch.float32)
+    dout = torch.linspace(-1, 1, 2 * 63 * 2 * 9, dtype=torch.float64).reshape(2, 63, 2, 9)
+
+    def run(cast):
+        leaves = [cast(x).requires_grad_() for x in (q, k, v)]
+        proj = [None if x is None else (x.double() if cast(q).dtype == torch.float64 else x.clone()).requires_grad_()
+                for x in (E, F)]
+        out = lt.linformer_attention(*leaves, proj[0], proj[1], layout="bnhd")
+        out.backward(dout.to(out.dtype))
+        return out.detach(), [x.grad for x in leaves], [None if x is None else x.grad for x in proj]
+
+    out, grads, pgrads = run(lambda x: x.clone())
+    o32, g32, p32 = run(lambda x: x.detach().float())
+    o64, g64, p64 = run(lambda x: x.detach().double())
+    assert out.dtype == dtype and all(g.dtype == dtype for g in grads)
+    assert pgrads[0].dtype == torch.float32 and (shared or pgrads[1].dtype == torch.float32)
+    _criterion("out", out, o32, o64.numpy(), dtype)
+    for name, a, b, c in zip(("dq", "dk", "dv"), grads, g32, g64):
+        _criterion(name, a, b, c.numpy(), dtype)
+    # The projections' gradients stay float32: compare with the float32 call's within half's precision.
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    for a, c in zip(pgrads, p64):
+        if a is not None:
+            assert _rel(a.numpy(), c.numpy()) < tol
+
+
+def test_numpy_float16_linformer():
+    q, k, v = (x.numpy() for x in _inputs(torch.float16, (1, 33, 2, 8), nk=40, e=8, seed=6))
+    E = np.random.default_rng(7).uniform(-0.3, 0.3, (2, 8, 40)).astype(np.float32)
+    out = linattn.linformer_attention(q, k, v, E)
+    assert out.dtype == np.float16 and out.shape == (1, 33, 2, 8)
+    want = linattn.reference.linformer_attention(*(x.astype(np.float64) for x in (q, k, v)), E.astype(np.float64))
+    base = linattn.linformer_attention(*(x.astype(np.float32) for x in (q, k, v)), E)
+    assert _rel(out, want) <= 2 * _rel(base.astype(np.float16), want)
+    dq, dk, dv, dE, dF = linattn.linformer_attention_backward(q, k, v, E, None, np.ones_like(out))
+    assert all(g.dtype == np.float16 for g in (dq, dk, dv)) and dE.dtype == np.float32 and dF is None
+    with pytest.raises(TypeError, match="E: expected float32"):
+        linattn.linformer_attention(q, k, v, E.astype(np.float16))
+
+
 def test_mixed_dtypes_are_refused():
     q, k, v = (x.numpy() for x in _inputs(torch.float16, (1, 3, 1, 4), nk=3, e=4))
     with pytest.raises(TypeError, match="k: expected float16"):
