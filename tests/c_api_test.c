@@ -592,53 +592,26 @@ static linattn_tensor bf16_tensor(unsigned short* bits, int n, int x) {
   return t;
 }
 
-/* RetNet's decode step on a bf16 state follows the f32 state's outputs to bf16's precision, as the linear
- * step does. */
-static void test_bf16_decayed_state(const float* q, const float* k, const float* v) {
-  linattn_state *s32 = NULL, *s16 = NULL;
-  linattn_decay_options o;
-  float out32[B * H * E], out16[B * H * E];
-  double worst = 0, scale = 0;
-  int t, i;
-  linattn_decay_options_init(&o);
-  o.decay = LINATTN_DECAY_RETENTION;
-  OK(linattn_state_create(B, H, D, E, "retention", &s32));
-  OK(linattn_state_create_dtype(B, H, D, E, "retention", LINATTN_BF16, &s16));
-  for (t = 0; t < T; ++t) {
-    linattn_tensor tq = linattn_tensor_bnhd((float*)q + t * H * D, B, 1, H, D),
-                   tk = linattn_tensor_bnhd((float*)k + t * H * D, B, 1, H, D),
-                   tv = linattn_tensor_bnhd((float*)v + t * H * E, B, 1, H, E),
-                   t32 = linattn_tensor_bnhd(out32, B, 1, H, E), t16 = linattn_tensor_bnhd(out16, B, 1, H, E);
-    tq.stride[0] = tk.stride[0] = T * H * D;
-    tv.stride[0] = T * H * E;
-    OK(linattn_decayed_step(&t32, &tq, &tk, &tv, NULL, s32, &o));
-    OK(linattn_decayed_step(&t16, &tq, &tk, &tv, NULL, s16, &o));
-    for (i = 0; i < B * H * E; ++i) {
-      const double d = fabs((double)out16[i] - out32[i]);
-      worst = d > worst ? d : worst;
-      scale = fabs(out32[i]) > scale ? fabs(out32[i]) : scale;
-    }
-  }
-  CHECK(scale > 0.05 && worst <= 0.02 * scale,
-        "bf16 retention state steps: worst difference %g against outputs up to %g", worst, scale);
-  linattn_state_free(s32);
-  linattn_state_free(s16);
+/* One decode step of a state, whatever its recurrence (options: that operator's, or NULL). */
+typedef linattn_status (*state_step)(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                     const linattn_tensor* v, linattn_state* state, const void* options);
+static linattn_status linear_step(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                  const linattn_tensor* v, linattn_state* state, const void* options) {
+  (void)options;
+  return linattn_recurrent_step(out, q, k, v, state, NULL);
+}
+static linattn_status retention_step(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                     const linattn_tensor* v, linattn_state* state, const void* options) {
+  return linattn_decayed_step(out, q, k, v, NULL, state, (const linattn_decay_options*)options);
 }
 
-/* A bf16 state (linattn_state_create_dtype): recurrent steps over q, k, v (f32, [B, T, H, *]) follow the
- * f32 state's outputs to bf16's precision, the state reports and keeps its dtype through save and load,
- * and an f16 state is refused. */
-static void test_bf16_state(const float* q, const float* k, const float* v) {
-  linattn_state *s32 = NULL, *s16 = NULL, *loaded = NULL, *refused = NULL;
+/* Steps over q, k, v (f32, [B, T, H, *]) on an f32 state and on a bf16 one: the bf16 state's outputs follow
+ * the f32 state's to bf16's precision (2% of the largest output). */
+static void expect_bf16_steps_follow_f32(const char* what, state_step step, const void* options, linattn_state* s32,
+                                         linattn_state* s16, const float* q, const float* k, const float* v) {
   float out32[B * H * E], out16[B * H * E];
   double worst = 0, scale = 0;
-  int32_t dtype = -1;
   int t, i;
-  float* S = (float*)1;
-  int64_t S_size = -1;
-  const char* path = "c_api_test_bf16_state.bin";
-  OK(linattn_state_create(B, H, D, E, "elu", &s32));
-  OK(linattn_state_create_dtype(B, H, D, E, "elu", LINATTN_BF16, &s16));
   for (t = 0; t < T; ++t) {
     /* Token t of every batch and head: rows of [B, T, H, *] with the batch stride of the whole sequence. */
     linattn_tensor tq = linattn_tensor_bnhd((float*)q + t * H * D, B, 1, H, D),
@@ -647,16 +620,41 @@ static void test_bf16_state(const float* q, const float* k, const float* v) {
                    t32 = linattn_tensor_bnhd(out32, B, 1, H, E), t16 = linattn_tensor_bnhd(out16, B, 1, H, E);
     tq.stride[0] = tk.stride[0] = T * H * D;
     tv.stride[0] = T * H * E;
-    OK(linattn_recurrent_step(&t32, &tq, &tk, &tv, s32, NULL));
-    OK(linattn_recurrent_step(&t16, &tq, &tk, &tv, s16, NULL));
+    OK(step(&t32, &tq, &tk, &tv, s32, options));
+    OK(step(&t16, &tq, &tk, &tv, s16, options));
     for (i = 0; i < B * H * E; ++i) {
       const double d = fabs((double)out16[i] - out32[i]);
       worst = d > worst ? d : worst;
       scale = fabs(out32[i]) > scale ? fabs(out32[i]) : scale;
     }
   }
-  CHECK(scale > 0.05 && worst <= 0.02 * scale, "bf16 state steps: worst difference %g against outputs up to %g", worst,
-        scale);
+  CHECK(scale > 0.05 && worst <= 0.02 * scale, "%s: worst difference %g against outputs up to %g", what, worst, scale);
+}
+
+/* RetNet's decode step on a bf16 state, as the linear step's. */
+static void test_bf16_decayed_state(const float* q, const float* k, const float* v) {
+  linattn_state *s32 = NULL, *s16 = NULL;
+  linattn_decay_options o;
+  linattn_decay_options_init(&o);
+  o.decay = LINATTN_DECAY_RETENTION;
+  OK(linattn_state_create(B, H, D, E, "retention", &s32));
+  OK(linattn_state_create_dtype(B, H, D, E, "retention", LINATTN_BF16, &s16));
+  expect_bf16_steps_follow_f32("bf16 retention state steps", retention_step, &o, s32, s16, q, k, v);
+  linattn_state_free(s32);
+  linattn_state_free(s16);
+}
+
+/* A bf16 state (linattn_state_create_dtype): recurrent steps follow the f32 state's outputs to bf16's
+ * precision, the state reports and keeps its dtype through save and load, and an f16 state is refused. */
+static void test_bf16_state(const float* q, const float* k, const float* v) {
+  linattn_state *s32 = NULL, *s16 = NULL, *loaded = NULL, *refused = NULL;
+  int32_t dtype = -1;
+  float* S = (float*)1;
+  int64_t S_size = -1;
+  const char* path = "c_api_test_bf16_state.bin";
+  OK(linattn_state_create(B, H, D, E, "elu", &s32));
+  OK(linattn_state_create_dtype(B, H, D, E, "elu", LINATTN_BF16, &s16));
+  expect_bf16_steps_follow_f32("bf16 state steps", linear_step, NULL, s32, s16, q, k, v);
   test_bf16_decayed_state(q, k, v);
   OK(linattn_state_dtype(s16, &dtype));
   CHECK(dtype == LINATTN_BF16, "bf16 state reports dtype %d", (int)dtype);
