@@ -1,5 +1,6 @@
 // The machine's own ceilings, measured in the same run as the operators: the fp32 FMA peak (Highway,
-// runtime dispatch) and the stream-triad memory bandwidth, each for 1 and 2 threads.
+// runtime dispatch), the bf16 dot-product peak (x86 with AVX512_BF16) and the stream-triad memory
+// bandwidth, each for 1 and 2 threads.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "peak_bench.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -47,6 +48,10 @@ HWY_AFTER_NAMESPACE();
 #include <cstdint>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace linattn::bench {
 HWY_EXPORT(FmaChains);
 HWY_EXPORT(FmaTarget);
@@ -84,6 +89,44 @@ void BM_FmaPeakAvx2(benchmark::State& state) {
   state.counters["threads"] = 1;
 }
 BENCHMARK(BM_FmaPeakAvx2)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// 12 independent chains of AVX512_BF16's vdpbf16ps (two bf16 products into each fp32 lane: 64 flops):
+// the ceiling of a bf16 kernel built on it, beside BM_FmaPeak (docs/half-precision.md: on the Xeon of
+// the measurement it runs at half the fp32 FMA's rate, so linattn's bf16 tiles multiply in fp32).
+__attribute__((target("avx512f,avx512bf16"))) float DotBf16Chains(int64_t iterations, double* flops) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
+  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1, 1): acc grows by 2 a step, exactly
+  for (int64_t s = 0; s < iterations; ++s) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, x);
+    __asm__ volatile("" : "+v"(x));  // the operand stays opaque, so the chains stay
+  }
+  *flops = double(iterations) * 12 * 64;
+  for (int i = 1; i < 12; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  return _mm512_reduce_add_ps(acc[0]);
+}
+
+void BM_Bf16DotPeak(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512bf16")) return state.SkipWithError("no AVX512_BF16");
+  const int threads = int(state.range(0));
+  double flops = 0;
+  for (auto _ : state) {
+    double total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      double f = 0;
+      benchmark::DoNotOptimize(DotBf16Chains(int64_t(1) << 21, &f));
+      total += f;
+    }
+    flops = total;
+  }
+  state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = threads;
+}
+BENCHMARK(BM_Bf16DotPeak)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
 
 // Stream triad a = b + s·c over arrays far larger than the caches (3 × 64 MiB). Bytes counted as in

@@ -336,6 +336,62 @@ TYPED_TEST(HalfOps, LinearCausalFavorRandomFourier) {
   linear_case<H>(this->rng, s, fourier, "random_fourier");
 }
 
+// The non-causal forward reads half tiles in place (src/ops/linear/linear_half_tiles.cpp): awkward
+// shapes (odd D and E, E past 64, tiles that do not divide N, one token), a head dim of stride 2, key
+// lengths, no normaliser, the built-in maps and FAVOR+, each against the fp64 oracle under the
+// criterion.
+template <class T>
+View4<T> every_other_element(View4<T> x) {
+  x.extent[3] /= 2;
+  x.stride[3] *= 2;
+  return x;
+}
+
+template <class H>
+void linear_forward_case(std::mt19937_64& rng, const AttnShape& s, const LinearAttentionOptions& o, const char* map,
+                         bool strided_head_dim = false) {
+  const int64_t widen = strided_head_dim ? 2 : 1;
+  auto q = operand<H>({s.B, s.Nq, s.H, widen * s.D}, s.layout, rng),
+       k = operand<H>({s.B, s.Nk, s.H, widen * s.D}, s.layout, rng),
+       v = operand<H>({s.B, s.Nk, s.H, widen * s.E}, s.layout, rng);
+  auto out = result<H>({s.B, s.Nq, s.H, widen * s.E}, s.layout);
+  if (strided_head_dim)
+    for (auto* x : {&q.f.view, &k.f.view, &v.f.view, &out.f.view}) *x = every_other_element(*x);
+  if (strided_head_dim)
+    for (auto* x : {&q.h.view, &k.h.view, &v.h.view, &out.h.view}) *x = every_other_element(*x);
+  linear_attention_forward(out.f.view, q.f32(), k.f32(), v.f32(), o);
+  linear_attention_forward(out.h.view, q.half(), k.half(), v.half(), o);
+  expect_criterion<H>(name((std::string(map) + (strided_head_dim ? " stride-2 forward" : " forward")).c_str(), s), out,
+                      reference::linear_attention_forward(oracle(q), oracle(k), oracle(v), o));
+}
+
+TYPED_TEST(HalfOps, LinearForwardTiles) {
+  using H = TypeParam;
+  LinearAttentionOptions elu;
+  for (const AttnShape s : {AttnShape{2, 63, 63, 2, 17, 9, Layout::bnhd, false},
+                            {1, 97, 65, 3, 8, 80, Layout::bhnd, false},
+                            {1, 1, 1, 1, 5, 3, Layout::padded, false},
+                            {1, 65, 130, 2, 64, 130, Layout::padded, false},
+                            {3, 129, 200, 1, 33, 64, Layout::bhnd, false},
+                            {1, 200, 300, 2, 2, 64, Layout::bhnd, false}})
+    linear_forward_case<H>(this->rng, s, elu, "tiles elu");
+  const AttnShape s{2, 70, 150, 2, 16, 16, Layout::bnhd, false};
+  linear_forward_case<H>(this->rng, s, elu, "tiles elu", true);
+  LinearAttentionOptions relu;
+  relu.feature_map = relu_feature_map();
+  const std::vector<int64_t> lengths = {150, 37};
+  relu.key_lengths = lengths;
+  relu.normalize = false;
+  linear_forward_case<H>(this->rng, s, relu, "tiles relu lengths");
+  LinearAttentionOptions identity;
+  identity.feature_map = identity_feature_map();
+  identity.normalize = false;
+  linear_forward_case<H>(this->rng, {1, 33, 97, 2, 7, 20, Layout::padded, false}, identity, "tiles identity");
+  LinearAttentionOptions favor;
+  favor.feature_map = favor_feature_map(16, {.n_features = 37, .seed = 4});
+  linear_forward_case<H>(this->rng, {1, 65, 65, 2, 16, 16, Layout::bhnd, false}, favor, "tiles favor");
+}
+
 // The recurrent step over a sequence, with an fp32 state and with a bf16 state; the baseline steps
 // the fp32 operator on the rounded inputs and (for the bf16 state) rounds S after every step.
 TYPED_TEST(HalfOps, RecurrentStep) {

@@ -59,7 +59,11 @@ TEST(LinearNumerics, LargePositiveInputsAreLinear) {
     auto in = testing::random_inputs(c, Layout::padded, rng, 90.0f, 100.0f);
     LinearAttentionOptions options;
     options.causal = causal;
-    testing::expect_matches_oracle(in, options, Layout::padded, rng, kBound, kBound);
+    // The backward's dq does cancel here: with every φ ≈ 96, dφ(q) = P / den − z (φ(q)·P) / den² is a
+    // difference of nearly equal terms. Measured: ≤ 3e-6 on the vector targets, 1.08e-5 on Highway's
+    // SCALAR target (riscv64 under qemu, one fp32 chain per sum).
+    constexpr double kCancellingBound = 3e-5;
+    testing::expect_matches_oracle(in, options, Layout::padded, rng, kBound, kCancellingBound);
   }
 }
 

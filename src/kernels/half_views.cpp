@@ -130,6 +130,12 @@ ConstTensorView HalfCall<H>::in_place(const char* name, View4<const H> x) {
 }
 
 template <HalfType H>
+void HalfCall<H>::out_in_place(const char* name, View4<H> y) {
+  detail::check_view(op_, name, shape_view(y));
+  outputs_.push_back(boundary::region(name, y));
+}
+
+template <HalfType H>
 TensorView HalfCall<H>::out(const char* name, View4<H> y) {
   if (!y.data) return {};
   detail::check_view(op_, name, shape_view(y));

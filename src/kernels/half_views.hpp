@@ -45,6 +45,8 @@ class HalfCall {
   TensorView out(const char* name, View4<H> y);
   // An input the operator reads in place as H: checked and registered, not copied (returns {}).
   ConstTensorView in_place(const char* name, View4<const H> x);
+  // An output the operator writes in place as H: checked and registered, no copy, nothing to store.
+  void out_in_place(const char* name, View4<H> y);
   // Registers fp32 outputs and inputs (lse, states) that the fp32 operator writes or reads in place.
   void out_region(boundary::Region r) { outputs_.push_back(r); }
   void in_region(boundary::Region r) { inputs_.push_back(r); }

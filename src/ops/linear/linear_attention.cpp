@@ -4,8 +4,8 @@
 // into an initial state, or gives 0 to the rows that see no key.
 #include <algorithm>
 
-#include "ops/linear/linear_common.hpp"
 #include "core/validate.hpp"
+#include "ops/linear/linear_common.hpp"
 
 namespace linattn {
 namespace detail {

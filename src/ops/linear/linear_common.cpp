@@ -55,12 +55,18 @@ struct Regions {
 
 }  // namespace
 
+LinearProblem check_linear_forward_shapes(const char* op, ConstTensorView out, ConstTensorView q, ConstTensorView k,
+                                          ConstTensorView v, const LinearAttentionOptions& o) {
+  LinearProblem p = check_inputs(op, q, k, v, o);
+  check_output_shape(op, "out", out, q, v);
+  return p;
+}
+
 LinearProblem check_linear_forward(const char* op, ConstTensorView out, ConstTensorView q, ConstTensorView k,
                                    ConstTensorView v, const LinearAttentionOptions& o,
                                    std::span<const boundary::Region> state_outputs,
                                    std::span<const boundary::Region> state_inputs) {
-  LinearProblem p = check_inputs(op, q, k, v, o);
-  check_output_shape(op, "out", out, q, v);
+  LinearProblem p = check_linear_forward_shapes(op, out, q, k, v, o);
   check_outputs(op, Regions<3>{region("out", out)}.plus(state_outputs),
                 Regions<5>{region("q", q), region("k", k), region("v", v)}.plus(state_inputs));
   return p;
@@ -247,41 +253,31 @@ kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool fo
 }
 
 void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const LinearProblem& p) {
-  const int64_t Nk = k.seq(), blocks = reduction_blocks(p.B, Nk);
-  Partials partial_S(p.B, blocks, p.H, p.M * p.Ep), partial_z(p.B, blocks, p.H, p.Mp);
-#pragma omp parallel
-  {
-    FeatureScratch w(p, kTile);
-    std::vector<float> phi(size_t(kTile * p.Mp)), val(size_t(kTile * p.Ep));
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < p.B * blocks; ++item) {
-      const int64_t b = item / blocks, blk = item % blocks;
-      const TileWalk walk{p.H, block_begin(blk, blocks, Nk), std::min(block_begin(blk + 1, blocks, Nk), p.lengths[b]),
-                          heads_outer(k)};
-      for (int64_t t = 0; t < walk.count(); ++t) {
+  struct Scratch {
+    FeatureScratch w;
+    std::vector<float> phi, val;
+  };
+  for_each_key_tile(
+      state, k, p,
+      [&] {
+        return Scratch{FeatureScratch(p, kTile), std::vector<float>(size_t(kTile * p.Mp)),
+                       std::vector<float>(size_t(kTile * p.Ep))};
+      },
+      [&](Scratch& w, float* S, float* z, const TileWalk& walk, int64_t b, int64_t t) {
         const int64_t h = walk.head(t), j = walk.token(t), n = walk.rows(t);
-        float* S = blk == 0 ? state.S_of(b * p.H + h) : partial_S.at(b, blk, h);
-        float* z = blk == 0 ? state.z_of(b * p.H + h) : partial_z.at(b, blk, h);
         // φ(K) of the tile, and z += Σ_j φ(k_j)
-        load_features(phi.data(), w, p, FeatureRole::key, head_rows(k, b, h), j, n, n, {.sum = z});
+        load_features(w.phi.data(), w.w, p, FeatureRole::key, head_rows(k, b, h), j, n, n, {.sum = z});
         const float* V = head_rows(v, b, h).at(j);
         int64_t ldv = v.stride[1];
         if (!rows_in_place(v)) {
-          kernels::pack_rows({val.data(), p.Ep, n, p.E}, head_rows(v, b, h), j, n);
-          V = val.data(), ldv = p.Ep;
+          kernels::pack_rows({w.val.data(), p.Ep, n, p.E}, head_rows(v, b, h), j, n);
+          V = w.val.data(), ldv = p.Ep;
         }
         // S += φ(K)ᵀ V, while the next tile's k and v rows are fetched.
         const kernels::RowsAhead next = rows_ahead(walk, k, v, false, b, t);
-        kernels::gemm({S, p.Ep, p.M, p.Ep}, {phi.data(), 1, p.Mp}, {V, ldv, n, p.Ep},
+        kernels::gemm({S, p.Ep, p.M, p.Ep}, {w.phi.data(), 1, p.Mp}, {V, ldv, n, p.Ep},
                       {.accumulate = true, .ahead = &next});
-      }
-    }
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
-      partial_S.add_to(state.S_of(bh), bh / p.H, bh % p.H);
-      partial_z.add_to(state.z_of(bh), bh / p.H, bh % p.H);
-    }
-  }
+      });
 }
 
 void sum_keys_backward(TensorView dk, TensorView dv, ConstTensorView k, ConstTensorView v, const PackedState& grad,

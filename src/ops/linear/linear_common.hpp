@@ -52,6 +52,10 @@ LinearProblem check_linear_forward(const char* op, ConstTensorView out, ConstTen
                                    ConstTensorView v, const LinearAttentionOptions& options,
                                    std::span<const boundary::Region> state_outputs = {},
                                    std::span<const boundary::Region> state_inputs = {});
+// The same checks but the aliasing rule, for callers that check it on views of another element type
+// (the bf16 drivers: shape-only float views of half tensors, kernels::shape_view).
+LinearProblem check_linear_forward_shapes(const char* op, ConstTensorView out, ConstTensorView q, ConstTensorView k,
+                                          ConstTensorView v, const LinearAttentionOptions& options);
 // The same for a backward: dq, dk, dv shaped like q, k, v, and outputs dq, dk, dv and state_outputs
 // against dout, q, k, v and state_inputs.
 LinearProblem check_linear_backward(const char* op, ConstTensorView dq, ConstTensorView dk, ConstTensorView dv,
@@ -185,6 +189,37 @@ inline float normaliser_backward(float* P, const float* phi_q, const float* z, f
   const float inv = 1.0f / den, dden = -pdot * inv * inv;
   for (int64_t m = 0; m < M; ++m) P[m] = P[m] * inv + dden * z[m];
   return dden;
+}
+
+// The reduction of sum_keys over the key tiles of k (any element type): tile(scratch, S, z, walk, b, t)
+// adds item t of walk (batch b; keys walk.token(t) + [0, walk.rows(t)) of head walk.head(t)) into S and
+// z, on one OpenMP thread with its scratch (make_scratch(), once per thread). Each batch's keys below
+// lengths[b] are split into reduction_blocks(B, Nk) blocks; block 0 sums into state, the others into
+// partials added to it in block order afterwards, so the result does not depend on the thread count.
+template <class T, class MakeScratch, class AddTile>
+void for_each_key_tile(PackedState& state, View4<T> k, const LinearProblem& p, MakeScratch make_scratch, AddTile tile) {
+  const int64_t Nk = k.seq(), blocks = reduction_blocks(p.B, Nk);
+  Partials partial_S(p.B, blocks, p.H, p.M * p.Ep), partial_z(p.B, blocks, p.H, p.Mp);
+#pragma omp parallel
+  {
+    auto scratch = make_scratch();
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < p.B * blocks; ++item) {
+      const int64_t b = item / blocks, blk = item % blocks;
+      const TileWalk walk{p.H, block_begin(blk, blocks, Nk), std::min(block_begin(blk + 1, blocks, Nk), p.lengths[b]),
+                          heads_outer(k)};
+      for (int64_t t = 0; t < walk.count(); ++t) {
+        const int64_t h = walk.head(t);
+        tile(scratch, blk == 0 ? state.S_of(b * p.H + h) : partial_S.at(b, blk, h),
+             blk == 0 ? state.z_of(b * p.H + h) : partial_z.at(b, blk, h), walk, b, t);
+      }
+    }
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+      partial_S.add_to(state.S_of(bh), bh / p.H, bh % p.H);
+      partial_z.add_to(state.z_of(bh), bh / p.H, bh % p.H);
+    }
+  }
 }
 
 // Non-causal passes, also used for the prefix of a causal cross-attention.

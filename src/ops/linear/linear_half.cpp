@@ -1,8 +1,9 @@
 // The linear family over bf16/f16 tensors (linattn/half_attention.hpp), through the shared
-// conversion layer (kernels/half_views.hpp); recurrent_step reads a bf16 state natively
-// (recurrent_step.cpp).
+// conversion layer (kernels/half_views.hpp), except the non-causal forward, which reads its tiles in
+// place (linear_half_tiles.cpp); recurrent_step reads a bf16 state natively (recurrent_step.cpp).
 #include "kernels/half_views.hpp"
 #include "linattn/half_attention.hpp"
+#include "ops/linear/linear_half_tiles.hpp"
 
 namespace linattn {
 namespace {
@@ -13,7 +14,18 @@ using boundary::region;
 template <HalfType H>
 void linear_attention_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v,
                               const LinearAttentionOptions& options) {
-  kernels::HalfCall<H> c("linear_attention_forward");
+  const char* op = "linear_attention_forward";
+  if (!options.causal) {  // read in place, tile by tile
+    kernels::HalfCall<H> c(op);
+    c.in_place("q", q), c.in_place("k", k), c.in_place("v", v), c.out_in_place("out", out);
+    c.check();
+    using kernels::shape_view;
+    const detail::LinearProblem p =
+        detail::check_linear_forward_shapes(op, shape_view(out), shape_view(q), shape_view(k), shape_view(v), options);
+    detail::linear_forward_half_tiles(out, q, k, v, p);
+    return;
+  }
+  kernels::HalfCall<H> c(op);
   const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v);
   const TensorView out32 = c.out("out", out);
   c.check();
