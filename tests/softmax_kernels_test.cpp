@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/gemm.hpp"
@@ -217,6 +218,52 @@ TEST(SoftmaxDecodeScores, MatchesPlainSums) {
       }
     }
   }
+}
+
+// Decoding values, v read in bf16 / f16 where it lies: the same bits as kernels::gemm on the widened
+// copy (o += p v, each row over its own visible keys), and columns past cols untouched; v past each
+// row's visible keys and past cols holds NaN (never read).
+template <class H>
+void expect_decode_values_match_gemm(std::mt19937_64& rng) {
+  for (int64_t cols : {1, 15, 16, 59, 64, 130}) {
+    for (int64_t rows : {1, 3, 16}) {
+      const int64_t count = 61, ldp = 64, ldo = (cols + 15) / 16 * 16, v_stride = cols + 7;
+      const std::vector<float> p = uniform(size_t(rows * ldp), rng), v32 = uniform(size_t(count * v_stride), rng);
+      std::vector<int32_t> key_end(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) key_end[size_t(r)] = int32_t(count - 3 * r % count);
+      std::vector<H> v(v32.size());
+      std::vector<float> widened(size_t(count * ldo), 0.0f);
+      for (int64_t j = 0; j < count; ++j)
+        for (int64_t e = 0; e < v_stride; ++e) {
+          const float x = e < cols ? v32[size_t(j * v_stride + e)] : kNaN;
+          if constexpr (std::is_same_v<H, bf16>)
+            v[size_t(j * v_stride + e)] = to_bf16(x);
+          else
+            v[size_t(j * v_stride + e)] = to_f16(x);
+          if (e < cols) widened[size_t(j * ldo + e)] = to_float(v[size_t(j * v_stride + e)]);
+        }
+      const std::vector<float> o0 = uniform(size_t(rows * ldo), rng);
+      std::vector<float> want = o0, got = o0;
+      gemm({want.data(), ldo, rows, ldo}, {p.data(), ldp, 1}, {widened.data(), ldo, count, ldo},
+           {.accumulate = true, .k_end = key_end.data()});
+      softmax_decode_values(got.data(), ldo, p.data(), ldp, key_end.data(), rows, v.data(), v_stride, cols);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t e = 0; e < ldo; ++e) {
+          const size_t i = size_t(r * ldo + e);
+          EXPECT_EQ(got[i], e < cols ? want[i] : o0[i]) << "cols " << cols << " row " << r << " col " << e;
+        }
+    }
+  }
+}
+
+TEST(SoftmaxDecodeValues, Bf16MatchesGemmOnTheWidenedCopy) {
+  std::mt19937_64 rng(7);
+  expect_decode_values_match_gemm<bf16>(rng);
+}
+
+TEST(SoftmaxDecodeValues, F16MatchesGemmOnTheWidenedCopy) {
+  std::mt19937_64 rng(8);
+  expect_decode_values_match_gemm<f16>(rng);
 }
 
 }  // namespace

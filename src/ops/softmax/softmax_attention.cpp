@@ -280,7 +280,10 @@ void decode_chunk(float* partial, ConstTensorView q, View4<const T> k, View4<con
       for (int64_t r = 0; r < rows; ++r) w.key_end[r] = int32_t(std::clamp(p.key_end(b, r) - j0, int64_t(0), count));
       // s[r, j] = Σ_d qs[r, d] · k(b, j0 + j, h, d), over the tile's real keys only
       if (k_rows) {
-        kernels::softmax_decode_scores(w.s, kTileK, w.qs, p.Dp, rows, k.row(b, j0, h), k.stride[1], count, p.D);
+        // the tile's value rows arrive while its scores are formed (they are read right after)
+        const kernels::DecodeAhead values{v.row(b, j0, h), v.stride[1] * int64_t(sizeof(T)),
+                                          ((v.dim() - 1) * v.stride[3] + 1) * int64_t(sizeof(T))};
+        kernels::softmax_decode_scores(w.s, kTileK, w.qs, p.Dp, rows, k.row(b, j0, h), k.stride[1], count, p.D, values);
       } else if constexpr (fp32) {
         kernels::gemm({w.st, kDecodeRows, count, kDecodeRows}, {k.row(b, j0, h), k.stride[1], k.stride[3]},
                       {w.qt, kDecodeRows, p.D, kDecodeRows});
@@ -289,7 +292,15 @@ void decode_chunk(float* partial, ConstTensorView q, View4<const T> k, View4<con
       }
       for (int64_t r = 0; r < rows; ++r) std::fill(w.s + r * kTileK + count, w.s + (r + 1) * kTileK, 0.0f);
       kernels::softmax_forward_tile(w.s, kTileK, w.o, p.Ep, w.row_max, w.row_sum, w.key_end, rows, kTileK, p.Ep);
-      // o += p v, over each row's visible keys only
+      // o += p v, over each row's visible keys only; half values with a contiguous head dim straight
+      // from the cache (the chain of kernels::gemm, so the same bits as through a packed copy)
+      if constexpr (!fp32) {
+        if (v.stride[3] == 1) {
+          kernels::softmax_decode_values(w.o, p.Ep, w.s, kTileK, w.key_end, rows, v.row(b, j0, h), v.stride[1],
+                                         v.dim());
+          continue;
+        }
+      }
       const float* vt = w.vp;
       int64_t ldv = p.Ep;
       if constexpr (fp32) {
