@@ -29,6 +29,12 @@ void pack_rows(Tile dst, HeadRows<const float> src, int64_t n0, int64_t valid, f
 template <HalfType H>
 void pack_rows(Tile dst, HeadRows<const H> src, int64_t n0, int64_t valid, float factor) {
   valid = std::clamp<int64_t>(valid, 0, dst.rows);
+  if (src.col == 1 && src.row == dst.cols && dst.ld == dst.cols && factor == 1.0f) {  // one stretch both sides
+    const size_t n = size_t(valid * dst.cols);
+    convert(std::span<float>(dst.data, n), std::span<const H>(src.at(n0), n));
+    std::fill(dst.row(valid), dst.row(dst.rows), 0.0f);
+    return;
+  }
   std::vector<H> gathered(src.col == 1 ? 0 : size_t(dst.cols));
   for (int64_t r = 0; r < valid; ++r) {
     const H* in = src.at(n0 + r);
@@ -46,6 +52,23 @@ void pack_rows(Tile dst, HeadRows<const H> src, int64_t n0, int64_t valid, float
 }
 template void pack_rows<bf16>(Tile, HeadRows<const bf16>, int64_t, int64_t, float);
 template void pack_rows<f16>(Tile, HeadRows<const f16>, int64_t, int64_t, float);
+
+template <HalfType H>
+void unpack_rows(HeadRows<H> dst, int64_t n0, ConstTile src) {
+  std::vector<H> rounded(dst.col == 1 ? 0 : size_t(src.cols));
+  for (int64_t r = 0; r < src.rows; ++r) {
+    H* out = dst.at(n0 + r);
+    const std::span<const float> in(src.row(r), size_t(src.cols));
+    if (dst.col == 1) {
+      convert(std::span<H>(out, size_t(src.cols)), in);
+    } else {  // round the row, then scatter it
+      convert(std::span<H>(rounded), in);
+      for (int64_t c = 0; c < src.cols; ++c) out[c * dst.col] = rounded[size_t(c)];
+    }
+  }
+}
+template void unpack_rows<bf16>(HeadRows<bf16>, int64_t, ConstTile);
+template void unpack_rows<f16>(HeadRows<f16>, int64_t, ConstTile);
 
 void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0) {
   for (int64_t c = 0; c < dst.rows; ++c) std::fill(dst.row(c) + dst.cols, dst.row(c) + dst.ld, 0.0f);

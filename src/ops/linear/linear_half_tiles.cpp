@@ -14,29 +14,10 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <span>
-#include <type_traits>
 #include <vector>
 
 namespace linattn::detail {
 namespace {
-
-// dst: [n, D] fp32 (row pitch ld) = rows [n0, n0 + n) of x, widened.
-template <HalfType T>
-void widen_rows(float* dst, int64_t ld, HeadRows<const T> x, int64_t n0, int64_t n, int64_t D) {
-  if (x.col == 1 && x.row == D && ld == D) {  // one stretch ([B, H, N, D] storage)
-    convert(std::span<float>(dst, size_t(n * D)), std::span<const T>(x.at(n0), size_t(n * D)));
-    return;
-  }
-  for (int64_t r = 0; r < n; ++r) {
-    const T* row = x.at(n0 + r);
-    if (x.col == 1) {
-      convert(std::span<float>(dst + r * ld, size_t(D)), std::span<const T>(row, size_t(D)));
-    } else {
-      for (int64_t d = 0; d < D; ++d) dst[r * ld + d] = to_float(row[d * x.col]);
-    }
-  }
-}
 
 // What a GEMM on item t of walk prefetches: the next item's rows of x and of y (written when
 // y_written), half rows given to the prefetcher as the floats that cover their bytes.
@@ -58,24 +39,6 @@ kernels::RowsAhead next_rows(const TileWalk& walk, View4<T> x, View4<U> y, bool 
   return a;
 }
 
-// Rows [n0, n0 + n) of y = src ([n, E] fp32, row pitch ld), rounded to nearest even.
-template <HalfType T>
-void narrow_rows(HeadRows<T> y, int64_t n0, const float* src, int64_t ld, int64_t n, int64_t E) {
-  for (int64_t r = 0; r < n; ++r) {
-    T* row = y.at(n0 + r);
-    if (y.col == 1) {
-      convert(std::span<T>(row, size_t(E)), std::span<const float>(src + r * ld, size_t(E)));
-    } else {
-      for (int64_t e = 0; e < E; ++e) {
-        if constexpr (std::is_same_v<T, bf16>)
-          row[e * y.col] = to_bf16(src[r * ld + e]);
-        else
-          row[e * y.col] = to_f16(src[r * ld + e]);
-      }
-    }
-  }
-}
-
 // One thread's tiles: the rows widened, φ, the values widened. The pad columns stay 0.
 struct Scratch {
   FeatureScratch features;
@@ -93,7 +56,7 @@ struct Scratch {
   template <HalfType T>
   void features_of(const LinearProblem& p, FeatureRole role, HeadRows<const T> rows, int64_t n0, int64_t n,
                    const FeatureSums& sums) {
-    widen_rows(x.data(), p.D, rows, n0, n, p.D);
+    kernels::pack_rows({x.data(), p.D, n, p.D}, rows, n0, n);
     load_features(phi.data(), features, p, role, {x.data(), p.D, 1}, 0, n, n, sums);
   }
 };
@@ -107,7 +70,7 @@ void sum_keys_half(PackedState& state, View4<const T> k, View4<const T> v, const
         const int64_t h = walk.head(t), j = walk.token(t), n = walk.rows(t);
         // φ(K) of the tile, z += Σ_j φ(k_j), then S += φ(K)ᵀ V while the next tile's rows arrive.
         w.features_of(p, FeatureRole::key, head_rows(k, b, h), j, n, {.sum = z});
-        widen_rows(w.val.data(), p.Ep, head_rows(v, b, h), j, n, p.E);
+        kernels::pack_rows({w.val.data(), p.Ep, n, p.E}, head_rows(v, b, h), j, n);
         const kernels::RowsAhead next = next_rows(walk, k, v, false, b, t);
         kernels::gemm({S, p.Ep, p.M, p.Ep}, {w.phi.data(), 1, p.Mp}, {w.val.data(), p.Ep, n, p.Ep},
                       {.accumulate = true, .ahead = &next});
@@ -134,7 +97,7 @@ void queries_half(View4<T> out, View4<const T> q, const PackedState& state, cons
       const kernels::RowsAhead next = next_rows(walk, q, out, true, b, t);
       kernels::gemm({w.num.data(), p.Ep, n, p.Ep}, {w.phi.data(), p.Mp, 1}, {state.S_of(bh), p.Ep, p.M, p.Ep},
                     {.row_scale = p.normalize ? w.scale.data() : nullptr, .ahead = &next});
-      narrow_rows(head_rows(out, b, h), i, w.num.data(), p.Ep, n, p.E);
+      kernels::unpack_rows(head_rows(out, b, h), i, {w.num.data(), p.Ep, n, p.E});
     }
   }
 }
