@@ -1,5 +1,7 @@
 #include "distributed/linear_local.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -51,12 +53,59 @@ void add_rows(float* __restrict z, const float* __restrict phi, int64_t rows, in
     for (int64_t m = 0; m < M; ++m) z[m] += phi[t * M + m];
 }
 
-// [rows, cols] → [cols, rows].
-std::vector<float> transpose(const float* a, int64_t rows, int64_t cols) {
-  std::vector<float> t(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = a[r * cols + c];
+// The S part ([M, E]) of each of `count` state items, transposed: [count, E, M].
+std::vector<float> transposed_states(const float* items, int64_t count, int64_t M, int64_t E) {
+  std::vector<float> t(size_t(count * M * E));
+  for (int64_t i = 0; i < count; ++i) {
+    const float* a = items + i * state_item_floats(M, E);
+    float* ti = t.data() + i * M * E;
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t c = 0; c < E; ++c) ti[c * M + r] = a[r * E + c];
+  }
   return t;
+}
+
+// A tile of one head: tokens [t0, t0 + T) of head bh; T = 0 past the end.
+struct HeadTile {
+  int64_t bh, t0, T;
+};
+
+// Inside an OpenMP parallel region: the calling thread's contiguous share of the B·H heads, start(bh)
+// for each, then tile(this, next) over tiles of kRows tokens in order with every head of the share at
+// each tile, so that [B, n, H, D] rows are read in memory order; `next` is the tile that follows (its
+// rows are to be prefetched meanwhile). Each head's tiles run in ascending order on one thread
+// whatever the thread count, so every sum has one fixed order.
+template <class Start, class Tile>
+void sweep_share(int64_t BH, int64_t n, Start start, Tile tile) {
+  const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+  const int64_t first = BH * thread / threads, last = BH * (thread + 1) / threads;
+  for (int64_t bh = first; bh < last; ++bh) start(bh);
+  auto at = [&](int64_t bh, int64_t t0) { return HeadTile{bh, t0, std::clamp<int64_t>(n - t0, 0, kRows)}; };
+  for (int64_t t0 = 0; t0 < n; t0 += kRows)
+    for (int64_t bh = first; bh < last; ++bh) tile(at(bh, t0), bh + 1 < last ? at(bh + 1, t0) : at(first, t0 + kRows));
+}
+
+// φ of the rows of `tile` in x: phi: [T, M], the rows gathered into xs: [T, D] on the way.
+void tile_features(const FeatureMap& map, float* phi, float* xs, ConstTensorView x, int64_t H, const HeadTile& tile,
+                   FeatureRole role) {
+  gather(xs, x, tile.bh / H, tile.bh % H, tile.t0, tile.T);
+  map.forward(phi, xs, tile.T, x.dim(), role);
+}
+
+// The rows of `next` in x and y (y may be empty), for a GEMM to prefetch.
+kernels::RowsAhead rows_ahead(const HeadTile& next, int64_t H, ConstTensorView x, ConstTensorView y) {
+  kernels::RowsAhead ahead;
+  if (next.T == 0) return ahead;
+  ahead.count = next.T;
+  int region = 0;
+  for (const ConstTensorView* t : {&x, &y}) {
+    if (!t->data || t->stride[3] != 1) continue;
+    ahead.rows[region] = t->row(next.bh / H, next.t0, next.bh % H);
+    ahead.ld[region] = t->stride[1];
+    ahead.cols[region] = t->dim();
+    ++region;
+  }
+  return ahead;
 }
 
 }  // namespace
@@ -64,22 +113,21 @@ std::vector<float> transpose(const float* a, int64_t rows, int64_t cols) {
 void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView v, int64_t M, float* items) {
   const int64_t B = k.batch(), n = k.seq(), H = k.heads(), D = k.dim(), E = v.dim();
   const int64_t item = state_item_floats(M, E);
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    float* S = items + bh * item;
-    float* z = S + M * E;
-    std::fill_n(S, item, 0.0f);
+#pragma omp parallel
+  {
     std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), vt(size_t(kRows * E));
-    for (int64_t t0 = 0; t0 < n; t0 += kRows) {
-      const int64_t T = std::min(kRows, n - t0);
-      gather(x.data(), k, b, h, t0, T);
-      map.forward(phi.data(), x.data(), T, D, FeatureRole::key);
-      // S += φᵀ v: [M, T] · [T, E].
-      kernels::gemm({S, E, M, E}, kernels::transposed(phi.data(), M), rows_of(v, b, h, t0, T, vt.data()),
-                    {.accumulate = true});
-      add_rows(z, phi.data(), T, M);
-    }
+    sweep_share(
+        B * H, n, [&](int64_t bh) { std::fill_n(items + bh * item, item, 0.0f); },
+        [&](const HeadTile& tile, const HeadTile& next) {
+          const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
+          float* S = items + bh * item;
+          tile_features(map, phi.data(), x.data(), k, H, tile, FeatureRole::key);
+          // S += φᵀ v: [M, T] · [T, E], fetching the next tile's k and v rows meanwhile.
+          const kernels::RowsAhead ahead = rows_ahead(next, H, k, v);
+          kernels::gemm({S, E, M, E}, kernels::transposed(phi.data(), M), rows_of(v, b, h, t0, T, vt.data()),
+                        {.accumulate = true, .ahead = &ahead});
+          add_rows(S + M * E, phi.data(), T, M);
+        });
   }
 }
 
@@ -87,28 +135,29 @@ void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, c
                      bool normalize) {
   const int64_t B = q.batch(), n = q.seq(), H = q.heads(), D = q.dim(), E = out.dim();
   const int64_t item = state_item_floats(M, E);
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const float* S = items + bh * item;
-    const float* z = S + M * E;
-    std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), o(size_t(kRows * E));
-    for (int64_t t0 = 0; t0 < n; t0 += kRows) {
-      const int64_t T = std::min(kRows, n - t0);
-      gather(x.data(), q, b, h, t0, T);
-      map.forward(phi.data(), x.data(), T, D, FeatureRole::query);
-      // o = φ S: [T, M] · [M, E].
-      kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E});
-      if (normalize) {
-        for (int64_t t = 0; t < T; ++t) {
-          float den = 0;
-          for (int64_t m = 0; m < M; ++m) den += phi[t * M + m] * z[m];
-          const float inv = 1.0f / (den + eps);
-          for (int64_t e = 0; e < E; ++e) o[t * E + e] *= inv;
-        }
-      }
-      scatter(out, o.data(), b, h, t0, T, false);
-    }
+#pragma omp parallel
+  {
+    std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), o(size_t(kRows * E)), scale(kRows);
+    sweep_share(
+        B * H, n, [](int64_t) {},
+        [&](const HeadTile& tile, const HeadTile& next) {
+          const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
+          const float* S = items + bh * item;
+          const float* z = S + M * E;
+          tile_features(map, phi.data(), x.data(), q, H, tile, FeatureRole::query);
+          if (normalize) {
+            for (int64_t t = 0; t < T; ++t) {
+              float den = 0;
+              for (int64_t m = 0; m < M; ++m) den += phi[t * M + m] * z[m];
+              scale[t] = 1.0f / (den + eps);
+            }
+          }
+          // o = φ S (/ den): [T, M] · [M, E], fetching the next tile's q and out rows meanwhile.
+          const kernels::RowsAhead ahead = rows_ahead(next, H, q, out);
+          kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E},
+                        {.row_scale = normalize ? scale.data() : nullptr, .ahead = &ahead});
+          scatter(out, o.data(), b, h, t0, T, false);
+        });
   }
 }
 
@@ -116,50 +165,52 @@ void readout_backward(const FeatureMap& map, TensorView dq, float* ditems, Const
                       const float* items, int64_t M, float eps, bool normalize) {
   const int64_t B = q.batch(), n = q.seq(), H = q.heads(), D = q.dim(), E = dout.dim();
   const int64_t item = state_item_floats(M, E);
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const float* S = items + bh * item;
-    const float* z = S + M * E;
-    float* dS = ditems + bh * item;
-    float* dz = dS + M * E;
-    std::fill_n(dS, item, 0.0f);
-    const std::vector<float> ST = transpose(S, M, E);
+  const std::vector<float> ST = transposed_states(items, B * H, M, E);
+#pragma omp parallel
+  {
     std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), dphi(size_t(kRows * M)), g(size_t(kRows * E)),
         o(size_t(kRows * E)), dx(size_t(kRows * D)), dden(size_t(kRows), 0.0f);
-    for (int64_t t0 = 0; t0 < n; t0 += kRows) {
-      const int64_t T = std::min(kRows, n - t0);
-      gather(x.data(), q, b, h, t0, T);
-      gather(g.data(), dout, b, h, t0, T);
-      map.forward(phi.data(), x.data(), T, D, FeatureRole::query);
-      if (normalize) {
-        // num = φ S; den = φ·z + eps; dnum = dout / den; dden = −dout·num / den².
-        kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E});
-        for (int64_t t = 0; t < T; ++t) {
-          float den = eps;
-          for (int64_t m = 0; m < M; ++m) den += phi[t * M + m] * z[m];
-          float dot = 0;
-          for (int64_t e = 0; e < E; ++e) dot += g[t * E + e] * o[t * E + e];
-          const float inv = 1.0f / den;
-          dden[t] = -dot * inv * inv;
-          for (int64_t e = 0; e < E; ++e) g[t * E + e] *= inv;
-        }
-      }
-      // dφ = dnum Sᵀ (+ dden z): [T, E] · [E, M].
-      kernels::gemm({dphi.data(), M, T, M}, kernels::plain(g.data(), E), {ST.data(), M, E, M});
-      // dS += φᵀ dnum, dz += φᵀ dden.
-      kernels::gemm({dS, E, M, E}, kernels::transposed(phi.data(), M), {g.data(), E, T, E}, {.accumulate = true});
-      if (normalize) {
-        for (int64_t t = 0; t < T; ++t) {
-          for (int64_t m = 0; m < M; ++m) {
-            dphi[t * M + m] += dden[t] * z[m];
-            dz[m] += phi[t * M + m] * dden[t];
+    sweep_share(
+        B * H, n, [&](int64_t bh) { std::fill_n(ditems + bh * item, item, 0.0f); },
+        [&](const HeadTile& tile, const HeadTile& next) {
+          const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
+          const float* S = items + bh * item;
+          const float* z = S + M * E;
+          float* dS = ditems + bh * item;
+          float* dz = dS + M * E;
+          tile_features(map, phi.data(), x.data(), q, H, tile, FeatureRole::query);
+          gather(g.data(), dout, b, h, t0, T);
+
+          if (normalize) {
+            // num = φ S; den = φ·z + eps; dnum = dout / den; dden = −dout·num / den².
+            kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E});
+            for (int64_t t = 0; t < T; ++t) {
+              float den = eps;
+              for (int64_t m = 0; m < M; ++m) den += phi[t * M + m] * z[m];
+              float dot = 0;
+              for (int64_t e = 0; e < E; ++e) dot += g[t * E + e] * o[t * E + e];
+              const float inv = 1.0f / den;
+              dden[t] = -dot * inv * inv;
+              for (int64_t e = 0; e < E; ++e) g[t * E + e] *= inv;
+            }
           }
-        }
-      }
-      map.backward(dx.data(), dphi.data(), x.data(), T, D, FeatureRole::query);
-      scatter(dq, dx.data(), b, h, t0, T, false);
-    }
+          // dφ = dnum Sᵀ (+ dden z): [T, E] · [E, M], fetching the next tile's q and dout rows meanwhile.
+          const kernels::RowsAhead ahead = rows_ahead(next, H, q, dout);
+          kernels::gemm({dphi.data(), M, T, M}, kernels::plain(g.data(), E), {ST.data() + bh * M * E, M, E, M},
+                        {.ahead = &ahead});
+          // dS += φᵀ dnum, dz += φᵀ dden.
+          kernels::gemm({dS, E, M, E}, kernels::transposed(phi.data(), M), {g.data(), E, T, E}, {.accumulate = true});
+          if (normalize) {
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t m = 0; m < M; ++m) {
+                dphi[t * M + m] += dden[t] * z[m];
+                dz[m] += phi[t * M + m] * dden[t];
+              }
+            }
+          }
+          map.backward(dx.data(), dphi.data(), x.data(), T, D, FeatureRole::query);
+          scatter(dq, dx.data(), b, h, t0, T, false);
+        });
   }
 }
 
@@ -167,28 +218,32 @@ void state_sums_backward(const FeatureMap& map, TensorView dk, TensorView dv, Co
                          const float* gitems, int64_t M, bool accumulate) {
   const int64_t B = k.batch(), n = k.seq(), H = k.heads(), D = k.dim(), E = v.dim();
   const int64_t item = state_item_floats(M, E);
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const float* G = gitems + bh * item;
-    const float* gz = G + M * E;
-    const std::vector<float> GT = transpose(G, M, E);
+  const std::vector<float> GT = transposed_states(gitems, B * H, M, E);
+#pragma omp parallel
+  {
     std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), dphi(size_t(kRows * M)), vt(size_t(kRows * E)),
         dvt(size_t(kRows * E)), dx(size_t(kRows * D));
-    for (int64_t t0 = 0; t0 < n; t0 += kRows) {
-      const int64_t T = std::min(kRows, n - t0);
-      gather(x.data(), k, b, h, t0, T);
-      gather(vt.data(), v, b, h, t0, T);
-      map.forward(phi.data(), x.data(), T, D, FeatureRole::key);
-      // dφ = v G_Sᵀ + G_z: [T, E] · [E, M]; dv = φ G_S: [T, M] · [M, E].
-      kernels::gemm({dphi.data(), M, T, M}, kernels::plain(vt.data(), E), {GT.data(), M, E, M});
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t m = 0; m < M; ++m) dphi[t * M + m] += gz[m];
-      kernels::gemm({dvt.data(), E, T, E}, kernels::plain(phi.data(), M), {G, E, M, E});
-      map.backward(dx.data(), dphi.data(), x.data(), T, D, FeatureRole::key);
-      scatter(dk, dx.data(), b, h, t0, T, accumulate);
-      scatter(dv, dvt.data(), b, h, t0, T, accumulate);
-    }
+    sweep_share(
+        B * H, n, [](int64_t) {},
+        [&](const HeadTile& tile, const HeadTile& next) {
+          const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
+          const float* G = gitems + bh * item;
+          const float* gz = G + M * E;
+          tile_features(map, phi.data(), x.data(), k, H, tile, FeatureRole::key);
+          gather(vt.data(), v, b, h, t0, T);
+
+          // dφ = v G_Sᵀ + G_z: [T, E] · [E, M], fetching the next tile's k and v rows meanwhile;
+          // dv = φ G_S: [T, M] · [M, E].
+          const kernels::RowsAhead ahead = rows_ahead(next, H, k, v);
+          kernels::gemm({dphi.data(), M, T, M}, kernels::plain(vt.data(), E), {GT.data() + bh * M * E, M, E, M},
+                        {.ahead = &ahead});
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t m = 0; m < M; ++m) dphi[t * M + m] += gz[m];
+          kernels::gemm({dvt.data(), E, T, E}, kernels::plain(phi.data(), M), {G, E, M, E});
+          map.backward(dx.data(), dphi.data(), x.data(), T, D, FeatureRole::key);
+          scatter(dk, dx.data(), b, h, t0, T, accumulate);
+          scatter(dv, dvt.data(), b, h, t0, T, accumulate);
+        });
   }
 }
 
