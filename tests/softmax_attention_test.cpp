@@ -129,6 +129,10 @@ const Case kCases[] = {
     {1, 1, 97, 1, 64, 1, Layout::bhnd, true},
     // E past 128 (9 vectors of 16: every column-block width of the tile product).
     {1, 3, 65, 64, 32, 130, Layout::bnhd, true},
+    // Key packs of over 32 tiles, which the products prefetch tile by tile (one head: the tiles of
+    // the head are the threads' items; three: each thread takes heads).
+    {1, 1, 130, 2200, 16, 40, Layout::padded, false, {2150}},
+    {1, 3, 70, 2177, 24, 16, Layout::bhnd, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SoftmaxAgainstOracle, ::testing::ValuesIn(kCases),

@@ -15,7 +15,6 @@
 // head's chunk partials are merged in chunk order, so it too is bitwise the same for any thread count.
 #include "linattn/softmax_attention.hpp"
 
-#include <hwy/aligned_allocator.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -28,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/huge_pages.hpp"
 #include "core/validate.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/half_views.hpp"
@@ -44,6 +44,8 @@ constexpr const char* kBackward = "softmax_attention_backward";
 constexpr int64_t kTileQ = 64;  // query rows per tile
 constexpr int64_t kTileK = 64;  // key rows per tile (a multiple of kernels::kPad)
 constexpr float kInf = std::numeric_limits<float>::infinity();
+// Key packs of more tiles than this (over 1 MiB at D = E = 64) are prefetched tile by tile.
+constexpr int64_t kPrefetchTiles = 32;
 // Decoding (Nq ≤ kDecodeRows, e.g. one token against a KV cache): the keys of a head are split into
 // chunks of kDecodeChunk keys, a number fixed by Nk alone (never by the thread count).
 constexpr int64_t kDecodeRows = 16;     // at most kernels::kPad: the queries are the columns of one vector
@@ -121,13 +123,9 @@ Plan make_plan(const char* op, ConstTensorView q, ConstTensorView k, ConstTensor
   return p;
 }
 
-// Zero-initialised aligned floats. Allocated before a parallel region, where a throw could not leave.
-hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t floats) {
-  auto memory = hwy::AllocateAligned<float>(size_t(floats));
-  if (!memory) throw std::bad_alloc();
-  std::fill_n(memory.get(), floats, 0.0f);
-  return memory;
-}
+// Zero-initialised floats (huge pages past 2 MiB). Allocated before a parallel region, where a
+// throw could not leave.
+detail::Scratch zeros(int64_t floats) { return detail::zeroed_scratch(size_t(floats)); }
 
 // k and v of one head, per key tile t: kt [Dp, kTileK] = kᵀ; v [kTileK, Ep] (forward) or
 // vt [Ep, kTileK] = vᵀ and kr [kTileK, Dp] = k (backward). Zero-padded past Nk, D and E.
@@ -136,7 +134,7 @@ hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t floats) {
 struct KeyPack {
   bool backward = false, streaming = false;
   int64_t kt_size = 0, v_size = 0, kr_size = 0, tile_size = 0;
-  hwy::AlignedFreeUniquePtr<float[]> memory;
+  detail::Scratch memory;
 
   KeyPack(const Plan& p, bool backward_, bool streaming_ = false)
       : backward(backward_),
@@ -166,7 +164,7 @@ struct KeyPack {
 // dos [kTileQ, Ep] = dO, delta [kTileQ] = rowsum(dO ∘ O).
 struct QueryPack {
   int64_t qs_size = 0, dos_size = 0, tile_size = 0;
-  hwy::AlignedFreeUniquePtr<float[]> memory;
+  detail::Scratch memory;
 
   explicit QueryPack(const Plan& p)
       : qs_size(kTileQ * p.Dp),
@@ -190,7 +188,7 @@ struct QueryPack {
 
 // Per-thread tiles of the forward.
 struct ForwardScratch {
-  hwy::AlignedFreeUniquePtr<float[]> memory;
+  detail::Scratch memory;
   float *qs, *s, *o, *row_max, *row_sum;
   int32_t key_end[kTileQ];
 
@@ -203,6 +201,11 @@ struct ForwardScratch {
   }
 };
 
+// A packed tile to prefetch (null: none): `count` rows of `cols` floats, `ld` apart.
+kernels::RowsAhead tile_ahead(const float* rows, int64_t ld, int64_t cols, int64_t count, bool write = false) {
+  return {.rows = {rows}, .ld = {ld}, .cols = {cols}, .write = {write}, .count = rows ? count : 0};
+}
+
 // Rows of query tile t of (b, h): out and lse, over the key tiles it sees, with an online softmax.
 void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                         const KeyPack& keys, const Plan& p, int64_t b, int64_t h, int64_t t, ForwardScratch& w) {
@@ -211,16 +214,22 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
   std::fill_n(w.o, kTileQ * p.Ep, 0.0f);
   std::fill_n(w.row_max, kTileQ, -kInf);
   std::fill_n(w.row_sum, kTileQ, 0.0f);
-  for (int64_t kt = 0; kt < p.key_tiles_seen(b, t); ++kt) {
+  const int64_t seen = p.key_tiles_seen(b, t);
+  for (int64_t kt = 0; kt < seen; ++kt) {
     const int64_t j0 = kt * kTileK, count = p.key_rows(kt);
     if (keys.streaming) keys.pack(k, v, p, b, h, kt);
     for (int64_t r = 0; r < rows; ++r) w.key_end[r] = int32_t(std::clamp(p.key_end(b, i0 + r) - j0, int64_t(0), count));
-    // s = (scale · q) kᵀ
-    kernels::gemm({w.s, kTileK, rows, kTileK}, {w.qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK});
+    // s = (scale · q) kᵀ, while this tile's v arrives; then o += p v over each row's visible keys
+    // only, while the next tile's kᵀ arrives (a long head's packs outgrow L2: each query tile
+    // streams them from L3, and the hardware prefetcher stops at every 4 KiB page)
+    const bool ahead = !keys.streaming && p.k_tiles > kPrefetchTiles;
+    const kernels::RowsAhead v_rows = tile_ahead(ahead ? keys.v(kt) : nullptr, p.Ep, p.Ep, count),
+                             next_kt =
+                                 tile_ahead(ahead && kt + 1 < seen ? keys.kt(kt + 1) : nullptr, kTileK, kTileK, p.D);
+    kernels::gemm({w.s, kTileK, rows, kTileK}, {w.qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK}, {.ahead = &v_rows});
     kernels::softmax_forward_tile(w.s, kTileK, w.o, p.Ep, w.row_max, w.row_sum, w.key_end, rows, kTileK, p.Ep);
-    // o += p v, over each row's visible keys only
     kernels::gemm({w.o, p.Ep, rows, p.Ep}, {w.s, kTileK, 1}, {keys.v(kt), p.Ep, count, p.Ep},
-                  {.accumulate = true, .k_end = w.key_end});
+                  {.accumulate = true, .k_end = w.key_end, .ahead = &next_kt});
   }
   kernels::softmax_forward_finish(w.o, p.Ep, lse + (b * p.H + h) * p.Nq + i0, w.row_max, w.row_sum, rows, p.Ep);
   kernels::unpack_rows(kernels::head_rows(out, b, h), i0, {w.o, p.Ep, rows, out.dim()}, rows);
@@ -235,7 +244,7 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
 // columns, then transposed. o += p v takes v as the tile product's B operand when its rows are
 // contiguous and E is a multiple of kernels::kPad (else each v tile is packed).
 struct DecodeScratch {
-  hwy::AlignedFreeUniquePtr<float[]> memory;
+  detail::Scratch memory;
   float *qs, *qt, *st, *s, *o, *vp, *row_max, *row_sum;
   int32_t key_end[kDecodeRows];
 
@@ -378,7 +387,7 @@ void decode_forward(TensorView out, std::span<float> lse, ConstTensorView q, Vie
 // Per-thread tiles of the backward, with dk and dv accumulators for `key_tiles` key tiles.
 struct BackwardScratch {
   int64_t dk_tile = 0, dv_tile = 0, key_tiles = 0;
-  hwy::AlignedFreeUniquePtr<float[]> memory;
+  detail::Scratch memory;
   float *s, *dp, *o, *dq, *dk_all, *dv_all;
   int32_t key_end[kTileQ], query_begin[kTileK], query_end[kTileK];
 
@@ -401,20 +410,31 @@ struct BackwardScratch {
 
 // One (query tile qt, key tile kt) pair of (b, ·): recomputes p and ds, then accumulates
 // dq += ds k (rows of qt), dv += pᵀ dO and dk += dsᵀ (scale · q) (rows of kt); a null target is
-// skipped. Each product runs over the visible pairs only.
+// skipped. Each product runs over the visible pairs only. With `prefetch`, each product asks for
+// the next one's packed operand (a long head's packs and dk, dv outgrow L2), and the last for
+// next_kt, the key tile of the next pair (null: none).
 void backward_pair(float* dq, float* dk, float* dv, const QueryPack& queries, const KeyPack& keys, const float* lse,
-                   const Plan& p, int64_t b, int64_t qt, int64_t kt, BackwardScratch& w) {
+                   const Plan& p, int64_t b, int64_t qt, int64_t kt, BackwardScratch& w, bool prefetch,
+                   const float* next_kt) {
   const int64_t i0 = qt * kTileQ, rows = p.query_rows(qt), j0 = kt * kTileK, count = p.key_rows(kt);
   for (int64_t r = 0; r < rows; ++r) w.key_end[r] = int32_t(std::clamp(p.key_end(b, i0 + r) - j0, int64_t(0), count));
   const float* qs = queries.qs(qt);
   const float* dos = queries.dos(qt);
+  const auto ahead = [prefetch](const kernels::RowsAhead& tile) { return prefetch ? &tile : nullptr; };
+  const kernels::RowsAhead vt_rows = tile_ahead(keys.v(kt), kTileK, kTileK, p.E),
+                           kr_rows = tile_ahead(dq ? keys.kr(kt) : nullptr, p.Dp, p.Dp, count),
+                           dv_rows = tile_ahead(dv, p.Ep, p.Ep, count, true),
+                           dk_rows = tile_ahead(dk, p.Dp, p.Dp, count, true),
+                           next_rows = tile_ahead(next_kt, kTileK, kTileK, p.D);
   // s = (scale · q) kᵀ; dp = dO vᵀ; then p = exp(s − lse), ds = p ∘ (dp − delta)
-  kernels::gemm({w.s, kTileK, rows, kTileK}, {qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK});
-  kernels::gemm({w.dp, kTileK, rows, kTileK}, {dos, p.Ep, 1}, {keys.v(kt), kTileK, p.E, kTileK});
+  kernels::gemm({w.s, kTileK, rows, kTileK}, {qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK},
+                {.ahead = ahead(vt_rows)});
+  kernels::gemm({w.dp, kTileK, rows, kTileK}, {dos, p.Ep, 1}, {keys.v(kt), kTileK, p.E, kTileK},
+                {.ahead = ahead(dq ? kr_rows : dv_rows)});
   kernels::softmax_backward_tile(w.s, w.dp, kTileK, lse + i0, queries.delta(qt), w.key_end, rows, kTileK);
   if (dq)
     kernels::gemm({dq, p.Dp, rows, p.Dp}, {w.dp, kTileK, 1}, {keys.kr(kt), p.Dp, count, p.Dp},
-                  {.accumulate = true, .k_end = w.key_end});
+                  {.accumulate = true, .k_end = w.key_end, .ahead = ahead(dk ? dv_rows : next_rows)});
   if (!dk) return;
   for (int64_t c = 0; c < count; ++c) {
     const int64_t begin = p.query_begin(b, j0 + c);
@@ -422,9 +442,9 @@ void backward_pair(float* dq, float* dk, float* dv, const QueryPack& queries, co
     w.query_end[c] = begin < p.Nq ? int32_t(rows) : 0;
   }
   kernels::gemm({dv, p.Ep, count, p.Ep}, {w.s, 1, kTileK}, {dos, p.Ep, rows, p.Ep},
-                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end});
+                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end, .ahead = ahead(dk_rows)});
   kernels::gemm({dk, p.Dp, count, p.Dp}, {w.dp, 1, kTileK}, {qs, p.Dp, rows, p.Dp},
-                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end});
+                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end, .ahead = ahead(next_rows)});
 }
 
 }  // namespace
@@ -491,6 +511,7 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
       {region("q", q), region("k", k), region("v", v), region("out", out), region("dout", dout), region("lse", lse)});
 
   const int threads = omp_get_max_threads();
+  const bool prefetch = p.k_tiles > kPrefetchTiles;
   if (p.items_per_head(true)) {
     // One thread per head: query tiles ascending, and within each the key tiles it sees ascending;
     // dk and dv of the whole head stay in scratch until the last query tile.
@@ -517,8 +538,10 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
         w.clear_dk_dv();
         for (int64_t qt = 0; qt < p.q_tiles; ++qt) {
           std::fill_n(w.dq, kTileQ * p.Dp, 0.0f);
-          for (int64_t kt = 0; kt < p.key_tiles_seen(b, qt); ++kt)
-            backward_pair(w.dq, w.dk(kt), w.dv(kt), qp, kp, lse_rows, p, b, qt, kt, w);
+          const int64_t seen = p.key_tiles_seen(b, qt);
+          for (int64_t kt = 0; kt < seen; ++kt)
+            backward_pair(w.dq, w.dk(kt), w.dv(kt), qp, kp, lse_rows, p, b, qt, kt, w, prefetch,
+                          kt + 1 < seen ? kp.kt(kt + 1) : nullptr);
           kernels::unpack_rows(kernels::head_rows(dq, b, h), qt * kTileQ, {w.dq, p.Dp, p.query_rows(qt), dq.dim()},
                                p.query_rows(qt), p.scale);
         }
@@ -552,15 +575,17 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
         if (item < p.q_tiles) {
           const int64_t qt = item;
           std::fill_n(w.dq, kTileQ * p.Dp, 0.0f);
-          for (int64_t kt = 0; kt < p.key_tiles_seen(b, qt); ++kt)
-            backward_pair(w.dq, nullptr, nullptr, qp, kp, lse_rows, p, b, qt, kt, w);
+          const int64_t seen = p.key_tiles_seen(b, qt);
+          for (int64_t kt = 0; kt < seen; ++kt)
+            backward_pair(w.dq, nullptr, nullptr, qp, kp, lse_rows, p, b, qt, kt, w, prefetch,
+                          kt + 1 < seen ? kp.kt(kt + 1) : nullptr);
           kernels::unpack_rows(kernels::head_rows(dq, b, h), qt * kTileQ, {w.dq, p.Dp, p.query_rows(qt), dq.dim()},
                                p.query_rows(qt), p.scale);
         } else {
           const int64_t kt = item - p.q_tiles;
           w.clear_dk_dv();
           for (int64_t qt = p.first_query_tile(b, kt); qt < p.q_tiles; ++qt)
-            backward_pair(nullptr, w.dk(0), w.dv(0), qp, kp, lse_rows, p, b, qt, kt, w);
+            backward_pair(nullptr, w.dk(0), w.dv(0), qp, kp, lse_rows, p, b, qt, kt, w, false, nullptr);
           kernels::unpack_rows(kernels::head_rows(dk, b, h), kt * kTileK, {w.dk(0), p.Dp, p.key_rows(kt), dk.dim()},
                                p.key_rows(kt));
           kernels::unpack_rows(kernels::head_rows(dv, b, h), kt * kTileK, {w.dv(0), p.Ep, p.key_rows(kt), dv.dim()},
