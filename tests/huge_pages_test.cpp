@@ -39,6 +39,8 @@ TEST(ZeroedScratch, LargeBuffersAreZeroedAndAlignedToHugePages) {
 
 TEST(ZeroedScratch, AnImpossibleSizeThrowsBadAlloc) {
   EXPECT_THROW(zeroed_scratch(SIZE_MAX / sizeof(float)), std::bad_alloc);
+  // Counted in bytes, this one wraps to 4: it must not become a 4-byte buffer.
+  EXPECT_THROW(zeroed_scratch(SIZE_MAX / sizeof(float) + 2), std::bad_alloc);
 }
 
 // Where transparent huge pages are on ("always" or "madvise"), a large buffer is backed by them:

@@ -12,8 +12,9 @@ namespace linattn::detail {
 
 Scratch zeroed_scratch(size_t floats) {
   constexpr size_t kHuge = size_t(2) << 20, kLine = 64;
+  // No size that would wrap once counted in bytes and rounded up to a huge page.
+  if (floats > (SIZE_MAX - kHuge) / sizeof(float)) throw std::bad_alloc();
   const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
-  if (bytes > SIZE_MAX - kHuge) throw std::bad_alloc();
   const size_t align = bytes >= kHuge ? kHuge : kLine;
   const size_t rounded = (bytes + align - 1) / align * align;  // aligned_alloc takes whole multiples
   Scratch memory(static_cast<float*>(std::aligned_alloc(align, rounded)));
