@@ -215,6 +215,7 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
   std::fill_n(w.row_max, kTileQ, -kInf);
   std::fill_n(w.row_sum, kTileQ, 0.0f);
   const int64_t seen = p.key_tiles_seen(b, t);
+  const bool ahead = !keys.streaming && p.k_tiles > kPrefetchTiles;
   for (int64_t kt = 0; kt < seen; ++kt) {
     const int64_t j0 = kt * kTileK, count = p.key_rows(kt);
     if (keys.streaming) keys.pack(k, v, p, b, h, kt);
@@ -222,7 +223,6 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
     // s = (scale · q) kᵀ, while this tile's v arrives; then o += p v over each row's visible keys
     // only, while the next tile's kᵀ arrives (a long head's packs outgrow L2: each query tile
     // streams them from L3, and the hardware prefetcher stops at every 4 KiB page)
-    const bool ahead = !keys.streaming && p.k_tiles > kPrefetchTiles;
     const kernels::RowsAhead v_rows = tile_ahead(ahead ? keys.v(kt) : nullptr, p.Ep, p.Ep, count),
                              next_kt =
                                  tile_ahead(ahead && kt + 1 < seen ? keys.kt(kt + 1) : nullptr, kTileK, kTileK, p.D);
@@ -420,21 +420,19 @@ void backward_pair(float* dq, float* dk, float* dv, const QueryPack& queries, co
   for (int64_t r = 0; r < rows; ++r) w.key_end[r] = int32_t(std::clamp(p.key_end(b, i0 + r) - j0, int64_t(0), count));
   const float* qs = queries.qs(qt);
   const float* dos = queries.dos(qt);
-  const auto ahead = [prefetch](const kernels::RowsAhead& tile) { return prefetch ? &tile : nullptr; };
-  const kernels::RowsAhead vt_rows = tile_ahead(keys.v(kt), kTileK, kTileK, p.E),
-                           kr_rows = tile_ahead(dq ? keys.kr(kt) : nullptr, p.Dp, p.Dp, count),
-                           dv_rows = tile_ahead(dv, p.Ep, p.Ep, count, true),
-                           dk_rows = tile_ahead(dk, p.Dp, p.Dp, count, true),
-                           next_rows = tile_ahead(next_kt, kTileK, kTileK, p.D);
+  const kernels::RowsAhead vt_rows = tile_ahead(prefetch ? keys.v(kt) : nullptr, kTileK, kTileK, p.E),
+                           kr_rows = tile_ahead(prefetch && dq ? keys.kr(kt) : nullptr, p.Dp, p.Dp, count),
+                           dv_rows = tile_ahead(prefetch ? dv : nullptr, p.Ep, p.Ep, count, true),
+                           dk_rows = tile_ahead(prefetch ? dk : nullptr, p.Dp, p.Dp, count, true),
+                           next_rows = tile_ahead(prefetch ? next_kt : nullptr, kTileK, kTileK, p.D);
   // s = (scale · q) kᵀ; dp = dO vᵀ; then p = exp(s − lse), ds = p ∘ (dp − delta)
-  kernels::gemm({w.s, kTileK, rows, kTileK}, {qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK},
-                {.ahead = ahead(vt_rows)});
+  kernels::gemm({w.s, kTileK, rows, kTileK}, {qs, p.Dp, 1}, {keys.kt(kt), kTileK, p.D, kTileK}, {.ahead = &vt_rows});
   kernels::gemm({w.dp, kTileK, rows, kTileK}, {dos, p.Ep, 1}, {keys.v(kt), kTileK, p.E, kTileK},
-                {.ahead = ahead(dq ? kr_rows : dv_rows)});
+                {.ahead = dq ? &kr_rows : &dv_rows});
   kernels::softmax_backward_tile(w.s, w.dp, kTileK, lse + i0, queries.delta(qt), w.key_end, rows, kTileK);
   if (dq)
     kernels::gemm({dq, p.Dp, rows, p.Dp}, {w.dp, kTileK, 1}, {keys.kr(kt), p.Dp, count, p.Dp},
-                  {.accumulate = true, .k_end = w.key_end, .ahead = ahead(dk ? dv_rows : next_rows)});
+                  {.accumulate = true, .k_end = w.key_end, .ahead = dk ? &dv_rows : &next_rows});
   if (!dk) return;
   for (int64_t c = 0; c < count; ++c) {
     const int64_t begin = p.query_begin(b, j0 + c);
@@ -442,9 +440,9 @@ void backward_pair(float* dq, float* dk, float* dv, const QueryPack& queries, co
     w.query_end[c] = begin < p.Nq ? int32_t(rows) : 0;
   }
   kernels::gemm({dv, p.Ep, count, p.Ep}, {w.s, 1, kTileK}, {dos, p.Ep, rows, p.Ep},
-                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end, .ahead = ahead(dk_rows)});
+                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end, .ahead = &dk_rows});
   kernels::gemm({dk, p.Dp, count, p.Dp}, {w.dp, 1, kTileK}, {qs, p.Dp, rows, p.Dp},
-                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end, .ahead = ahead(next_rows)});
+                {.accumulate = true, .k_begin = w.query_begin, .k_end = w.query_end, .ahead = &next_rows});
 }
 
 }  // namespace
