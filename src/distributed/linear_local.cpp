@@ -3,9 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
+#include "kernels/feature_map_elementwise.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/rows.hpp"
+#include "kernels/tile.hpp"
 
 namespace linattn::distributed::detail {
 
@@ -47,12 +51,6 @@ void scatter(TensorView dst, const float* src, int64_t b, int64_t h, int64_t t0,
   }
 }
 
-// z[m] += Σ_t phi[t, m], t ascending (restrict: the sum vectorises over m).
-void add_rows(float* __restrict z, const float* __restrict phi, int64_t rows, int64_t M) {
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t m = 0; m < M; ++m) z[m] += phi[t * M + m];
-}
-
 // The S part ([M, E]) of each of `count` state items, transposed: [count, E, M].
 std::vector<float> transposed_states(const float* items, int64_t count, int64_t M, int64_t E) {
   std::vector<float> t(size_t(count * M * E));
@@ -92,6 +90,50 @@ void tile_features(const FeatureMap& map, float* phi, float* xs, ConstTensorView
   map.forward(phi, xs, tile.T, x.dim(), role);
 }
 
+// The kernels' form of a built-in elementwise map, if `map` is one: kernels::feature_tile forms its φ
+// straight from the rows, with the normaliser's sums in the same pass.
+std::optional<kernels::TileMap> tile_map_of(const FeatureMap& map) {
+  if (&map == elu_feature_map().get()) return kernels::TileMap::elu;
+  if (&map == relu_feature_map().get()) return kernels::TileMap::relu;
+  if (&map == identity_feature_map().get()) return kernels::TileMap::identity;
+  return std::nullopt;
+}
+
+// The normaliser's sums formed with a tile's φ (each optional): sum[0:M] += Σ_t φ_t, t ascending (the
+// keys' z), and dots[t] = φ_t · dot[0:M] (the queries' φ(q)·z).
+struct TileSums {
+  float* sum = nullptr;
+  const float* dot = nullptr;
+  float* dots = nullptr;
+};
+
+// φ of the rows of `tile` in x: phi: [T, M], with `sums`. A built-in map on contiguous rows with M a
+// multiple of kPad (feature_tile's pitch) reads the rows in place and forms the sums in the same pass:
+// no gather, no second trip through φ (the state sums are a third of a causal pass's time, and on
+// the critical path of the distributed one). Any other map gathers the rows into xs first.
+void tile_features_with_sums(const FeatureMap& map, float* phi, float* xs, ConstTensorView x, int64_t H,
+                             const HeadTile& tile, FeatureRole role, const TileSums& sums) {
+  const int64_t D = x.dim(), M = map.feature_dim(D), T = tile.T;
+  const std::optional<kernels::TileMap> builtin = tile_map_of(map);
+  if (builtin && x.stride[3] == 1 && M % kernels::kPad == 0) {
+    if (T > 0)
+      kernels::feature_tile({.x = x.row(tile.bh / H, tile.t0, tile.bh % H),
+                             .ldx = x.stride[1],
+                             .phi = phi,
+                             .ldp = M,
+                             .rows = T,
+                             .cols = D,
+                             .map = *builtin,
+                             .sum = sums.sum,
+                             .dot = sums.dot,
+                             .dots = sums.dots});
+    return;
+  }
+  tile_features(map, phi, xs, x, H, tile, role);
+  if (sums.sum) kernels::add_weighted_rows(sums.sum, phi, M, nullptr, T, M);
+  if (sums.dots) kernels::row_dots(sums.dots, phi, M, sums.dot, T, M);
+}
+
 // The rows of `next` in x and y (y may be empty), for a GEMM to prefetch.
 kernels::RowsAhead rows_ahead(const HeadTile& next, int64_t H, ConstTensorView x, ConstTensorView y) {
   kernels::RowsAhead ahead;
@@ -121,12 +163,11 @@ void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView 
         [&](const HeadTile& tile, const HeadTile& next) {
           const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
           float* S = items + bh * item;
-          tile_features(map, phi.data(), x.data(), k, H, tile, FeatureRole::key);
+          tile_features_with_sums(map, phi.data(), x.data(), k, H, tile, FeatureRole::key, {.sum = S + M * E});
           // S += φᵀ v: [M, T] · [T, E], fetching the next tile's k and v rows meanwhile.
           const kernels::RowsAhead ahead = rows_ahead(next, H, k, v);
           kernels::gemm({S, E, M, E}, kernels::transposed(phi.data(), M), rows_of(v, b, h, t0, T, vt.data()),
                         {.accumulate = true, .ahead = &ahead});
-          add_rows(S + M * E, phi.data(), T, M);
         });
   }
 }
@@ -144,14 +185,11 @@ void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, c
           const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
           const float* S = items + bh * item;
           const float* z = S + M * E;
-          tile_features(map, phi.data(), x.data(), q, H, tile, FeatureRole::query);
-          if (normalize) {
-            for (int64_t t = 0; t < T; ++t) {
-              float den = 0;
-              for (int64_t m = 0; m < M; ++m) den += phi[t * M + m] * z[m];
-              scale[t] = 1.0f / (den + eps);
-            }
-          }
+          // den_t = φ(q_t)·z, formed with φ; scale_t = 1 / (den_t + eps).
+          tile_features_with_sums(map, phi.data(), x.data(), q, H, tile, FeatureRole::query,
+                                  {.dot = normalize ? z : nullptr, .dots = normalize ? scale.data() : nullptr});
+          if (normalize)
+            for (int64_t t = 0; t < T; ++t) scale[t] = 1.0f / (scale[t] + eps);
           // o = φ S (/ den): [T, M] · [M, E], fetching the next tile's q and out rows meanwhile.
           const kernels::RowsAhead ahead = rows_ahead(next, H, q, out);
           kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E},

@@ -22,13 +22,14 @@ struct Inputs {
   testing::Tensor32 q, k, v, dout;
 };
 
-Inputs inputs(uint64_t seed) {
+// Head dims d (q, k) and e (v, out); the defaults D and E unless given.
+Inputs inputs(uint64_t seed, int64_t d = D, int64_t e = E) {
   std::mt19937_64 rng(seed);  // the same on every rank
   Inputs in;
-  in.q = testing::random_tensor({B, N, H, D}, testing::Layout::bnhd, rng);
-  in.k = testing::random_tensor({B, N, H, D}, testing::Layout::bnhd, rng);
-  in.v = testing::random_tensor({B, N, H, E}, testing::Layout::bnhd, rng);
-  in.dout = testing::random_tensor({B, N, H, E}, testing::Layout::bnhd, rng);
+  in.q = testing::random_tensor({B, N, H, d}, testing::Layout::bnhd, rng);
+  in.k = testing::random_tensor({B, N, H, d}, testing::Layout::bnhd, rng);
+  in.v = testing::random_tensor({B, N, H, e}, testing::Layout::bnhd, rng);
+  in.dout = testing::random_tensor({B, N, H, e}, testing::Layout::bnhd, rng);
   return in;
 }
 
@@ -39,8 +40,8 @@ struct Results {
 // The distributed forward and backward over the shards of `offsets`, gathered on every rank.
 Results distributed(const Inputs& in, const std::vector<int64_t>& offsets, const LinearAttentionOptions& options) {
   const int r = world_rank();
-  const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
-  Gathered out({B, N, H, E}), dq({B, N, H, D}), dk({B, N, H, D}), dv({B, N, H, E});
+  const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r], d = in.q.view.dim(), e = in.v.view.dim();
+  Gathered out({B, N, H, e}), dq({B, N, H, d}), dk({B, N, H, d}), dv({B, N, H, e});
   distributed::linear_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), slice(in.q.view, begin, n),
                                         slice(in.k.view, begin, n), slice(in.v.view, begin, n), options);
   distributed::linear_attention_backward(
@@ -54,7 +55,8 @@ Results distributed(const Inputs& in, const std::vector<int64_t>& offsets, const
 }
 
 Results single(const Inputs& in, const LinearAttentionOptions& options) {
-  Gathered out({B, N, H, E}), dq({B, N, H, D}), dk({B, N, H, D}), dv({B, N, H, E});
+  const int64_t d = in.q.view.dim(), e = in.v.view.dim();
+  Gathered out({B, N, H, e}), dq({B, N, H, d}), dk({B, N, H, d}), dv({B, N, H, e});
   linear_attention_forward(out.view, in.q.view, in.k.view, in.v.view, options);
   linear_attention_backward(dq.view, dk.view, dv.view, in.dout.view, in.q.view, in.k.view, in.v.view, options);
   return {out.data, dq.data, dk.data, dv.data};
@@ -65,6 +67,9 @@ struct Case {
   bool normalize;
   const char* map;
   Split split;
+  // Head dims: 8 takes the local passes' gathered φ; a multiple of 16 (kernels::kPad) their fused
+  // one (φ and its sums straight from the rows), which the built-in maps take at D = 64 in practice.
+  int64_t d = D, e = E;
 };
 
 class DistributedLinear : public ::testing::TestWithParam<Case> {};
@@ -76,7 +81,7 @@ TEST_P(DistributedLinear, MatchesTheSingleProcessOperatorAndTheOracle) {
   options.normalize = c.normalize;
   options.feature_map = feature_map_by_name(c.map);
   options.chunk_size = 16;
-  const Inputs in = inputs(7);
+  const Inputs in = inputs(7, c.d, c.e);
   const std::vector<int64_t> offsets = offsets_of(c.split, N, world_size());
   const Results got = distributed(in, offsets, options);
   const Results want = single(in, options);
@@ -101,7 +106,7 @@ TEST_P(DistributedLinear, IsTheSameBitwiseFromRunToRun) {
   options.causal = c.causal;
   options.normalize = c.normalize;
   options.feature_map = feature_map_by_name(c.map);
-  const Inputs in = inputs(11);
+  const Inputs in = inputs(11, c.d, c.e);
   const std::vector<int64_t> offsets = offsets_of(c.split, N, world_size());
   const Results a = distributed(in, offsets, options), b = distributed(in, offsets, options);
   EXPECT_EQ(a.out, b.out);
@@ -113,17 +118,18 @@ TEST_P(DistributedLinear, IsTheSameBitwiseFromRunToRun) {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::string(c.causal ? "causal" : "noncausal") + (c.normalize ? "" : "_unnormalized") + "_" + c.map + "_" +
-         split_name(c.split);
+         split_name(c.split) + (c.d == D && c.e == E ? "" : "_d" + std::to_string(c.d) + "_e" + std::to_string(c.e));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, DistributedLinear,
-                         ::testing::Values(Case{true, true, "elu", Split::uneven}, Case{true, true, "elu", Split::tiny},
-                                           Case{true, true, "relu", Split::even},
-                                           Case{true, false, "identity", Split::uneven},
-                                           Case{false, true, "elu", Split::uneven},
-                                           Case{false, true, "elu", Split::tiny},
-                                           Case{false, false, "relu", Split::even}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Cases, DistributedLinear,
+    ::testing::Values(Case{true, true, "elu", Split::uneven}, Case{true, true, "elu", Split::tiny},
+                      Case{true, true, "relu", Split::even}, Case{true, false, "identity", Split::uneven},
+                      Case{false, true, "elu", Split::uneven}, Case{false, true, "elu", Split::tiny},
+                      Case{false, false, "relu", Split::even}, Case{true, true, "elu", Split::uneven, 16, 9},
+                      Case{true, false, "relu", Split::tiny, 32, 16}, Case{false, true, "elu", Split::uneven, 16, 9},
+                      Case{false, false, "identity", Split::tiny, 32, 16}),
+    case_name);
 
 // The exception every rank threw (empty: none).
 template <class F>
