@@ -90,15 +90,6 @@ void tile_features(const FeatureMap& map, float* phi, float* xs, ConstTensorView
   map.forward(phi, xs, tile.T, x.dim(), role);
 }
 
-// The kernels' form of a built-in elementwise map, if `map` is one: kernels::feature_tile forms its φ
-// straight from the rows, with the normaliser's sums in the same pass.
-std::optional<kernels::TileMap> tile_map_of(const FeatureMap& map) {
-  if (&map == elu_feature_map().get()) return kernels::TileMap::elu;
-  if (&map == relu_feature_map().get()) return kernels::TileMap::relu;
-  if (&map == identity_feature_map().get()) return kernels::TileMap::identity;
-  return std::nullopt;
-}
-
 // The normaliser's sums formed with a tile's φ (each optional): sum[0:M] += Σ_t φ_t, t ascending (the
 // keys' z), and dots[t] = φ_t · dot[0:M] (the queries' φ(q)·z).
 struct TileSums {
@@ -107,23 +98,34 @@ struct TileSums {
   float* dots = nullptr;
 };
 
-// φ of the rows of `tile` in x: phi: [T, M], with `sums`. A built-in map on contiguous rows with M a
-// multiple of kPad (feature_tile's pitch) reads the rows in place and forms the sums in the same pass:
-// no gather, no second trip through φ (the state sums are a third of a causal pass's time, and on
-// the critical path of the distributed one). Any other map gathers the rows into xs first.
-void tile_features_with_sums(const FeatureMap& map, float* phi, float* xs, ConstTensorView x, int64_t H,
-                             const HeadTile& tile, FeatureRole role, const TileSums& sums) {
-  const int64_t D = x.dim(), M = map.feature_dim(D), T = tile.T;
-  const std::optional<kernels::TileMap> builtin = tile_map_of(map);
-  if (builtin && x.stride[3] == 1 && M % kernels::kPad == 0) {
+// The kernels' form of `map` when kernels::feature_tile can form its φ straight from x's rows, with the
+// sums in the same pass: a built-in map, rows contiguous in the head dim, and M a multiple of kPad (the
+// kernel's pitch). Decided once per pass, not per tile.
+std::optional<kernels::TileMap> fused_map_for(const FeatureMap& map, ConstTensorView x) {
+  if (x.stride[3] != 1 || map.feature_dim(x.dim()) % kernels::kPad != 0) return std::nullopt;
+  if (&map == elu_feature_map().get()) return kernels::TileMap::elu;
+  if (&map == relu_feature_map().get()) return kernels::TileMap::relu;
+  if (&map == identity_feature_map().get()) return kernels::TileMap::identity;
+  return std::nullopt;
+}
+
+// φ of the rows of `tile` in x: phi: [T, M], with `sums`. With a fused map (fused_map_for) the rows are
+// read in place and the sums formed in the same pass: no gather, no second trip through φ (the state
+// sums are a third of a causal pass's time, and on the critical path of the distributed one). Any other
+// map gathers the rows into xs first.
+void tile_features_with_sums(const FeatureMap& map, std::optional<kernels::TileMap> fused, int64_t M, float* phi,
+                             float* xs, ConstTensorView x, int64_t H, const HeadTile& tile, FeatureRole role,
+                             const TileSums& sums) {
+  const int64_t T = tile.T;
+  if (fused) {
     if (T > 0)
       kernels::feature_tile({.x = x.row(tile.bh / H, tile.t0, tile.bh % H),
                              .ldx = x.stride[1],
                              .phi = phi,
                              .ldp = M,
                              .rows = T,
-                             .cols = D,
-                             .map = *builtin,
+                             .cols = x.dim(),
+                             .map = *fused,
                              .sum = sums.sum,
                              .dot = sums.dot,
                              .dots = sums.dots});
@@ -155,6 +157,7 @@ kernels::RowsAhead rows_ahead(const HeadTile& next, int64_t H, ConstTensorView x
 void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView v, int64_t M, float* items) {
   const int64_t B = k.batch(), n = k.seq(), H = k.heads(), D = k.dim(), E = v.dim();
   const int64_t item = state_item_floats(M, E);
+  const std::optional<kernels::TileMap> fused = fused_map_for(map, k);
 #pragma omp parallel
   {
     std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), vt(size_t(kRows * E));
@@ -163,7 +166,8 @@ void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView 
         [&](const HeadTile& tile, const HeadTile& next) {
           const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
           float* S = items + bh * item;
-          tile_features_with_sums(map, phi.data(), x.data(), k, H, tile, FeatureRole::key, {.sum = S + M * E});
+          tile_features_with_sums(map, fused, M, phi.data(), x.data(), k, H, tile, FeatureRole::key,
+                                  {.sum = S + M * E});
           // S += φᵀ v: [M, T] · [T, E], fetching the next tile's k and v rows meanwhile.
           const kernels::RowsAhead ahead = rows_ahead(next, H, k, v);
           kernels::gemm({S, E, M, E}, kernels::transposed(phi.data(), M), rows_of(v, b, h, t0, T, vt.data()),
@@ -176,6 +180,7 @@ void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, c
                      bool normalize) {
   const int64_t B = q.batch(), n = q.seq(), H = q.heads(), D = q.dim(), E = out.dim();
   const int64_t item = state_item_floats(M, E);
+  const std::optional<kernels::TileMap> fused = fused_map_for(map, q);
 #pragma omp parallel
   {
     std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), o(size_t(kRows * E)), scale(kRows);
@@ -186,7 +191,7 @@ void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, c
           const float* S = items + bh * item;
           const float* z = S + M * E;
           // den_t = φ(q_t)·z, formed with φ; scale_t = 1 / (den_t + eps).
-          tile_features_with_sums(map, phi.data(), x.data(), q, H, tile, FeatureRole::query,
+          tile_features_with_sums(map, fused, M, phi.data(), x.data(), q, H, tile, FeatureRole::query,
                                   {.dot = normalize ? z : nullptr, .dots = normalize ? scale.data() : nullptr});
           if (normalize)
             for (int64_t t = 0; t < T; ++t) scale[t] = 1.0f / (scale[t] + eps);
