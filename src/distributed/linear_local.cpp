@@ -9,6 +9,7 @@
 #include "kernels/feature_map_elementwise.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rows.hpp"
+#include "kernels/rows_ahead.hpp"
 #include "kernels/tile.hpp"
 
 namespace linattn::distributed::detail {
@@ -136,20 +137,10 @@ void tile_features_with_sums(const FeatureMap& map, std::optional<kernels::TileM
   if (sums.dots) kernels::row_dots(sums.dots, phi, M, sums.dot, T, M);
 }
 
-// The rows of `next` in x and y (y may be empty), for a GEMM to prefetch.
-kernels::RowsAhead rows_ahead(const HeadTile& next, int64_t H, ConstTensorView x, ConstTensorView y) {
-  kernels::RowsAhead ahead;
-  if (next.T == 0) return ahead;
-  ahead.count = next.T;
-  int region = 0;
-  for (const ConstTensorView* t : {&x, &y}) {
-    if (!t->data || t->stride[3] != 1) continue;
-    ahead.rows[region] = t->row(next.bh / H, next.t0, next.bh % H);
-    ahead.ld[region] = t->stride[1];
-    ahead.cols[region] = t->dim();
-    ++region;
-  }
-  return ahead;
+// The rows of `next` in x and y (y may be empty; for_write: y is written), for a GEMM to prefetch.
+kernels::RowsAhead rows_ahead(const HeadTile& next, int64_t H, ConstTensorView x, ConstTensorView y,
+                              bool for_write = false) {
+  return kernels::head_rows_ahead(x, y, for_write, next.bh / H, next.bh % H, next.t0, next.T);
 }
 
 }  // namespace
@@ -196,7 +187,7 @@ void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, c
           if (normalize)
             for (int64_t t = 0; t < T; ++t) scale[t] = 1.0f / (scale[t] + eps);
           // o = φ S (/ den): [T, M] · [M, E], fetching the next tile's q and out rows meanwhile.
-          const kernels::RowsAhead ahead = rows_ahead(next, H, q, out);
+          const kernels::RowsAhead ahead = rows_ahead(next, H, q, out, true);
           kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E},
                         {.row_scale = normalize ? scale.data() : nullptr, .ahead = &ahead});
           scatter(out, o.data(), b, h, t0, T, false);
@@ -212,45 +203,32 @@ void readout_backward(const FeatureMap& map, TensorView dq, float* ditems, Const
 #pragma omp parallel
   {
     std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), dphi(size_t(kRows * M)), g(size_t(kRows * E)),
-        o(size_t(kRows * E)), dx(size_t(kRows * D)), dden(size_t(kRows), 0.0f);
+        dx(size_t(kRows * D)), den(size_t(kRows), 0.0f), dden(size_t(kRows), 0.0f);
     sweep_share(
         B * H, n, [&](int64_t bh) { std::fill_n(ditems + bh * item, item, 0.0f); },
         [&](const HeadTile& tile, const HeadTile& next) {
           const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
-          const float* S = items + bh * item;
-          const float* z = S + M * E;
+          const float* z = items + bh * item + M * E;
           float* dS = ditems + bh * item;
           float* dz = dS + M * E;
           tile_features(map, phi.data(), x.data(), q, H, tile, FeatureRole::query);
           gather(g.data(), dout, b, h, t0, T);
-
-          if (normalize) {
-            // num = φ S; den = φ·z + eps; dnum = dout / den; dden = −dout·num / den².
-            kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E});
-            for (int64_t t = 0; t < T; ++t) {
-              float den = eps;
-              for (int64_t m = 0; m < M; ++m) den += phi[t * M + m] * z[m];
-              float dot = 0;
-              for (int64_t e = 0; e < E; ++e) dot += g[t * E + e] * o[t * E + e];
-              const float inv = 1.0f / den;
-              dden[t] = -dot * inv * inv;
-              for (int64_t e = 0; e < E; ++e) g[t * E + e] *= inv;
-            }
-          }
-          // dφ = dnum Sᵀ (+ dden z): [T, E] · [E, M], fetching the next tile's q and dout rows meanwhile.
+          // P = dout Sᵀ: [T, E] · [E, M], fetching the next tile's q and dout rows meanwhile.
           const kernels::RowsAhead ahead = rows_ahead(next, H, q, dout);
           kernels::gemm({dphi.data(), M, T, M}, kernels::plain(g.data(), E), {ST.data() + bh * M * E, M, E, M},
                         {.ahead = &ahead});
-          // dS += φᵀ dnum, dz += φᵀ dden.
-          kernels::gemm({dS, E, M, E}, kernels::transposed(phi.data(), M), {g.data(), E, T, E}, {.accumulate = true});
           if (normalize) {
+            // out = num / den, den = φ·z + eps: dφ = P / den + dden z (dden = −φ·P / den²), dnum = dout / den.
+            kernels::row_dots(den.data(), phi.data(), M, z, T, M);
             for (int64_t t = 0; t < T; ++t) {
-              for (int64_t m = 0; m < M; ++m) {
-                dphi[t * M + m] += dden[t] * z[m];
-                dz[m] += phi[t * M + m] * dden[t];
-              }
+              const float d = den[t] + eps, inv = 1.0f / d;
+              dden[t] = kernels::normaliser_backward_row(dphi.data() + t * M, phi.data() + t * M, z, d, M);
+              for (int64_t e = 0; e < E; ++e) g[t * E + e] *= inv;
             }
+            kernels::add_weighted_rows(dz, phi.data(), M, dden.data(), T, M);  // dz += φᵀ dden
           }
+          // dS += φᵀ dnum.
+          kernels::gemm({dS, E, M, E}, kernels::transposed(phi.data(), M), {g.data(), E, T, E}, {.accumulate = true});
           map.backward(dx.data(), dphi.data(), x.data(), T, D, FeatureRole::query);
           scatter(dq, dx.data(), b, h, t0, T, false);
         });

@@ -41,6 +41,20 @@ void RowDots(float* out, const float* a, int64_t lda, const float* x, int64_t ro
   for (int64_t r = 0; r < rows; ++r) out[r] = Dot(a + r * lda, x, cols);
 }
 
+// Scalar spec: dden = −(φ·P) / den²; P[m] ← P[m] / den + dden·z[m]; returns dden.
+float NormaliserBackwardRow(float* HWY_RESTRICT P, const float* HWY_RESTRICT phi, const float* HWY_RESTRICT z,
+                            float den, int64_t n) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const float inv = 1.0f / den, dden = -Dot(phi, P, n) * inv * inv;
+  const V vinv = hn::Set(d, inv), vdden = hn::Set(d, dden);
+  int64_t m = 0;
+  for (; m + L <= n; m += L)
+    hn::StoreU(hn::MulAdd(vdden, hn::LoadU(d, z + m), hn::Mul(hn::LoadU(d, P + m), vinv)), d, P + m);
+  for (; m < n; ++m) P[m] = std::fma(dden, z[m], P[m] * inv);
+  return dden;
+}
+
 void AddWeightedRows(float* HWY_RESTRICT y, const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT w,
                      int64_t rows, int64_t cols) {
   const D d;
@@ -270,6 +284,7 @@ namespace linattn::kernels {
 
 HWY_EXPORT(RowDots);
 HWY_EXPORT(AddWeightedRows);
+HWY_EXPORT(NormaliserBackwardRow);
 HWY_EXPORT(Transpose);
 HWY_EXPORT(ExpShiftedN);
 HWY_EXPORT(RowMaxN);
@@ -283,6 +298,9 @@ void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t r
 }
 void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, int64_t rows, int64_t cols) {
   HWY_DYNAMIC_DISPATCH(AddWeightedRows)(y, a, lda, w, rows, cols);
+}
+float normaliser_backward_row(float* P, const float* phi, const float* z, float den, int64_t cols) {
+  return HWY_DYNAMIC_DISPATCH(NormaliserBackwardRow)(P, phi, z, den, cols);
 }
 void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
   HWY_DYNAMIC_DISPATCH(Transpose)(dst, ldd, src, lds, rows, cols);

@@ -17,6 +17,10 @@ inline void row_sums(float* out, const float* a, int64_t lda, int64_t rows, int6
 // y[:cols] += Σ_r w[r] · a[r, :cols] (w null: all ones), rows summed in order.
 void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, int64_t rows, int64_t cols);
 
+// The linear normaliser's backward for one query row, given P = S·dout ([cols], overwritten with dφ(q)):
+// out = num / den, so dden = −(φ·P) / den² and dφ = P / den + dden·z. Returns dden; φ·P sums as row_dots.
+float normaliser_backward_row(float* P, const float* phi, const float* z, float den, int64_t cols);
+
 // dst: [cols, rows] (pitch ldd) = srcᵀ, src: [rows, cols] (pitch lds).
 void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);
 

@@ -10,6 +10,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
+#include "kernels/rows_ahead.hpp"
 #include "kernels/triangle.hpp"
 
 namespace linattn::detail {
@@ -20,6 +21,11 @@ using kernels::lower_transposed_product;
 using kernels::mask_lower;
 using kernels::padded;
 using kernels::plain;
+
+NextChunk next_chunk_rows(const DecayHead& x, int64_t t0, int64_t n) {
+  return {kernels::head_rows_ahead(x.q, x.k, false, x.b, x.h, t0, n),
+          kernels::head_rows_ahead(x.v, x.g, false, x.b, x.h, t0, n)};
+}
 
 DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward)
     : p_(p),
@@ -135,21 +141,22 @@ void DecayChunk::scale_state(float* S) const {
   }
 }
 
-void DecayChunk::advance(float* S) {
+void DecayChunk::advance(float* S, const kernels::RowsAhead* ahead) {
   scale_state(S);
-  gemm({S, Vp_, p_.K, p_.V}, kernels::transposed(Kd_.data(), Kp_), {V_.data(), Vp_, n_, p_.V}, {.accumulate = true});
+  gemm({S, Vp_, p_.K, p_.V}, kernels::transposed(Kd_.data(), Kp_), {V_.data(), Vp_, n_, p_.V},
+       {.accumulate = true, .ahead = ahead});
 }
 
-void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t0) {
+void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t0, const NextChunk* next) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float *left = intra_left(), *right = intra_right();
   kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
   intra_scores(A_.data(), left, T_.data(), Kp_, K);
   // O = (Q ⊙ e^b) S, then += A V.
-  gemm({O_.data(), Vp_, n, V}, plain(Qe_.data(), Kp_), {S, Vp_, K, V});
+  gemm({O_.data(), Vp_, n, V}, plain(Qe_.data(), Kp_), {S, Vp_, K, V}, {.ahead = next ? &next->qk : nullptr});
   lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, true);
   kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
-  advance(S);
+  advance(S, next ? &next->vg : nullptr);
 }
 
 void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,

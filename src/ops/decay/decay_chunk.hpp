@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/gemm.hpp"
 #include "linattn/view.hpp"
 #include "ops/decay/decay_checks.hpp"
 
@@ -25,6 +26,15 @@ struct DecayHead {
   int64_t b, h;
 };
 
+// The rows of the chunk a thread takes next, for this chunk's products to prefetch while they run: its
+// q and k during the read-out, its v and g during the state's update. (On [B, T, H, K] storage a chunk's
+// rows lie H·K floats apart; loaded cold, each row's miss waits alone.)
+struct NextChunk {
+  kernels::RowsAhead qk, vg;
+};
+// Tokens [t0, t0 + n) of head x (n ≤ 0: nothing to fetch); views whose rows are not contiguous are left out.
+NextChunk next_chunk_rows(const DecayHead& x, int64_t t0, int64_t n);
+
 // The scratch of one thread: chunks of up to C tokens of one head at a time.
 class DecayChunk {
  public:
@@ -35,9 +45,10 @@ class DecayChunk {
   int64_t load(const DecayHead& x, int64_t t0, int64_t end, int64_t n = 0);
 
   // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
-  void forward(float* S, TensorView out, const DecayHead& x, int64_t t0);
+  // next: the rows to prefetch meanwhile (null: none).
+  void forward(float* S, TensorView out, const DecayHead& x, int64_t t0, const NextChunk* next = nullptr);
   // S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V: the state after the chunk, without the outputs.
-  void advance(float* S);
+  void advance(float* S, const kernels::RowsAhead* ahead = nullptr);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
   // rows of dq, dk, dv, adds each token's ∂L/∂b (cumulative, before the reverse sum) to gate_grad
   // ([n, gate_cols]), and leaves in dS the gradient of the state before the chunk. final_chunk: the

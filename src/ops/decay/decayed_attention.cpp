@@ -59,6 +59,16 @@ struct HeadRun {
   std::vector<double> gate_grad;
 };
 
+// The rows that follow head runs[i]'s chunk ending at t in the lockstep order of the window [w, w_end)
+// (every head enters a window at its start): the rest of its window, else the next head's share of
+// it, else the first head's next window.
+detail::NextChunk next_in_lockstep(const std::vector<HeadRun>& runs, size_t i, int64_t t, int64_t w, int64_t w_end,
+                                   int64_t end, int64_t C) {
+  if (t < w_end) return detail::next_chunk_rows(runs[i].x, t, w_end - t);
+  if (i + 1 < runs.size()) return detail::next_chunk_rows(runs[i + 1].x, w, w_end - w);
+  return detail::next_chunk_rows(runs[0].x, w_end, std::min(C, end - w_end));
+}
+
 // Runs body(chunk, sequence, runs) for every group of heads of every sequence, over the threads. The
 // heads of a group advance in lockstep, window by window of C tokens, so that a window's rows of all
 // its heads ([T, H, K] storage) are read in memory order; a group takes a share of the heads only when
@@ -111,12 +121,15 @@ void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorVie
                    }
                    for (int64_t w = s.begin; w < s.end; w += C) {
                      const int64_t w_end = std::min(w + C, s.end);
-                     for (HeadRun& r : runs)
+                     for (size_t i = 0; i < runs.size(); ++i) {
+                       HeadRun& r = runs[i];
                        while (r.t < w_end) {
                          const int64_t n = chunk.load(r.x, r.t, w_end);
-                         chunk.forward(r.S.data(), out, r.x, r.t);
+                         const detail::NextChunk next = next_in_lockstep(runs, i, r.t + n, w, w_end, s.end, C);
+                         chunk.forward(r.S.data(), out, r.x, r.t, &next);
                          r.t += n;
                        }
+                     }
                    }
                    for (HeadRun& r : runs) store_state(final_state, r.S.data(), chunk.Vp(), p, r.index);
                  });

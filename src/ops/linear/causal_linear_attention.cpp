@@ -158,7 +158,8 @@ struct ChunkAhead {
   bool dense;
   kernels::RowsAhead of(ConstTensorView x, ConstTensorView y, bool for_write, int64_t C) const {
     if (n0 < 0) return {};
-    return dense ? dense_part_ahead(x, y, for_write, b, n0, C, h) : head_rows_ahead(x, y, for_write, b, h, n0, C);
+    return dense ? kernels::dense_part_ahead(x, y, for_write, b, n0, C, h)
+                 : kernels::head_rows_ahead(x, y, for_write, b, h, n0, C);
   }
 };
 
@@ -259,7 +260,8 @@ void causal_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
   // With each head's rows one stretch of memory ([B, H, N, D]) a head runs to its end before the next;
   // otherwise ([B, N, H, D]) a batch's heads advance in lockstep, reading whole rows in memory order.
   const bool lockstep = !heads_outer(q);
-  const bool dense = lockstep && tokens_dense(q) && tokens_dense(k) && tokens_dense(v) && tokens_dense(out);
+  const bool dense = lockstep && kernels::tokens_dense(q) && kernels::tokens_dense(k) && kernels::tokens_dense(v) &&
+                     kernels::tokens_dense(out);
 #pragma omp parallel
   {
     ChunkScratch w(p, C, true, lockstep ? p.H : 1);
@@ -306,7 +308,7 @@ void backward_chunk_forward_sweep(ChunkScratch& w, TensorView dq, ConstTensorVie
       const float* phr = w.phi_q.data() + r * p.Mp;
       const float* pkr = w.phi_k.data() + r * p.Mp;
       for (int64_t m = 0; m < p.M; ++m) w.rowvec[m] += pkr[m];
-      const float dd = normaliser_backward(Pr, phr, w.rowvec.data(), d, p.M);
+      const float dd = kernels::normaliser_backward_row(Pr, phr, w.rowvec.data(), d, p.M);
       w.den_all()[t + r] = d;
       w.dden_all()[t + r] = dd;
     }
@@ -366,7 +368,8 @@ void causal_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorVie
                      const PackedState* initial, PackedState* dinitial) {
   const int64_t N = p.Nq, BH = p.B * p.H, C = std::clamp<int64_t>(chunk, 1, std::min(N, kMaxChunk));
   const bool lockstep = !heads_outer(q);  // as in causal_forward
-  const bool dense = lockstep && tokens_dense(q) && tokens_dense(k) && tokens_dense(v) && tokens_dense(dout);
+  const bool dense = lockstep && kernels::tokens_dense(q) && kernels::tokens_dense(k) && kernels::tokens_dense(v) &&
+                     kernels::tokens_dense(dout);
 #pragma omp parallel
   {
     ChunkScratch w(p, C, false, lockstep ? p.H : 1);

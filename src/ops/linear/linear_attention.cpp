@@ -83,7 +83,7 @@ void queries_backward(TensorView dq, PackedState& grad, ConstTensorView dout, Co
         if (p.normalize) {
           for (int64_t r = 0; r < n; ++r) {
             const float d = den[r] + p.eps;
-            dden[r] = normaliser_backward(P.data() + r * p.Mp, phi.data() + r * p.Mp, z, d, p.M);
+            dden[r] = kernels::normaliser_backward_row(P.data() + r * p.Mp, phi.data() + r * p.Mp, z, d, p.M);
             const float inv = 1.0f / d;
             for (int64_t e = 0; e < p.E; ++e) g[r * p.Ep + e] *= inv;
           }

@@ -203,53 +203,13 @@ ThreadShare thread_share(int64_t items) {
   return {items * thread / threads, items * (thread + 1) / threads};
 }
 
-bool tokens_dense(ConstTensorView x) {
-  return x.stride[3] == 1 && x.stride[2] == x.dim() && x.stride[1] == x.heads() * x.dim();
-}
-
-namespace {
-// n rows (clamped to x's sequence from n0) of x and y (y may be empty) for a GEMM to prefetch; first(v)
-// gives a view's first row and its pitch. A view whose rows are not contiguous is left out.
-template <class First>
-kernels::RowsAhead rows_of(ConstTensorView x, ConstTensorView y, bool for_write, int64_t n0, int64_t n, First first) {
-  kernels::RowsAhead a;
-  n = std::min(n, x.seq() - n0);
-  if (n <= 0) return a;
-  const ConstTensorView xy[2] = {x, y};
-  int region = 0;
-  for (int i = 0; i < 2; ++i) {
-    if (!xy[i].data || xy[i].stride[3] != 1) continue;
-    const auto [row, pitch] = first(xy[i], n);
-    a.rows[region] = row, a.ld[region] = pitch, a.cols[region] = xy[i].dim();
-    a.write[region] = for_write && i == 1;
-    ++region;
-  }
-  a.count = n;
-  return a;
-}
-}  // namespace
-
-kernels::RowsAhead dense_part_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t n0,
-                                    int64_t n, int64_t part) {
-  return rows_of(x, y, for_write, n0, n, [&](ConstTensorView z, int64_t rows) {
-    return std::pair{z.data + b * z.stride[0] + n0 * z.stride[1] + part * rows * z.dim(), z.dim()};
-  });
-}
-
 kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
                               int64_t t) {
-  if (!walk.heads_outer && tokens_dense(x) && (!y.data || tokens_dense(y)))
-    return dense_part_ahead(x, y, for_write, b, walk.token(t) + kTile,
-                            std::min(kTile, walk.end - walk.token(t) - kTile), walk.head(t));
+  if (!walk.heads_outer && kernels::tokens_dense(x) && (!y.data || kernels::tokens_dense(y)))
+    return kernels::dense_part_ahead(x, y, for_write, b, walk.token(t) + kTile,
+                                     std::min(kTile, walk.end - walk.token(t) - kTile), walk.head(t));
   if (t + 1 >= walk.count()) return {};
-  return head_rows_ahead(x, y, for_write, b, walk.head(t + 1), walk.token(t + 1), walk.rows(t + 1));
-}
-
-kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t h,
-                                   int64_t n0, int64_t n) {
-  return rows_of(x, y, for_write, n0, n, [&](ConstTensorView z, int64_t) {
-    return std::pair{head_rows(z, b, h).at(n0), z.stride[1]};
-  });
+  return kernels::head_rows_ahead(x, y, for_write, b, walk.head(t + 1), walk.token(t + 1), walk.rows(t + 1));
 }
 
 void sum_keys(PackedState& state, ConstTensorView k, ConstTensorView v, const LinearProblem& p) {

@@ -11,6 +11,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
+#include "kernels/rows_ahead.hpp"
 #include "linattn/boundary.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -153,17 +154,6 @@ bool heads_outer(View4<T> x) {
 // that memory is streamed in order. Other layouts: the next item's rows.
 kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
                               int64_t t);
-// Whether rows [n0, n0 + n) of every head of x are one dense stretch of n·H·D floats ([B, N, H, D]).
-bool tokens_dense(ConstTensorView x);
-// Part `part` of H of the dense stretch of rows [n0, n0 + n) of batch b of x and y (both dense),
-// as n rows of D floats.
-kernels::RowsAhead dense_part_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t n0,
-                                    int64_t n, int64_t part);
-// Rows [n0, n0 + n) of head (b, h) of x and y (y may be empty), clamped to the sequence; a view whose
-// rows are not contiguous is left out.
-kernels::RowsAhead head_rows_ahead(ConstTensorView x, ConstTensorView y, bool for_write, int64_t b, int64_t h,
-                                   int64_t n0, int64_t n);
-
 // The normaliser's sums formed with a tile's φ (each optional): sum[0:Mp] += Σ_r φ_r over the valid
 // rows (the keys' z), dots[r] = φ_r · dot[0:Mp] (the queries' φ(q)·z).
 struct FeatureSums {
@@ -180,16 +170,6 @@ void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, Featur
 void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProblem& p, FeatureRole role,
                         const float* dphi, const float* phi, HeadRows<const float> x, int64_t n0, int64_t n,
                         int64_t valid);
-
-// One query row through the normaliser's backward, given P = S dout (overwritten with dφ(q)):
-//   out = num / den: dden = −φ(q)·P / den², dφ(q) = P / den + z dden. Returns dden.
-inline float normaliser_backward(float* P, const float* phi_q, const float* z, float den, int64_t M) {
-  float pdot = 0;
-  for (int64_t m = 0; m < M; ++m) pdot += phi_q[m] * P[m];
-  const float inv = 1.0f / den, dden = -pdot * inv * inv;
-  for (int64_t m = 0; m < M; ++m) P[m] = P[m] * inv + dden * z[m];
-  return dden;
-}
 
 // The reduction of sum_keys over the key tiles of k (any element type): tile(scratch, S, z, walk, b, t)
 // adds item t of walk (batch b; keys walk.token(t) + [0, walk.rows(t)) of head walk.head(t)) into S and
