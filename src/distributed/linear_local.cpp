@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "feature_maps/feature_rows.hpp"
 #include "kernels/feature_map_elementwise.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rows.hpp"
@@ -91,50 +92,24 @@ void tile_features(const FeatureMap& map, float* phi, float* xs, ConstTensorView
   map.forward(phi, xs, tile.T, x.dim(), role);
 }
 
-// The normaliser's sums formed with a tile's φ (each optional): sum[0:M] += Σ_t φ_t, t ascending (the
-// keys' z), and dots[t] = φ_t · dot[0:M] (the queries' φ(q)·z).
-struct TileSums {
-  float* sum = nullptr;
-  const float* dot = nullptr;
-  float* dots = nullptr;
-};
-
-// The kernels' form of `map` when kernels::feature_tile can form its φ straight from x's rows, with the
-// sums in the same pass: a built-in map, rows contiguous in the head dim, and M a multiple of kPad (the
-// kernel's pitch). Decided once per pass, not per tile.
-std::optional<kernels::TileMap> fused_map_for(const FeatureMap& map, ConstTensorView x) {
-  if (x.stride[3] != 1 || map.feature_dim(x.dim()) % kernels::kPad != 0) return std::nullopt;
-  if (&map == elu_feature_map().get()) return kernels::TileMap::elu;
-  if (&map == relu_feature_map().get()) return kernels::TileMap::relu;
-  if (&map == identity_feature_map().get()) return kernels::TileMap::identity;
-  return std::nullopt;
-}
-
-// φ of the rows of `tile` in x: phi: [T, M], with `sums`. With a fused map (fused_map_for) the rows are
-// read in place and the sums formed in the same pass: no gather, no second trip through φ (the state
-// sums are a third of a causal pass's time, and on the critical path of the distributed one). Any other
-// map gathers the rows into xs first.
-void tile_features_with_sums(const FeatureMap& map, std::optional<kernels::TileMap> fused, int64_t M, float* phi,
+// φ of the rows of `tile` in x with `sums`: phi: [T, M], through xs: [T, D] unless the map is built in
+// (`builtin`, from builtin_tile_map once per pass) and x's rows are read in place (the state sums are a
+// third of a causal pass's time, and on the critical path of the distributed one).
+void tile_features_with_sums(const FeatureMap& map, std::optional<kernels::TileMap> builtin, int64_t M, float* phi,
                              float* xs, ConstTensorView x, int64_t H, const HeadTile& tile, FeatureRole role,
-                             const TileSums& sums) {
-  const int64_t T = tile.T;
-  if (fused) {
-    if (T > 0)
-      kernels::feature_tile({.x = x.row(tile.bh / H, tile.t0, tile.bh % H),
-                             .ldx = x.stride[1],
-                             .phi = phi,
+                             const linattn::detail::FeatureSums& sums) {
+  linattn::detail::map_rows({.phi = phi,
                              .ldp = M,
-                             .rows = T,
-                             .cols = x.dim(),
-                             .map = *fused,
-                             .sum = sums.sum,
-                             .dot = sums.dot,
-                             .dots = sums.dots});
-    return;
-  }
-  tile_features(map, phi, xs, x, H, tile, role);
-  if (sums.sum) kernels::add_weighted_rows(sums.sum, phi, M, nullptr, T, M);
-  if (sums.dots) kernels::row_dots(sums.dots, phi, M, sums.dot, T, M);
+                             .map = &map,
+                             .builtin = builtin,
+                             .role = role,
+                             .x = kernels::head_rows(x, tile.bh / H, tile.bh % H),
+                             .n0 = tile.t0,
+                             .rows = tile.T,
+                             .D = x.dim(),
+                             .M = M,
+                             .xs = xs},
+                            sums);
 }
 
 // The rows of `next` in x and y (y may be empty; for_write: y is written), for a GEMM to prefetch.
@@ -148,7 +123,7 @@ kernels::RowsAhead rows_ahead(const HeadTile& next, int64_t H, ConstTensorView x
 void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView v, int64_t M, float* items) {
   const int64_t B = k.batch(), n = k.seq(), H = k.heads(), D = k.dim(), E = v.dim();
   const int64_t item = state_item_floats(M, E);
-  const std::optional<kernels::TileMap> fused = fused_map_for(map, k);
+  const std::optional<kernels::TileMap> builtin = linattn::detail::builtin_tile_map(&map);
 #pragma omp parallel
   {
     std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), vt(size_t(kRows * E));
@@ -157,7 +132,7 @@ void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView 
         [&](const HeadTile& tile, const HeadTile& next) {
           const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
           float* S = items + bh * item;
-          tile_features_with_sums(map, fused, M, phi.data(), x.data(), k, H, tile, FeatureRole::key,
+          tile_features_with_sums(map, builtin, M, phi.data(), x.data(), k, H, tile, FeatureRole::key,
                                   {.sum = S + M * E});
           // S += φᵀ v: [M, T] · [T, E], fetching the next tile's k and v rows meanwhile.
           const kernels::RowsAhead ahead = rows_ahead(next, H, k, v);
@@ -171,7 +146,7 @@ void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, c
                      bool normalize) {
   const int64_t B = q.batch(), n = q.seq(), H = q.heads(), D = q.dim(), E = out.dim();
   const int64_t item = state_item_floats(M, E);
-  const std::optional<kernels::TileMap> fused = fused_map_for(map, q);
+  const std::optional<kernels::TileMap> builtin = linattn::detail::builtin_tile_map(&map);
 #pragma omp parallel
   {
     std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), o(size_t(kRows * E)), scale(kRows);
@@ -182,7 +157,7 @@ void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, c
           const float* S = items + bh * item;
           const float* z = S + M * E;
           // den_t = φ(q_t)·z, formed with φ; scale_t = 1 / (den_t + eps).
-          tile_features_with_sums(map, fused, M, phi.data(), x.data(), q, H, tile, FeatureRole::query,
+          tile_features_with_sums(map, builtin, M, phi.data(), x.data(), q, H, tile, FeatureRole::query,
                                   {.dot = normalize ? z : nullptr, .dots = normalize ? scale.data() : nullptr});
           if (normalize)
             for (int64_t t = 0; t < T; ++t) scale[t] = 1.0f / (scale[t] + eps);

@@ -27,9 +27,7 @@ LinearProblem check_inputs(const char* op, ConstTensorView q, ConstTensorView k,
   p.B = q.batch(), p.Nq = q.seq(), p.Nk = k.seq(), p.H = q.heads(), p.D = q.dim(), p.E = v.dim();
   p.Mp = kernels::padded(p.M), p.Ep = kernels::padded(p.E);
   p.map = o.feature_map.get(), p.eps = o.eps, p.normalize = o.normalize;
-  if (p.map == elu_feature_map().get()) p.builtin = LinearProblem::Builtin::elu;
-  if (p.map == relu_feature_map().get()) p.builtin = LinearProblem::Builtin::relu;
-  if (p.map == identity_feature_map().get()) p.builtin = LinearProblem::Builtin::identity;
+  p.builtin = builtin_tile_map(p.map);
   p.lengths.resize(size_t(p.B));
   for (int64_t b = 0; b < p.B; ++b) p.lengths[b] = key_length(o.key_lengths, b, p.Nk);
   return p;
@@ -140,29 +138,19 @@ FeatureScratch::FeatureScratch(const LinearProblem& p, int64_t rows)
 void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, FeatureRole role, HeadRows<const float> x,
                    int64_t n0, int64_t n, int64_t valid, const FeatureSums& sums) {
   valid = std::clamp<int64_t>(valid, 0, n);
-  if (p.builtin != LinearProblem::Builtin::none && x.col == 1) {
-    // Fused: φ straight from the strided rows into the padded tile, with its sums, one trip through the cache.
-    kernels::FeatureTile t;
-    t.x = x.at(n0), t.ldx = x.row, t.phi = phi, t.ldp = p.Mp, t.rows = valid, t.cols = p.D;
-    t.map = p.builtin == LinearProblem::Builtin::elu    ? kernels::TileMap::elu
-            : p.builtin == LinearProblem::Builtin::relu ? kernels::TileMap::relu
-                                                        : kernels::TileMap::identity;
-    t.sum = sums.sum, t.dot = sums.dot, t.dots = sums.dots;
-    if (valid > 0) kernels::feature_tile(t);
-  } else {
-    kernels::pack_rows({w.x.data(), p.D, valid, p.D}, x, n0, valid);
-    if (p.M == p.Mp) {
-      if (valid > 0) p.map->forward(phi, w.x.data(), valid, p.D, role);
-    } else {
-      if (valid > 0) p.map->forward(w.phi.data(), w.x.data(), valid, p.D, role);
-      for (int64_t r = 0; r < valid; ++r) {
-        std::copy_n(w.phi.data() + r * p.M, p.M, phi + r * p.Mp);
-        std::fill(phi + r * p.Mp + p.M, phi + (r + 1) * p.Mp, 0.0f);
-      }
-    }
-    if (sums.sum) kernels::add_weighted_rows(sums.sum, phi, p.Mp, nullptr, valid, p.M);
-    if (sums.dots) kernels::row_dots(sums.dots, phi, p.Mp, sums.dot, valid, p.M);
-  }
+  map_rows({.phi = phi,
+            .ldp = p.Mp,
+            .map = p.map,
+            .builtin = p.builtin,
+            .role = role,
+            .x = x,
+            .n0 = n0,
+            .rows = valid,
+            .D = p.D,
+            .M = p.M,
+            .xs = w.x.data(),
+            .phi_m = w.phi.data()},
+           sums);
   std::fill(phi + valid * p.Mp, phi + n * p.Mp, 0.0f);
 }
 
@@ -170,18 +158,11 @@ void store_feature_grad(HeadRows<float> dx, FeatureScratch& w, const LinearProbl
                         const float* dphi, const float* phi, HeadRows<const float> x, int64_t n0, int64_t n,
                         int64_t valid) {
   valid = std::clamp<int64_t>(valid, 0, n);
-  if (p.builtin != LinearProblem::Builtin::none && dx.col == 1) {
-    float* out = dx.at(n0);
-    switch (p.builtin) {
-      case LinearProblem::Builtin::elu:
-        kernels::map_backward_from_phi(kernels::TileMap::elu, out, dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
-        break;
-      case LinearProblem::Builtin::relu:
-        kernels::map_backward_from_phi(kernels::TileMap::relu, out, dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
-        break;
-      default:
-        for (int64_t r = 0; r < valid; ++r) std::memcpy(dx.at(n0 + r), dphi + r * p.Mp, size_t(p.D) * sizeof(float));
-        break;
+  if (p.builtin && dx.col == 1) {
+    if (*p.builtin == kernels::TileMap::identity) {
+      for (int64_t r = 0; r < valid; ++r) std::memcpy(dx.at(n0 + r), dphi + r * p.Mp, size_t(p.D) * sizeof(float));
+    } else {
+      kernels::map_backward_from_phi(*p.builtin, dx.at(n0), dx.row, dphi, p.Mp, phi, p.Mp, valid, p.D);
     }
     for (int64_t r = valid; r < n; ++r) std::fill(dx.at(n0 + r), dx.at(n0 + r) + p.D, 0.0f);
     return;

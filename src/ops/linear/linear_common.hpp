@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "feature_maps/feature_rows.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
@@ -41,7 +43,7 @@ struct LinearProblem {
   int64_t Mp = 0, Ep = 0;  // M and E padded to kernels::kPad
   const FeatureMap* map = nullptr;
   // The built-in elementwise maps get φ fused into the loads of rows (no copy of x first).
-  enum class Builtin { none, elu, relu, identity } builtin = Builtin::none;
+  std::optional<kernels::TileMap> builtin;
   float eps = 0;
   bool normalize = true;
   std::vector<int64_t> lengths;
@@ -154,13 +156,6 @@ bool heads_outer(View4<T> x) {
 // that memory is streamed in order. Other layouts: the next item's rows.
 kernels::RowsAhead rows_ahead(const TileWalk& walk, ConstTensorView x, ConstTensorView y, bool for_write, int64_t b,
                               int64_t t);
-// The normaliser's sums formed with a tile's φ (each optional): sum[0:Mp] += Σ_r φ_r over the valid
-// rows (the keys' z), dots[r] = φ_r · dot[0:Mp] (the queries' φ(q)·z).
-struct FeatureSums {
-  float* sum = nullptr;
-  const float* dot = nullptr;
-  float* dots = nullptr;
-};
 // phi: [n, Mp] = φ(rows [n0, n0 + n) of x); rows from `valid` on (keys past the key length) are 0.
 // The built-in maps on contiguous rows form φ and the sums in one pass (kernels::feature_tile).
 void load_features(float* phi, FeatureScratch& w, const LinearProblem& p, FeatureRole role, HeadRows<const float> x,
