@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Issue 3's speed report: runs linattn's benchmark programs, the PyTorch comparisons and the
 prefix-sum baseline on the same shapes in one run, and prints every target's ratio with PASS/FAIL.
 Section 7 is issue 12's (decayed linear attention: bench_decay against the pure-PyTorch chunked
@@ -6,12 +6,13 @@ formulation of scripts/torch_chunked_decay.py), section 8 issue 13's (the delta 
 against scripts/torch_chunked_delta.py, and ggml's ggml_gated_delta_net when --ggml-gdn names a
 program that times it).
 
-Run with Debian's interpreter (it has torch):
-    /usr/bin/python3 scripts/speed_report.py --build build-bench            # the full report
-    /usr/bin/python3 scripts/speed_report.py --build build-bench --quick    # a smoke test (small shapes)
-    /usr/bin/python3 scripts/speed_report.py --build build-bench --only-decay  # the FMA peak and section 7
-    /usr/bin/python3 scripts/speed_report.py --build build-bench --only-delta  # the FMA peak and section 8
-The build directory must be configured with -DLINATTN_BUILD_BENCHMARKS=ON and its bench targets built.
+Run with an interpreter that has PyTorch 2 (the venv scripts/test.sh makes: build/venv, torch 2.13):
+    build/venv/bin/python scripts/speed_report.py --build build            # the full report
+    build/venv/bin/python scripts/speed_report.py --build build --quick    # a smoke test (small shapes)
+    build/venv/bin/python scripts/speed_report.py --build build --only-decay  # the FMA peak and section 7
+    build/venv/bin/python scripts/speed_report.py --build build --only-delta  # the FMA peak and section 8
+The build directory must be configured with -DLINATTN_BUILD_BENCHMARKS=ON and its bench targets built
+(Debian's /usr/bin/python3 has torch 1.13: its figures are not the ones PyTorch 2 users see).
 
 Timing: every figure is the minimum over repetitions of a mean over a timed batch (noise on a shared
 machine only ever adds time). Ratios compare figures of the same run. Benchmarks are not tests.

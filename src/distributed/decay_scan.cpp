@@ -9,6 +9,7 @@
 #include "distributed/mpi_calls.hpp"
 #include "distributed/scan_ops.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/pack.hpp"
 #include "linattn/distributed/scan.hpp"
 
 namespace linattn::distributed {
@@ -96,11 +97,6 @@ struct LogDecay {
   }
 };
 
-void gather(float* dst, ConstTensorView x, int64_t b, int64_t h, int64_t t0, int64_t count) {
-  for (int64_t t = 0; t < count; ++t)
-    for (int64_t d = 0; d < x.dim(); ++d) dst[t * x.dim() + d] = x(b, t0 + t, h, d);
-}
-
 // items [B·H] × [a | S]: the shard's map S ↦ diag(a) S + S_r from its own tokens,
 //   a = exp(G_n), S_r = Σ_t diag(exp(G_n − G_t)) k_t v_tᵀ, G_t = Σ_{u ≤ t} g_u (fp64 running sums).
 std::vector<float> shard_map(const Shard& s, ConstTensorView k, ConstTensorView v, const LogDecay& log_decay) {
@@ -117,7 +113,7 @@ std::vector<float> shard_map(const Shard& s, ConstTensorView k, ConstTensorView 
     std::vector<float> kw(size_t(kRows * K)), vt(size_t(kRows * V));
     for (int64_t t0 = 0; t0 < s.n; t0 += kRows) {
       const int64_t T = std::min(kRows, s.n - t0);
-      gather(vt.data(), v, b, h, t0, T);
+      kernels::pack_rows({vt.data(), V, T, V}, kernels::head_rows(v, b, h), t0, T);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t d = 0; d < K; ++d) {
           G[d] += log_decay(b, t0 + t, h, d);
@@ -145,7 +141,7 @@ std::vector<float> shard_gradient_map(const Shard& s, ConstTensorView q, ConstTe
     std::vector<float> qw(size_t(kRows * K)), gt(size_t(kRows * V));
     for (int64_t t0 = 0; t0 < s.n; t0 += kRows) {
       const int64_t T = std::min(kRows, s.n - t0);
-      gather(gt.data(), dout, b, h, t0, T);
+      kernels::pack_rows({gt.data(), V, T, V}, kernels::head_rows(dout, b, h), t0, T);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t d = 0; d < K; ++d) {
           G[d] += log_decay(b, t0 + t, h, d);

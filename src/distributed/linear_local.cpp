@@ -9,6 +9,7 @@
 #include "feature_maps/feature_rows.hpp"
 #include "kernels/feature_map_elementwise.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "kernels/rows_ahead.hpp"
 #include "kernels/tile.hpp"
@@ -22,15 +23,7 @@ constexpr int64_t kRows = 256;
 
 // rows [t0, t0 + count) of head (b, h) of x into dst: [count, x.dim()] contiguous.
 void gather(float* dst, ConstTensorView x, int64_t b, int64_t h, int64_t t0, int64_t count) {
-  const int64_t D = x.dim();
-  for (int64_t t = 0; t < count; ++t) {
-    const float* src = x.row(b, t0 + t, h);
-    if (x.stride[3] == 1) {
-      std::copy_n(src, D, dst + t * D);
-    } else {
-      for (int64_t d = 0; d < D; ++d) dst[t * D + d] = src[d * x.stride[3]];
-    }
-  }
+  kernels::pack_rows({dst, x.dim(), count, x.dim()}, kernels::head_rows(x, b, h), t0, count);
 }
 
 // Rows [t0, t0 + count) of head (b, h) of x as a GEMM operand: in place when x's rows are
@@ -43,14 +36,11 @@ kernels::ConstTile rows_of(ConstTensorView x, int64_t b, int64_t h, int64_t t0, 
 
 // dst's rows [t0, t0 + count) of head (b, h) = (or +=) src: [count, dst.dim()].
 void scatter(TensorView dst, const float* src, int64_t b, int64_t h, int64_t t0, int64_t count, bool accumulate) {
-  const int64_t D = dst.dim();
-  for (int64_t t = 0; t < count; ++t) {
-    float* row = dst.row(b, t0 + t, h);
-    for (int64_t d = 0; d < D; ++d) {
-      float& x = row[d * dst.stride[3]];
-      x = accumulate ? x + src[t * D + d] : src[t * D + d];
-    }
-  }
+  const kernels::ConstTile rows{src, dst.dim(), count, dst.dim()};
+  if (accumulate)
+    kernels::add_rows(kernels::head_rows(dst, b, h), t0, rows);
+  else
+    kernels::unpack_rows(kernels::head_rows(dst, b, h), t0, rows, count);
 }
 
 // The S part ([M, E]) of each of `count` state items, transposed: [count, E, M].

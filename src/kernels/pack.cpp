@@ -95,4 +95,12 @@ void unpack_rows(HeadRows<float> dst, int64_t n0, ConstTile src, int64_t valid, 
   }
 }
 
+void add_rows(HeadRows<float> dst, int64_t n0, ConstTile src) {
+  for (int64_t r = 0; r < src.rows; ++r) {
+    float* out = dst.at(n0 + r);
+    const float* in = src.row(r);
+    for (int64_t c = 0; c < src.cols; ++c) out[c * dst.col] += in[c];
+  }
+}
+
 }  // namespace linattn::kernels

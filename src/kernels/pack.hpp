@@ -31,6 +31,8 @@ void pack_rows(Tile dst, HeadRows<const H> src, int64_t n0, int64_t valid, float
 void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0);
 // dst(n0 + r, c) = factor · src[r, c] for r < valid, 0 for valid ≤ r < src.rows; c < src.cols.
 void unpack_rows(HeadRows<float> dst, int64_t n0, ConstTile src, int64_t valid, float factor = 1.0f);
+// dst(n0 + r, c) += src[r, c] for r < src.rows, c < src.cols.
+void add_rows(HeadRows<float> dst, int64_t n0, ConstTile src);
 // dst(n0 + r, c) = src[r, c] rounded to nearest even, for r < src.rows, c < src.cols (bf16 or f16 rows).
 template <HalfType H>
 void unpack_rows(HeadRows<H> dst, int64_t n0, ConstTile src);

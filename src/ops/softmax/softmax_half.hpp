@@ -1,5 +1,5 @@
 #pragma once
-// The softmax decode step reading a bf16/f16 KV cache in place (softmax_attention.cpp), for the
+// The softmax decode step reading a bf16/f16 KV cache in place (softmax_decode_forward.cpp), for the
 // half-precision forward (softmax_half.cpp).
 #include <array>
 #include <cstdint>
