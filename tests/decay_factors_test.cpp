@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "kernels/rows.hpp"
+
 namespace linattn::kernels {
 namespace {
 
@@ -30,26 +32,135 @@ TEST(DecayFactors, MulExpDifferenceMatchesTheFormula) {
     }
 }
 
-TEST(DecayFactors, MulExpPairSplitsAProductAroundItsMidpoint) {
+// Every variant: GLA's sides (the delta rule's left keys null) and the delta rule's, each with and
+// without the backward's factors.
+TEST(DecayFactors, SplitFactorRowSplitsAProductAroundItsMidpoint) {
   std::mt19937_64 rng(5);
-  std::uniform_real_distribution<float> u(-1, 1), half_span(-30, 30);
-  for (int64_t n = 1; n <= 41; ++n) {
-    std::vector<float> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), a(static_cast<size_t>(n)),
-        m(static_cast<size_t>(n)), qh(static_cast<size_t>(n)), kh(static_cast<size_t>(n)), e(static_cast<size_t>(n)),
-        inv(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i)
-      q[size_t(i)] = u(rng), k[size_t(i)] = u(rng), m[size_t(i)] = -500 * u(rng) - 500,
-      a[size_t(i)] = m[size_t(i)] + half_span(rng);
-    mul_exp_pair(qh.data(), kh.data(), e.data(), inv.data(), q.data(), k.data(), a.data(), m.data(), n);
-    for (int64_t i = 0; i < n; ++i) {
-      const double f = std::exp(double(a[size_t(i)]) - m[size_t(i)]);
-      EXPECT_NEAR(e[size_t(i)], f, 4e-6 * f);
-      EXPECT_NEAR(inv[size_t(i)], 1 / f, 4e-6 / f);
-      EXPECT_NEAR(qh[size_t(i)], q[size_t(i)] * f, 4e-6 * std::abs(q[size_t(i)] * f));
-      EXPECT_NEAR(kh[size_t(i)], k[size_t(i)] / f, 4e-6 * std::abs(k[size_t(i)] / f));
-      // The split product carries the factor exactly to rounding: q·k.
-      EXPECT_NEAR(double(qh[size_t(i)]) * kh[size_t(i)], double(q[size_t(i)]) * k[size_t(i)], 1e-6);
-    }
+  std::uniform_real_distribution<float> u(-1, 1), half_span(-30, 30), column(-3, 3);
+  for (bool delta : {false, true})
+    for (bool factors : {false, true})
+      for (int64_t n = 1; n <= 41; ++n) {
+        const auto floats = [n] { return std::vector<float>(static_cast<size_t>(n)); };
+        std::vector<float> q = floats(), k = floats(), b = floats(), m = floats(), em = floats(), enm = floats();
+        std::vector<float> El = floats(), Er = floats(), Ql = floats(), Kr = floats(), Qe = floats(), Kd = floats();
+        std::vector<float> Kl = floats(), Kt = floats(), Eb = floats(), Ed = floats();
+        for (int64_t i = 0; i < n; ++i) {
+          const size_t j = size_t(i);
+          q[j] = u(rng), k[j] = u(rng), m[j] = -500 * u(rng) - 500, b[j] = m[j] + half_span(rng);
+          em[j] = std::exp(column(rng)), enm[j] = std::exp(column(rng));
+        }
+        SplitFactorRow out{Ql.data(), Kr.data(), Qe.data(), Kd.data()};
+        if (delta) out.Kl = Kl.data(), out.Kt = Kt.data();
+        if (factors) out.El = El.data(), out.Er = Er.data();
+        if (factors && delta) out.Eb = Eb.data(), out.Ed = Ed.data();
+        split_factor_row(out, q.data(), k.data(), b.data(), m.data(), em.data(), enm.data(), n);
+        const auto near = [](float got, double want) { EXPECT_NEAR(got, want, 8e-6 * std::abs(want) + 1e-37); };
+        for (size_t i = 0; i < size_t(n); ++i) {
+          const double f = std::exp(double(b[i]) - m[i]);
+          near(Ql[i], q[i] * f), near(Kr[i], k[i] / f), near(Qe[i], q[i] * f * em[i]), near(Kd[i], k[i] / f * enm[i]);
+          // The split product carries the factor exactly to rounding: q·k.
+          EXPECT_NEAR(double(Ql[i]) * Kr[i], double(q[i]) * k[i], 1e-6);
+          if (factors) near(El[i], f), near(Er[i], 1 / f);
+          if (delta) near(Kl[i], k[i] * f), near(Kt[i], k[i] * f * em[i]);
+          if (factors && delta) near(Eb[i], f * em[i]), near(Ed[i], enm[i] / f);
+          // Outputs left null are not written: their buffers keep the zeros they started with.
+          EXPECT_TRUE(factors || El[i] == 0.0f);
+          EXPECT_TRUE(delta || Kl[i] == 0.0f);
+        }
+      }
+}
+
+// The chunk's running log decays against an fp64 loop written from the rule: the longest prefix
+// whose every column spans at most max_span (0 counted when from_zero), all rows when not stopping.
+TEST(DecayFactors, RunningLogDecaysStopWhereAColumnWouldSpanTooMuch) {
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<float> decay(-6, 0.5f);
+  int checked = 0;  // the cases compared: all but those with a span within rounding of the limit
+  for (int64_t cols : {1, 7, 16, 19, 64})
+    for (bool from_zero : {false, true})
+      for (bool stop_early : {false, true})
+        for (int trial = 0; trial < 4; ++trial) {
+          const int64_t rows = 37, ld = cols + 3;
+          std::vector<float> in(static_cast<size_t>(rows * ld), 0.0f);
+          for (int64_t t = 0; t < rows; ++t)
+            for (int64_t c = 0; c < cols; ++c) in[size_t(t * ld + c)] = decay(rng);
+          const float max_span = 10.0f * float(trial + 1);
+          std::vector<float> b = in, lo(static_cast<size_t>(cols)), hi(static_cast<size_t>(cols)),
+                             mid(static_cast<size_t>(cols)), last(static_cast<size_t>(cols)),
+                             e_mid(static_cast<size_t>(cols)), e_last_mid(static_cast<size_t>(cols));
+          const int64_t taken = running_log_decays(
+              {b.data(), ld, cols, lo.data(), hi.data(), mid.data(), last.data(), e_mid.data(), e_last_mid.data()},
+              rows, max_span, from_zero, stop_early);
+          // The rule in fp64.
+          std::vector<double> run(static_cast<size_t>(cols), 0.0), mn(static_cast<size_t>(cols)),
+              mx(static_cast<size_t>(cols));
+          int64_t want = rows;
+          bool ambiguous = false;
+          for (int64_t t = 0; t < rows; ++t) {
+            double span = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+              run[size_t(c)] += in[size_t(t * ld + c)];
+              const double r = run[size_t(c)];
+              double h = t > 0 ? std::max(mx[size_t(c)], r) : r, l = t > 0 ? std::min(mn[size_t(c)], r) : r;
+              if (from_zero) h = std::max(h, 0.0), l = std::min(l, 0.0);
+              span = std::max(span, h - l);
+            }
+            // Spans near the limit are left out of the comparison: fp32 sums may fall either side.
+            ambiguous |= std::abs(span - max_span) < 1e-3;
+            if (t > 0 && stop_early && span > max_span) {
+              want = t;
+              break;
+            }
+            for (int64_t c = 0; c < cols; ++c) {
+              const double r = run[size_t(c)];
+              mn[size_t(c)] = t > 0 ? std::min(mn[size_t(c)], r) : r,
+              mx[size_t(c)] = t > 0 ? std::max(mx[size_t(c)], r) : r;
+            }
+          }
+          if (ambiguous) continue;
+          ++checked;
+          ASSERT_EQ(taken, want) << cols << " " << from_zero << " " << stop_early << " " << trial;
+          if (!stop_early) {
+            EXPECT_EQ(taken, rows);
+          }
+          std::vector<double> sum(static_cast<size_t>(cols), 0.0);
+          for (int64_t t = 0; t < taken; ++t)
+            for (int64_t c = 0; c < cols; ++c) {
+              sum[size_t(c)] += in[size_t(t * ld + c)];
+              EXPECT_NEAR(b[size_t(t * ld + c)], sum[size_t(c)], 1e-4 * (1 + std::abs(sum[size_t(c)])));
+            }
+          for (int64_t c = 0; c < cols; ++c) {
+            const size_t j = size_t(c);
+            const double m = 0.5 * (mn[j] + mx[j]);
+            EXPECT_NEAR(mid[j], m, 1e-4 * (1 + std::abs(m)));
+            EXPECT_NEAR(last[j], sum[j], 1e-4 * (1 + std::abs(sum[j])));
+            EXPECT_NEAR(e_mid[j], std::exp(m), 1e-3 * std::exp(m) + 1e-37);
+            EXPECT_NEAR(e_last_mid[j], std::exp(sum[j] - m), 1e-3 * std::exp(sum[j] - m));
+          }
+        }
+  EXPECT_GE(checked, 75);
+}
+
+// The per-row path's row factors (e^{b_t}, e^{b_n − b_t}): each row times its own, pitches that differ
+// from the width, every width from a scalar tail to whole vectors plus a tail.
+TEST(DecayFactors, ScaleRowsTimesEachRowItsOwnFactor) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t cols : {1, 5, 16, 33}) {
+    const int64_t rows = 7, lds = cols + 2, ldd = cols + 5;
+    std::vector<float> src(static_cast<size_t>(rows * lds)), scale(static_cast<size_t>(rows)),
+        dst(static_cast<size_t>(rows * ldd), -7.0f);
+    for (float& x : src) x = u(rng);
+    for (float& x : scale) x = u(rng);
+    scale_rows(dst.data(), ldd, src.data(), lds, scale.data(), rows, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < ldd; ++c) {
+        const float got = dst[size_t(r * ldd + c)];
+        if (c < cols)
+          EXPECT_EQ(got, scale[size_t(r)] * src[size_t(r * lds + c)]) << cols << " " << r << " " << c;
+        else
+          EXPECT_EQ(got, -7.0f) << "wrote past the row's width";
+      }
   }
 }
 

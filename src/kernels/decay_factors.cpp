@@ -1,4 +1,5 @@
 // The decay factors (see decay_factors.hpp), one Highway source for every target.
+#include <algorithm>
 #include <cmath>
 
 #undef HWY_TARGET_INCLUDE
@@ -33,28 +34,69 @@ void MulExpDifferenceN(float* y, const float* x, const float* HWY_RESTRICT a, co
   for (; i < n; ++i) y[i] = x[i] * std::exp(sign * (b ? a[i] - b[i] : a[i]));
 }
 
-void MulExpPairN(float* HWY_RESTRICT qh, float* HWY_RESTRICT kh, float* HWY_RESTRICT e, float* HWY_RESTRICT inv_e,
-                 const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT a,
-                 const float* HWY_RESTRICT b, int64_t n) {
-  const D d;
+// One row of running sums: row += prev over [0, cols); each column's range with it against the
+// span (0 counted when from_zero). Returns whether any column spans more than max_span.
+HWY_INLINE bool AddRowAndCheckSpan(D d, float* HWY_RESTRICT row, const float* HWY_RESTRICT prev,
+                                   const float* HWY_RESTRICT lo, const float* HWY_RESTRICT hi, int64_t cols,
+                                   float max_span, bool from_zero) {
   const int64_t L = int64_t(hn::Lanes(d));
-  const V one = hn::Set(d, 1.0f);
+  const V zero = hn::Zero(d), span = hn::Set(d, max_span);
+  auto over = hn::Lt(span, span);  // all false
   int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    const V f = Factor(d, a, b, one, i), inv = hn::Div(one, f);
-    hn::StoreU(f, d, e + i), hn::StoreU(inv, d, inv_e + i);
-    hn::StoreU(hn::Mul(hn::LoadU(d, q + i), f), d, qh + i);
-    hn::StoreU(hn::Mul(hn::LoadU(d, k + i), inv), d, kh + i);
+  for (; i + L <= cols; i += L) {
+    const V r = hn::Add(hn::LoadU(d, row + i), hn::LoadU(d, prev + i));
+    hn::StoreU(r, d, row + i);
+    V h = hn::Max(hn::LoadU(d, hi + i), r), l = hn::Min(hn::LoadU(d, lo + i), r);
+    if (from_zero) h = hn::Max(h, zero), l = hn::Min(l, zero);
+    over = hn::Or(over, hn::Gt(hn::Sub(h, l), span));
   }
-  for (; i < n; ++i) {
-    e[i] = std::exp(a[i] - b[i]), inv_e[i] = 1.0f / e[i];
-    qh[i] = q[i] * e[i], kh[i] = k[i] * inv_e[i];
+  bool exceeds = !hn::AllFalse(d, over);
+  for (; i < cols; ++i) {
+    row[i] += prev[i];
+    float h = std::max(hi[i], row[i]), l = std::min(lo[i], row[i]);
+    if (from_zero) h = std::max(h, 0.0f), l = std::min(l, 0.0f);
+    exceeds |= h - l > max_span;
   }
+  return exceeds;
 }
 
-void DeltaFactorRowN(const DeltaFactorRow& o, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
-                     const float* HWY_RESTRICT b, const float* HWY_RESTRICT m, const float* HWY_RESTRICT em,
-                     const float* HWY_RESTRICT enm, int64_t n) {
+int64_t RunningLogDecaysN(const ChunkDecays& c, int64_t rows, float max_span, bool from_zero, bool stop_early) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d)), cols = c.cols;
+  std::copy_n(c.b, cols, c.lo), std::copy_n(c.b, cols, c.hi);
+  int64_t t = 1;
+  for (; t < rows; ++t) {
+    float* row = c.b + t * c.ld;
+    if (AddRowAndCheckSpan(d, row, row - c.ld, c.lo, c.hi, cols, max_span, from_zero) && stop_early) break;
+    int64_t i = 0;
+    for (; i + L <= cols; i += L) {
+      const V r = hn::LoadU(d, row + i);
+      hn::StoreU(hn::Min(hn::LoadU(d, c.lo + i), r), d, c.lo + i);
+      hn::StoreU(hn::Max(hn::LoadU(d, c.hi + i), r), d, c.hi + i);
+    }
+    for (; i < cols; ++i) c.lo[i] = std::min(c.lo[i], row[i]), c.hi[i] = std::max(c.hi[i], row[i]);
+  }
+  const float* last = c.b + (t - 1) * c.ld;
+  const V half = hn::Set(d, 0.5f);
+  int64_t i = 0;
+  for (; i + L <= cols; i += L) {
+    const V mid = hn::Mul(half, hn::Add(hn::LoadU(d, c.lo + i), hn::LoadU(d, c.hi + i))), bn = hn::LoadU(d, last + i);
+    hn::StoreU(mid, d, c.mid + i), hn::StoreU(bn, d, c.last + i);
+    hn::StoreU(hn::Exp(d, mid), d, c.e_mid + i), hn::StoreU(hn::Exp(d, hn::Sub(bn, mid)), d, c.e_last_mid + i);
+  }
+  for (; i < cols; ++i) {
+    c.mid[i] = 0.5f * (c.lo[i] + c.hi[i]), c.last[i] = last[i];
+    c.e_mid[i] = std::exp(c.mid[i]), c.e_last_mid[i] = std::exp(last[i] - c.mid[i]);
+  }
+  return t;
+}
+
+// kFactors: the factors for the backward (El, Er; Eb, Ed too with kDelta); kDelta: the delta rule's
+// left keys (Kl, Kt).
+template <bool kFactors, bool kDelta>
+void SplitFactorRowOf(const SplitFactorRow& o, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
+                      const float* HWY_RESTRICT b, const float* HWY_RESTRICT m, const float* HWY_RESTRICT em,
+                      const float* HWY_RESTRICT enm, int64_t n) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
   const V one = hn::Set(d, 1.0f);
@@ -63,17 +105,31 @@ void DeltaFactorRowN(const DeltaFactorRow& o, const float* HWY_RESTRICT q, const
     const V e = Factor(d, b, m, one, i), inv = hn::Div(one, e);
     const V eb = hn::Mul(e, hn::LoadU(d, em + i)), ed = hn::Mul(inv, hn::LoadU(d, enm + i));
     const V qv = hn::LoadU(d, q + i), kv = hn::LoadU(d, k + i);
-    hn::StoreU(e, d, o.El + i), hn::StoreU(inv, d, o.Er + i), hn::StoreU(eb, d, o.Eb + i), hn::StoreU(ed, d, o.Ed + i);
-    hn::StoreU(hn::Mul(qv, e), d, o.Ql + i), hn::StoreU(hn::Mul(kv, e), d, o.Kl + i);
-    hn::StoreU(hn::Mul(kv, inv), d, o.Kr + i), hn::StoreU(hn::Mul(qv, eb), d, o.Qe + i);
-    hn::StoreU(hn::Mul(kv, eb), d, o.Kt + i), hn::StoreU(hn::Mul(kv, ed), d, o.Kd + i);
+    hn::StoreU(hn::Mul(qv, e), d, o.Ql + i), hn::StoreU(hn::Mul(kv, inv), d, o.Kr + i);
+    hn::StoreU(hn::Mul(qv, eb), d, o.Qe + i), hn::StoreU(hn::Mul(kv, ed), d, o.Kd + i);
+    if constexpr (kFactors) hn::StoreU(e, d, o.El + i), hn::StoreU(inv, d, o.Er + i);
+    if constexpr (kFactors && kDelta) hn::StoreU(eb, d, o.Eb + i), hn::StoreU(ed, d, o.Ed + i);
+    if constexpr (kDelta) hn::StoreU(hn::Mul(kv, e), d, o.Kl + i), hn::StoreU(hn::Mul(kv, eb), d, o.Kt + i);
   }
   for (; i < n; ++i) {
     const float e = std::exp(b[i] - m[i]), inv = 1.0f / e, eb = e * em[i], ed = inv * enm[i];
-    o.El[i] = e, o.Er[i] = inv, o.Eb[i] = eb, o.Ed[i] = ed;
-    o.Ql[i] = q[i] * e, o.Kl[i] = k[i] * e, o.Kr[i] = k[i] * inv, o.Qe[i] = q[i] * eb, o.Kt[i] = k[i] * eb,
-    o.Kd[i] = k[i] * ed;
+    o.Ql[i] = q[i] * e, o.Kr[i] = k[i] * inv, o.Qe[i] = q[i] * eb, o.Kd[i] = k[i] * ed;
+    if constexpr (kFactors) o.El[i] = e, o.Er[i] = inv;
+    if constexpr (kFactors && kDelta) o.Eb[i] = eb, o.Ed[i] = ed;
+    if constexpr (kDelta) o.Kl[i] = k[i] * e, o.Kt[i] = k[i] * eb;
   }
+}
+
+void SplitFactorRowN(const SplitFactorRow& o, const float* q, const float* k, const float* b, const float* m,
+                     const float* em, const float* enm, int64_t n) {
+  if (o.El && o.Kl)
+    SplitFactorRowOf<true, true>(o, q, k, b, m, em, enm, n);
+  else if (o.El)
+    SplitFactorRowOf<true, false>(o, q, k, b, m, em, enm, n);
+  else if (o.Kl)
+    SplitFactorRowOf<false, true>(o, q, k, b, m, em, enm, n);
+  else
+    SplitFactorRowOf<false, false>(o, q, k, b, m, em, enm, n);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -84,20 +140,19 @@ HWY_AFTER_NAMESPACE();
 namespace linattn::kernels {
 
 HWY_EXPORT(MulExpDifferenceN);
-HWY_EXPORT(MulExpPairN);
-HWY_EXPORT(DeltaFactorRowN);
+HWY_EXPORT(RunningLogDecaysN);
+HWY_EXPORT(SplitFactorRowN);
 
 void mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
   HWY_DYNAMIC_DISPATCH(MulExpDifferenceN)(y, x, a, b, sign, n);
 }
-void mul_exp_pair(float* qh, float* kh, float* e, float* inv_e, const float* q, const float* k, const float* a,
-                  const float* b, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(MulExpPairN)(qh, kh, e, inv_e, q, k, a, b, n);
+int64_t running_log_decays(const ChunkDecays& c, int64_t rows, float max_span, bool from_zero, bool stop_early) {
+  return HWY_DYNAMIC_DISPATCH(RunningLogDecaysN)(c, rows, max_span, from_zero, stop_early);
 }
 
-void delta_factor_row(const DeltaFactorRow& out, const float* q, const float* k, const float* b, const float* m,
+void split_factor_row(const SplitFactorRow& out, const float* q, const float* k, const float* b, const float* m,
                       const float* em, const float* enm, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(DeltaFactorRowN)(out, q, k, b, m, em, enm, n);
+  HWY_DYNAMIC_DISPATCH(SplitFactorRowN)(out, q, k, b, m, em, enm, n);
 }
 
 }  // namespace linattn::kernels

@@ -9,19 +9,32 @@ namespace linattn::kernels {
 // y: [n] = x · exp(sign · (a − b)), elementwise (b null: 0). y may be x.
 void mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n);
 
-// e: [n] = exp(a − b), inv_e = 1 / e, qh = q · e, kh = k / e, elementwise: the two sides of a product
-// split around b (one exp per element), and the factors that the backward applies again.
-void mul_exp_pair(float* qh, float* kh, float* e, float* inv_e, const float* q, const float* k, const float* a,
-                  const float* b, int64_t n);
-
-// The delta rule's factored sides of one chunk row (n elements; see ops/delta/delta_chunk.hpp), from
-// one exp and one division per element: e = exp(b − m), then
-//   Ql = q e, Kl = k e, Kr = k / e, Qe = Ql em, Kt = Kl em, Kd = Kr enm   (em = e^{m}, enm = e^{b_n − m}),
-// and the factors El = e, Er = 1/e, Eb = e em (= e^{b}), Ed = Er enm (= e^{b_n − b}) for the backward.
-struct DeltaFactorRow {
-  float *El, *Er, *Eb, *Ed, *Ql, *Kl, *Kr, *Qe, *Kt, *Kd;
+// The running log decays of one chunk whose factors must stay bounded, and its column factors.
+// b: [rows, ld], row t holding token t's log decays [cols] on entry and Σ_{u ≤ t} of them on return
+// (the rows taken, and the first one not taken). The rows taken: all of them unless stop_early, else
+// the longest prefix (always ≥ 1 row) over which no column's running sum spans more than max_span,
+// counting 0 (the chunk's start) in the span when from_zero. Then, per column over the rows taken,
+// with lo..hi its range: mid = (lo + hi) / 2, last = b_n (the last row taken), e_mid = e^{mid},
+// e_last_mid = e^{b_n − mid}. lo, hi: [cols] scratch.
+struct ChunkDecays {
+  float* b;
+  int64_t ld, cols;
+  float *lo, *hi, *mid, *last, *e_mid, *e_last_mid;
 };
-void delta_factor_row(const DeltaFactorRow& out, const float* q, const float* k, const float* b, const float* m,
+int64_t running_log_decays(const ChunkDecays& c, int64_t rows, float max_span, bool from_zero, bool stop_early);
+
+// The factored sides of one chunk row (n elements) split around each column's midpoint m, from one
+// exp and one division per element: e = exp(b − m), then
+//   Ql = q e, Kr = k / e, Qe = Ql em, Kd = Kr enm   (em = e^{m}, enm = e^{b_n − m}),
+// the delta rule's left keys Kl = k e, Kt = Kl em (null: GLA, which has none), and the factors that
+// the backward applies again, El = e, Er = 1/e and with the left keys Eb = e em (= e^{b}),
+// Ed = Er enm (= e^{b_n − b}) (null: a forward, which needs none).
+struct SplitFactorRow {
+  float *Ql, *Kr, *Qe, *Kd;
+  float *Kl = nullptr, *Kt = nullptr;
+  float *El = nullptr, *Er = nullptr, *Eb = nullptr, *Ed = nullptr;
+};
+void split_factor_row(const SplitFactorRow& out, const float* q, const float* k, const float* b, const float* m,
                       const float* em, const float* enm, int64_t n);
 
 }  // namespace linattn::kernels

@@ -216,6 +216,20 @@ void DeltaUpdateReadoutBf16(float* out, bf16* S, const float* k, const float* v,
 }
 
 // dst = srcᵀ in 4 × 4 blocks of 128-bit vectors (two rounds of interleaves), the ragged edges scalar.
+void ScaleRowsN(float* HWY_RESTRICT dst, int64_t ldd, const float* HWY_RESTRICT src, int64_t lds,
+                const float* HWY_RESTRICT scale, int64_t rows, int64_t cols) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  for (int64_t r = 0; r < rows; ++r) {
+    const V f = hn::Set(d, scale[r]);
+    const float* in = src + r * lds;
+    float* out = dst + r * ldd;
+    int64_t c = 0;
+    for (; c + L <= cols; c += L) hn::StoreU(hn::Mul(f, hn::LoadU(d, in + c)), d, out + c);
+    for (; c < cols; ++c) out[c] = scale[r] * in[c];
+  }
+}
+
 void Transpose(float* HWY_RESTRICT dst, int64_t ldd, const float* HWY_RESTRICT src, int64_t lds, int64_t rows,
                int64_t cols) {
 #if HWY_TARGET == HWY_SCALAR
@@ -285,6 +299,7 @@ namespace linattn::kernels {
 HWY_EXPORT(RowDots);
 HWY_EXPORT(AddWeightedRows);
 HWY_EXPORT(NormaliserBackwardRow);
+HWY_EXPORT(ScaleRowsN);
 HWY_EXPORT(Transpose);
 HWY_EXPORT(ExpShiftedN);
 HWY_EXPORT(RowMaxN);
@@ -301,6 +316,10 @@ void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, in
 }
 float normaliser_backward_row(float* P, const float* phi, const float* z, float den, int64_t cols) {
   return HWY_DYNAMIC_DISPATCH(NormaliserBackwardRow)(P, phi, z, den, cols);
+}
+void scale_rows(float* dst, int64_t ldd, const float* src, int64_t lds, const float* scale, int64_t rows,
+                int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(ScaleRowsN)(dst, ldd, src, lds, scale, rows, cols);
 }
 void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
   HWY_DYNAMIC_DISPATCH(Transpose)(dst, ldd, src, lds, rows, cols);

@@ -31,6 +31,7 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
     : p_(p),
       o_(options),
       per_key_(p.decay == Decay::key),
+      backward_(backward),
       C_(options.chunk_size),
       Cp_(padded(options.chunk_size)),
       Kp_(padded(p.K)),
@@ -41,7 +42,7 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
   if (per_key_) {
     b_.resize(size(C_, Kp_)), mid_.resize(size_t(Kp_)), bn_.resize(size_t(Kp_));
     Qh_.resize(size(C_, Kp_)), Kh_.resize(size(C_, Kp_)), E_.resize(size(C_, Kp_)), invE_.resize(size(C_, Kp_));
-    lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_));
+    lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_)), em_.resize(size_t(Kp_)), enm_.resize(size_t(Kp_));
   } else {
     b_.resize(size_t(C_)), nb_.resize(size_t(C_)), row_q_.resize(size_t(C_)), row_k_.resize(size_t(C_));
     W_.resize(size(C_, Cp_));
@@ -59,30 +60,12 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
   const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
   if (per_key_) {
     // Cumulative log decays per column; the chunk stops before the token that would make a column span
-    // more than kMaxLogSpan (a single token always fits). The loops over columns vectorize.
+    // more than kMaxLogSpan (a single token always fits).
     const int64_t rows = n > 0 ? n : limit;
     kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
-    float *lo = lo_.data(), *hi = hi_.data();
-    std::copy_n(b_.data(), Kp_, lo), std::copy_n(b_.data(), Kp_, hi);
-    int64_t t = 1;
-    for (; t < rows; ++t) {
-      float* row = b_.data() + t * Kp_;
-      const float* prev = row - Kp_;
-      int exceeds = 0;
-      for (int64_t c = 0; c < Kp_; ++c) {
-        row[c] += prev[c];
-        exceeds |= int(std::max(hi[c], row[c]) - std::min(lo[c], row[c]) > float(kMaxLogSpan));
-      }
-      if (exceeds && n <= 0) break;
-      for (int64_t c = 0; c < Kp_; ++c) lo[c] = std::min(lo[c], row[c]), hi[c] = std::max(hi[c], row[c]);
-    }
-    n_ = t;
-    for (int64_t c = 0; c < Kp_; ++c) {
-      mid_[size_t(c)] = 0.5f * (lo[c] + hi[c]);
-      bn_[size_t(c)] = b_[size_t((n_ - 1) * Kp_ + c)];
-      // e^{m}, e^{b_n − m}: the column factors that turn Q̂ into Q ⊙ e^{b} and K̂ into K ⊙ e^{b_n − b}.
-      lo[c] = std::exp(mid_[size_t(c)]), hi[c] = std::exp(bn_[size_t(c)] - mid_[size_t(c)]);
-    }
+    n_ = kernels::running_log_decays(
+        {b_.data(), Kp_, Kp_, lo_.data(), hi_.data(), mid_.data(), bn_.data(), em_.data(), enm_.data()}, rows,
+        float(kMaxLogSpan), false, n <= 0);
   } else {
     n_ = n > 0 ? n : limit;
     const double constant = constant_log_decay(o_, x.h);
@@ -97,16 +80,16 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
   kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.h), t0, rows);
   kernels::pack_rows({V_.data(), Vp_, rows, V}, kernels::head_rows(x.v, x.b, x.h), t0, rows);
   if (per_key_) {
-    const float *em = lo_.data(), *enm = hi_.data();
+    // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}, Q ⊙ e^{b}, K ⊙ e^{b_n − b}: one exp per element.
     for (int64_t t = 0; t < rows; ++t) {
       const int64_t r = t * Kp_;
-      // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}: one exp per element.
-      kernels::mul_exp_pair(Qh_.data() + r, Kh_.data() + r, E_.data() + r, invE_.data() + r, Q_.data() + r,
-                            K_.data() + r, b_.data() + r, mid_.data(), Kp_);
-      for (int64_t c = 0; c < Kp_; ++c) {
-        Qe_[size_t(r + c)] = Qh_[size_t(r + c)] * em[c];   // Q ⊙ e^{b}
-        Kd_[size_t(r + c)] = Kh_[size_t(r + c)] * enm[c];  // K ⊙ e^{b_n − b}
-      }
+      kernels::split_factor_row({.Ql = Qh_.data() + r,
+                                 .Kr = Kh_.data() + r,
+                                 .Qe = Qe_.data() + r,
+                                 .Kd = Kd_.data() + r,
+                                 .El = backward_ ? E_.data() + r : nullptr,
+                                 .Er = backward_ ? invE_.data() + r : nullptr},
+                                Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(), em_.data(), enm_.data(), Kp_);
     }
     return n_;
   }
@@ -119,12 +102,8 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
     if (p_.decay != Decay::none)
       kernels::exp_shifted(W_.data() + t * Cp_, nb_.data(), t + 1, nb_[size_t(t)], inf, 1.0f);
   }
-  for (int64_t t = 0; t < rows; ++t) {
-    for (int64_t c = 0; c < Kp_; ++c) {
-      Qe_[size_t(t * Kp_ + c)] = Q_[size_t(t * Kp_ + c)] * row_q_[size_t(t)];
-      Kd_[size_t(t * Kp_ + c)] = K_[size_t(t * Kp_ + c)] * row_k_[size_t(t)];
-    }
-  }
+  kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
+  kernels::scale_rows(Kd_.data(), Kp_, K_.data(), Kp_, row_k_.data(), rows, Kp_);
   return n_;
 }
 
@@ -185,7 +164,7 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   if (per_key_) {
     // dQ = e^{b−m} ⊙ (e^{m} ⊙ dO Sᵀ + dA K̂), dK = e^{m−b} ⊙ (e^{b_n−m} ⊙ V dSᵀ + dAᵀ Q̂): the load's
     // factors again, no exp here.
-    const float *em = lo_.data(), *enm = hi_.data();
+    const float *em = em_.data(), *enm = enm_.data();
     lower_product(tmp_.data(), Kp_, dA_.data(), Cp_, right, Kp_, n, K, false);
     for (int64_t t = 0; t < n; ++t) {
       float* d = dQ_.data() + t * Kp_;

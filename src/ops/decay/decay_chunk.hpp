@@ -68,7 +68,8 @@ class DecayChunk {
 
   const DecayProblem& p_;
   const DecayedAttentionOptions& o_;
-  bool per_key_;  // GLA: factors per element; else per row
+  bool per_key_;   // GLA: factors per element; else per row
+  bool backward_;  // the backward's scratch (and factors) too
   int64_t C_, Cp_, Kp_, Vp_, n_ = 0;
   std::vector<float> Q_, K_, V_;          // [C, Kp], [C, Kp], [C, Vp]
   std::vector<float> b_, nb_, mid_, bn_;  // per row: b [C], −b [C]; per key: b [C, Kp], m [Kp], b_n [Kp]
@@ -78,8 +79,8 @@ class DecayChunk {
   std::vector<float> dO_, dQ_, dK_, dV_, tmp_, dA_, St_;  // backward: [C, Vp], [C, Kp] ×3 + [C, Vp], [C, Cp], [V, Kp]
   std::vector<float> diag_;                               // backward: dA's diagonal [C]
   std::vector<float> row_q_, row_k_;                      // per row: e^{b_t}, e^{b_n − b_t}
-  std::vector<float> lo_, hi_;  // per key: b's range while loading, then the column factors e^{m}, e^{b_n − m}
-  float gamma_ = 1.0f;          // per row: e^{b_n}
+  std::vector<float> lo_, hi_, em_, enm_;  // per key: b's range while loading; the column factors e^{m}, e^{b_n − m}
+  float gamma_ = 1.0f;                     // per row: e^{b_n}
 };
 
 }  // namespace linattn::detail

@@ -26,6 +26,7 @@ using kernels::transposed;
 DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
     : p_(p),
       gated_(p.gate != DeltaGate::none),
+      backward_(backward),
       C_(chunk_size),
       Cp_(padded(chunk_size)),
       Kp_(padded(p.K)),
@@ -36,9 +37,10 @@ DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
   Q_.resize(CK), K_.resize(CK), V_.resize(CV), beta_.resize(size_t(C_)), rq_.resize(size_t(C_)), rk_.resize(size_t(C_));
   if (gated_) {
     b_.resize(CK), mid_.resize(size_t(Kp_)), bn_.resize(size_t(Kp_)), lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_));
-    em_.resize(size_t(Kp_)), enm_.resize(size_t(Kp_)), mn_.resize(size_t(Kp_)), mx_.resize(size_t(Kp_));
-    zeros_.assign(size_t(Kp_), 0.0f);
-    for (auto* x : {&El_, &Er_, &Eb_, &Ed_, &Ql_, &Kl_, &Kr_, &Qe_, &Kt_, &Kd_}) x->resize(CK);
+    em_.resize(size_t(Kp_)), enm_.resize(size_t(Kp_));
+    for (auto* x : {&Ql_, &Kl_, &Kr_, &Qe_, &Kt_, &Kd_}) x->resize(CK);
+    if (backward)
+      for (auto* x : {&El_, &Er_, &Eb_, &Ed_}) x->resize(CK);
   }
   G_.resize(CC), P_.resize(CC), T_.resize(CC), KrT_.resize(size(Kp_, Cp_));
   R_.resize(CX), X_.resize(CX), N_.resize(CV), O_.resize(CV);
@@ -58,35 +60,16 @@ int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n)
     // rule); the chunk stops before the token that would make a column span more than kMaxLogSpan,
     // counting the chunk's start (b = 0), so e^{b} and e^{b_n − b} stay within e^{±kMaxLogSpan} too.
     const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
-    const int64_t per_key = p_.gate == DeltaGate::key ? 1 : 0;
-    // lo_, hi_: each column's range counting b = 0; mn_, mx_: over the rows only (for the midpoint).
-    std::fill(lo_.begin(), lo_.end(), 0.0f), std::fill(hi_.begin(), hi_.end(), 0.0f);
-    int64_t t = 0;
-    for (; t < rows; ++t) {
-      float* row = b_.data() + t * Kp_;
-      const float* prev = t > 0 ? row - Kp_ : zeros_.data();
-      const float* in = g.at(t0 + t);
-      if (per_key == 0)
-        for (int64_t c = 0; c < K; ++c) row[c] = prev[c] + in[0];
-      else if (g.col == 1)
-        for (int64_t c = 0; c < K; ++c) row[c] = prev[c] + in[c];
-      else
-        for (int64_t c = 0; c < K; ++c) row[c] = prev[c] + in[c * g.col];
-      float span = 0;
-      for (int64_t c = 0; c < K; ++c) span = std::max(span, std::max(hi_[c], row[c]) - std::min(lo_[c], row[c]));
-      if (span > float(kMaxLogSpan) && n <= 0 && t > 0) break;
-      for (int64_t c = 0; c < K; ++c) {
-        lo_[c] = std::min(lo_[c], row[c]), hi_[c] = std::max(hi_[c], row[c]);
-        mn_[c] = t > 0 ? std::min(mn_[c], row[c]) : row[c], mx_[c] = t > 0 ? std::max(mx_[c], row[c]) : row[c];
-      }
+    if (p_.gate == DeltaGate::key) {
+      kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
+    } else {  // one log decay per token, broadcast over the columns
+      for (int64_t t = 0; t < rows; ++t) std::fill_n(b_.data() + t * Kp_, K, g.at(t0 + t)[0]);
     }
-    n_ = t;
     // The midpoint m of each column's b over the chunk's rows (the scores pair rows with rows), and the
     // column factors e^{m}, e^{b_n − m} that turn e^{b − m} into e^{b} and e^{m − b} into e^{b_n − b}.
-    for (int64_t c = 0; c < K; ++c) {
-      mid_[c] = 0.5f * (mn_[c] + mx_[c]), bn_[c] = b_[size_t((n_ - 1) * Kp_ + c)];
-      em_[c] = std::exp(mid_[c]), enm_[c] = std::exp(bn_[c] - mid_[c]);
-    }
+    n_ = kernels::running_log_decays(
+        {b_.data(), Kp_, K, lo_.data(), hi_.data(), mid_.data(), bn_.data(), em_.data(), enm_.data()}, rows,
+        float(kMaxLogSpan), true, n <= 0);
   }
   const int64_t m = n_;
   const float qfactor = p_.qk_l2norm ? 1.0f : p_.scale;
@@ -108,9 +91,11 @@ int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n)
   if (gated_)
     for (int64_t t = 0; t < m; ++t) {
       const size_t r = size_t(t * Kp_);
-      kernels::delta_factor_row({El_.data() + r, Er_.data() + r, Eb_.data() + r, Ed_.data() + r, Ql_.data() + r,
-                                 Kl_.data() + r, Kr_.data() + r, Qe_.data() + r, Kt_.data() + r, Kd_.data() + r},
-                                Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(), em_.data(), enm_.data(), Kp_);
+      kernels::split_factor_row(
+          {Ql_.data() + r, Kr_.data() + r, Qe_.data() + r, Kd_.data() + r, Kl_.data() + r, Kt_.data() + r,
+           backward_ ? El_.data() + r : nullptr, backward_ ? Er_.data() + r : nullptr,
+           backward_ ? Eb_.data() + r : nullptr, backward_ ? Ed_.data() + r : nullptr},
+          Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(), em_.data(), enm_.data(), Kp_);
     }
   // G = strict_lower(Kl Krᵀ), P = lower(Ql Krᵀ).
   kernels::transpose(KrT_.data(), Cp_, Kr(), Kp_, m, K);

@@ -52,11 +52,12 @@ class DeltaChunk {
 
   const DeltaProblem& p_;
   bool gated_;
+  bool backward_;                                    // the backward's scratch (and factors) too
   int64_t C_, Cp_, Kp_, Vp_, Xp_, n_ = 0, ldn_ = 0;  // Xp_ = Vp_ + Kp_: the pitch of [U | W]
   std::vector<float> Q_, K_, V_, beta_, rq_, rk_;    // [C, Kp] ×2, [C, Vp], [C], l2norm's 1/‖·‖ [C] ×2
   std::vector<float> b_, mid_, bn_, em_, enm_;       // [C, Kp]; per column: m, b_n, e^{m}, e^{b_n − m}
-  std::vector<float> lo_, hi_, mn_, mx_, zeros_;     // per column, while loading: b's range with 0, without; 0
-  std::vector<float> El_, Er_, Eb_, Ed_;             // e^{b−m}, e^{m−b}, e^{b}, e^{b_n−b}: [C, Kp]
+  std::vector<float> lo_, hi_;                       // per column, while loading: b's range over the rows
+  std::vector<float> El_, Er_, Eb_, Ed_;             // e^{b−m}, e^{m−b}, e^{b}, e^{b_n−b}: [C, Kp] (backward)
   std::vector<float> Ql_, Kl_, Kr_, Qe_, Kt_, Kd_;   // the factored sides, [C, Kp] (gated only)
   std::vector<float> G_, P_, T_, KrT_;               // [C, Cp] ×3, Krᵀ [K, Cp]
   std::vector<float> R_, X_, N_, O_;                 // [C, Xp] ×2, [C, Vp] ×2
