@@ -164,6 +164,55 @@ TEST(DecayFactors, ScaleRowsTimesEachRowItsOwnFactor) {
   }
 }
 
+// The gate's share of a row against fp64 loops: per column and summed over the columns, with and
+// without the key term, every length from a scalar tail to whole vectors plus a tail.
+TEST(DecayFactors, AddGateRowAddsQueryMinusKeyProductsInDouble) {
+  std::mt19937_64 rng(13);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t n : {1, 3, 8, 16, 21, 64})
+    for (bool with_k : {false, true})
+      for (bool sum_columns : {false, true}) {
+        const auto floats = [&] {
+          std::vector<float> x(static_cast<size_t>(n));
+          for (float& y : x) y = u(rng);
+          return x;
+        };
+        const std::vector<float> q = floats(), gq = floats(), k = floats(), gk = floats();
+        std::vector<double> out(static_cast<size_t>(n), 0.5), want = out;
+        add_gate_row(out.data(), q.data(), gq.data(), with_k ? k.data() : nullptr, gk.data(), n, sum_columns);
+        for (size_t c = 0; c < size_t(n); ++c)
+          want[sum_columns ? 0 : c] += double(q[c]) * gq[c] - (with_k ? double(k[c]) * gk[c] : 0.0);
+        for (size_t c = 0; c < size_t(n); ++c) EXPECT_NEAR(out[c], want[c], 1e-13) << n << " " << c;
+      }
+}
+
+// The reverse running sums: each column summed from the last row back in fp64, written as floats,
+// to contiguous and to strided destinations.
+TEST(DecayFactors, ReverseRunningSumsSumFromTheEnd) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int64_t cols : {1, 5, 8, 19, 64})
+    for (int64_t col : {1, 3}) {
+      const int64_t rows = 29, row = cols * col + 2;
+      std::vector<double> g(static_cast<size_t>(rows * cols));
+      for (double& x : g) x = u(rng);
+      std::vector<float> dst(static_cast<size_t>(rows * row), -9.0f);
+      // In two blocks, the sums carried from the later to the earlier.
+      std::vector<double> sum(static_cast<size_t>(cols), 0.0);
+      const int64_t split = 11;
+      reverse_running_sums(dst.data() + split * row, row, col, g.data() + split * cols, rows - split, cols, sum.data());
+      reverse_running_sums(dst.data(), row, col, g.data(), split, cols, sum.data());
+      for (int64_t c = 0; c < cols; ++c) {
+        double want = 0;
+        for (int64_t t = rows - 1; t >= 0; --t) {
+          want += g[size_t(t * cols + c)];
+          EXPECT_EQ(dst[size_t(t * row + c * col)], float(want)) << cols << " " << col << " " << t << " " << c;
+        }
+      }
+      EXPECT_TRUE(col == 1 || dst[1] == -9.0f) << "wrote between the strided columns";
+    }
+}
+
 TEST(DecayFactors, UnderflowGivesZeroNotNaN) {
   const float x[3] = {1.0f, -2.0f, 0.0f}, a[3] = {-1000.0f, -200.0f, -90.0f};
   float y[3];

@@ -132,6 +132,55 @@ void SplitFactorRowN(const SplitFactorRow& o, const float* q, const float* k, co
     SplitFactorRowOf<false, false>(o, q, k, b, m, em, enm, n);
 }
 
+using D64 = hn::ScalableTag<double>;
+using V64 = hn::Vec<D64>;
+using DHalf = hn::Rebind<float, D64>;  // the floats that widen into one V64
+
+// q[i..]·gq[i..] − k[i..]·gk[i..] in fp64 (products of floats are exact in fp64).
+HWY_INLINE V64 GateTerms(D64 d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT gq, const float* HWY_RESTRICT k,
+                         const float* HWY_RESTRICT gk, int64_t i) {
+  const DHalf dh;
+  const V64 qq = hn::Mul(hn::PromoteTo(d, hn::LoadU(dh, q + i)), hn::PromoteTo(d, hn::LoadU(dh, gq + i)));
+  if (!k) return qq;
+  return hn::NegMulAdd(hn::PromoteTo(d, hn::LoadU(dh, k + i)), hn::PromoteTo(d, hn::LoadU(dh, gk + i)), qq);
+}
+
+void AddGateRowN(double* HWY_RESTRICT out, const float* HWY_RESTRICT q, const float* HWY_RESTRICT gq,
+                 const float* HWY_RESTRICT k, const float* HWY_RESTRICT gk, int64_t n, bool sum_columns) {
+  const D64 d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const auto term = [&](int64_t i) { return double(q[i]) * gq[i] - (k ? double(k[i]) * gk[i] : 0.0); };
+  int64_t i = 0;
+  if (sum_columns) {
+    V64 acc = hn::Zero(d);
+    for (; i + L <= n; i += L) acc = hn::Add(acc, GateTerms(d, q, gq, k, gk, i));
+    double sum = hn::GetLane(hn::SumOfLanes(d, acc));
+    for (; i < n; ++i) sum += term(i);
+    out[0] += sum;
+    return;
+  }
+  for (; i + L <= n; i += L) hn::StoreU(hn::Add(hn::LoadU(d, out + i), GateTerms(d, q, gq, k, gk, i)), d, out + i);
+  for (; i < n; ++i) out[i] += term(i);
+}
+
+void ReverseRunningSumsN(float* dst, int64_t row, int64_t col, const double* HWY_RESTRICT g, int64_t rows, int64_t cols,
+                         double* HWY_RESTRICT sum) {
+  const D64 d;
+  const DHalf dh;
+  const int64_t L = int64_t(hn::Lanes(d));
+  for (int64_t t = rows - 1; t >= 0; --t) {
+    const double* in = g + t * cols;
+    float* out = dst + t * row;
+    int64_t c = 0;
+    if (col == 1)
+      for (; c + L <= cols; c += L) {
+        const V64 s = hn::Add(hn::LoadU(d, sum + c), hn::LoadU(d, in + c));
+        hn::StoreU(s, d, sum + c), hn::StoreU(hn::DemoteTo(dh, s), dh, out + c);
+      }
+    for (; c < cols; ++c) sum[c] += in[c], out[c * col] = float(sum[c]);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace linattn::kernels
 HWY_AFTER_NAMESPACE();
@@ -142,6 +191,8 @@ namespace linattn::kernels {
 HWY_EXPORT(MulExpDifferenceN);
 HWY_EXPORT(RunningLogDecaysN);
 HWY_EXPORT(SplitFactorRowN);
+HWY_EXPORT(AddGateRowN);
+HWY_EXPORT(ReverseRunningSumsN);
 
 void mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
   HWY_DYNAMIC_DISPATCH(MulExpDifferenceN)(y, x, a, b, sign, n);
@@ -153,6 +204,16 @@ int64_t running_log_decays(const ChunkDecays& c, int64_t rows, float max_span, b
 void split_factor_row(const SplitFactorRow& out, const float* q, const float* k, const float* b, const float* m,
                       const float* em, const float* enm, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SplitFactorRowN)(out, q, k, b, m, em, enm, n);
+}
+
+void add_gate_row(double* out, const float* q, const float* gq, const float* k, const float* gk, int64_t n,
+                  bool sum_columns) {
+  HWY_DYNAMIC_DISPATCH(AddGateRowN)(out, q, gq, k, gk, n, sum_columns);
+}
+
+void reverse_running_sums(float* dst, int64_t row, int64_t col, const double* g, int64_t rows, int64_t cols,
+                          double* sum) {
+  HWY_DYNAMIC_DISPATCH(ReverseRunningSumsN)(dst, row, col, g, rows, cols, sum);
 }
 
 }  // namespace linattn::kernels

@@ -37,4 +37,16 @@ struct SplitFactorRow {
 void split_factor_row(const SplitFactorRow& out, const float* q, const float* k, const float* b, const float* m,
                       const float* em, const float* enm, int64_t n);
 
+// The gate's share of one chunk row in fp64: out[c] += q[c]·gq[c] − k[c]·gk[c] for c < n (k null: no
+// key term), or with one gate per token (sum_columns) out[0] += the sum of them over c.
+void add_gate_row(double* out, const float* q, const float* gq, const float* k, const float* gk, int64_t n,
+                  bool sum_columns);
+
+// A head's gate gradient from its per-token ∂L/∂b, a block of rows at a time from the sequence's end:
+// going from the block's last row back, sum += g[t, :cols] (fp64, g's rows cols apart, each column
+// summed in that order), dst(t, c) = float(sum[c]). sum: [cols], carried from the block after (zeros
+// for the last). dst's rows `row` floats apart, its columns `col` apart.
+void reverse_running_sums(float* dst, int64_t row, int64_t col, const double* g, int64_t rows, int64_t cols,
+                          double* sum);
+
 }  // namespace linattn::kernels

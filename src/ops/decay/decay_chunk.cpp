@@ -55,7 +55,7 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
   }
 }
 
-int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n) {
+int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n, Sides sides) {
   const int64_t K = p_.K, V = p_.V, limit = std::min(C_, end - t0);
   const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
   if (per_key_) {
@@ -76,9 +76,19 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
     }
   }
   const int64_t rows = n_;
-  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.h), t0, rows, p_.scale);
   kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.h), t0, rows);
   kernels::pack_rows({V_.data(), Vp_, rows, V}, kernels::head_rows(x.v, x.b, x.h), t0, rows);
+  if (sides == Sides::state) {
+    // K ⊙ e^{b_n − b} alone: one exp per element (per row: per row), no division.
+    if (per_key_)
+      for (int64_t t = 0; t < rows; ++t)
+        kernels::mul_exp_difference(Kd_.data() + t * Kp_, K_.data() + t * Kp_, bn_.data(), b_.data() + t * Kp_, 1.0f,
+                                    Kp_);
+    else
+      row_factors(false);
+    return n_;
+  }
+  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.h), t0, rows, p_.scale);
   if (per_key_) {
     // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}, Q ⊙ e^{b}, K ⊙ e^{b_n − b}: one exp per element.
     for (int64_t t = 0; t < rows; ++t) {
@@ -93,18 +103,24 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n)
     }
     return n_;
   }
+  row_factors(true);
+  return n_;
+}
+
+void DecayChunk::row_factors(bool queries) {
+  const int64_t rows = n_;
   gamma_ = std::exp(b_[size_t(rows - 1)]);
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < rows; ++t) {
-    row_q_[size_t(t)] = std::exp(b_[size_t(t)]);
     row_k_[size_t(t)] = std::exp(b_[size_t(rows - 1)] - b_[size_t(t)]);
+    if (!queries) continue;
+    row_q_[size_t(t)] = std::exp(b_[size_t(t)]);
     // W[t, s] = e^{b_t − b_s} = e^{(−b_s) − (−b_t)} for s ≤ t.
     if (p_.decay != Decay::none)
       kernels::exp_shifted(W_.data() + t * Cp_, nb_.data(), t + 1, nb_[size_t(t)], inf, 1.0f);
   }
-  kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
   kernels::scale_rows(Kd_.data(), Kp_, K_.data(), Kp_, row_k_.data(), rows, Kp_);
-  return n_;
+  if (queries) kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
 }
 
 // A: [n, n] = mask(left rightᵀ) ⊙ W, lower triangle by strips; right_t: rightᵀ [depth, Cp].
@@ -189,12 +205,10 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   const int64_t cols = p_.gate_cols();
   if (cols > 0)
     for (int64_t t = 0; t < n; ++t) {
-      const float *q = Q_.data() + t * Kp_, *k = K_.data() + t * Kp_;
-      const float *gq = dQ_.data() + t * Kp_, *gk = dK_.data() + t * Kp_;
+      const int64_t r = t * Kp_;
       const bool with_k = !(final_chunk && t == n - 1);
-      double* out = gate_grad + t * cols;
-      for (int64_t c = 0; c < K; ++c)
-        out[cols == 1 ? 0 : c] += double(q[c]) * gq[c] - (with_k ? double(k[c]) * gk[c] : 0.0);
+      kernels::add_gate_row(gate_grad + t * cols, Q_.data() + r, dQ_.data() + r, with_k ? K_.data() + r : nullptr,
+                            dK_.data() + r, K, cols == 1);
     }
   // The diagonal: ∂A[t, t]/∂Q_t = K_t and ∂A[t, t]/∂K_t = Q_t (the decay factors cancel on it).
   for (int64_t t = 0; t < n; ++t)

@@ -40,9 +40,13 @@ class DecayChunk {
  public:
   DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward);
 
+  // What a load forms: everything the chunk's forward and backward read, or only what advance reads
+  // (K ⊙ e^{b_n − b}, V and e^{b_n}: the backward's first sweep, which only carries the state).
+  enum class Sides { all, state };
   // Reads tokens [t0, t0 + n) of head `x` (n ≤ 0: as many as fit, up to `end`); returns n.
-  // Forms Q, K, V, the cumulative log decays and every decay factor of the chunk.
-  int64_t load(const DecayHead& x, int64_t t0, int64_t end, int64_t n = 0);
+  // Forms Q, K, V, the cumulative log decays and every decay factor of the chunk (Sides::state: K, V
+  // and the factors of the state's update only).
+  int64_t load(const DecayHead& x, int64_t t0, int64_t end, int64_t n = 0, Sides sides = Sides::all);
 
   // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
   // next: the rows to prefetch meanwhile (null: none).
@@ -62,6 +66,8 @@ class DecayChunk {
  private:
   void intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth);
   void scale_state(float* S) const;  // S ← diag(e^{b_n}) S
+  // Per row: e^{b_n}, e^{b_n − b_t} and K ⊙ e^{b_n − b}; with the queries also e^{b_t}, W and Q ⊙ e^{b}.
+  void row_factors(bool queries);
   // The two sides of the intra-chunk scores: Q̂, K̂ (per key) or Q, K.
   const float* intra_left() const { return per_key_ ? Qh_.data() : Q_.data(); }
   const float* intra_right() const { return per_key_ ? Kh_.data() : K_.data(); }

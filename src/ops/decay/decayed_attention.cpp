@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "kernels/decay_factors.hpp"
 #include "ops/decay/decay_checks.hpp"
 #include "ops/decay/decay_chunk.hpp"
 #include "ops/decay/state_rows.hpp"
@@ -36,7 +37,7 @@ void final_gate_share(DecayChunk& chunk, const DecayHead& x, const detail::Decay
   const int64_t Vp = chunk.Vp(), T = s.end - 1;
   std::vector<float> S(S_last, S_last + p.K * Vp);
   if (T > t_last) {  // the last chunk's tokens before T
-    chunk.load(x, t_last, T, T - t_last);
+    chunk.load(x, t_last, T, T - t_last, DecayChunk::Sides::state);
     chunk.advance(S.data());
   }
   const float* g = x.g.data + x.g.offset(x.b, T, x.h, 0);
@@ -51,12 +52,14 @@ void final_gate_share(DecayChunk& chunk, const DecayHead& x, const detail::Decay
 // One head of a lockstep group: its tensors, its state index and what its sweeps keep.
 struct HeadRun {
   DecayHead x;
-  int64_t index = 0;            // of the [N, H, K, V] states
-  int64_t t = 0;                // forward: the next token
-  std::vector<float> S, dS;     // [K, Vp]: the state; backward: the state's gradient
-  std::vector<float> states;    // backward: the state before each chunk, [chunks + 1, K, Vp]
-  std::vector<int64_t> starts;  // backward: each chunk's first token, then the sequence's end
-  std::vector<double> gate_grad;
+  int64_t index = 0;                // of the [N, H, K, V] states
+  int64_t t = 0;                    // forward: the next token
+  std::vector<float> S, dS;         // [K, Vp]: the state; backward: the state's gradient
+  std::vector<float> states;        // backward: the state before each chunk, [chunks + 1, K, Vp]
+  std::vector<int64_t> starts;      // backward: each chunk's first token, then the sequence's end
+  std::vector<double> gate_grad;    // backward: the chunk's per-token ∂L/∂b, [C, gate columns]
+  std::vector<double> gate_sum;     // backward: Σ_{u ≥ t} ∂L/∂b_u so far, [gate columns]
+  std::vector<double> final_share;  // backward: the final state's part of the last token's ∂L/∂b
 };
 
 // The rows that follow head runs[i]'s chunk ending at t in the lockstep order of the window [w, w_end)
@@ -178,7 +181,8 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                      const int64_t w_end = std::min(w + C, s.end);
                      for (HeadRun& r : runs)
                        while (r.starts.back() < w_end) {
-                         r.starts.push_back(r.starts.back() + chunk.load(r.x, r.starts.back(), w_end));
+                         r.starts.push_back(r.starts.back() +
+                                            chunk.load(r.x, r.starts.back(), w_end, 0, DecayChunk::Sides::state));
                          r.states.resize(r.states.size() + size_t(KVp));
                          std::copy_n(r.states.end() - 2 * KVp, KVp, r.states.end() - KVp);
                          chunk.advance(r.states.data() + r.states.size() - KVp);
@@ -188,13 +192,14 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                    for (HeadRun& r : runs) {
                      r.dS.resize(size_t(KVp));
                      load_state(r.dS.data(), chunk.Vp(), dfinal_state, p, r.index);
-                     r.gate_grad.assign(size_t((s.end - s.begin) * cols), 0.0);
+                     r.gate_grad.resize(size_t(C * cols)), r.gate_sum.assign(size_t(cols), 0.0);
+                     r.final_share.assign(size_t(cols), 0.0);
                      // The final state's part of ∂L/∂b at the last token T: Σ_v dS_T ⊙ a_T S_{T−1}, with a_T S_{T−1}
                      // formed directly (S_T − k_T v_Tᵀ would cancel two O(1) terms under strong decay).
                      const size_t last = r.starts.size() - 2;
                      if (cols > 0 && r.starts.size() >= 2)
                        final_gate_share(chunk, r.x, s, r.states.data() + last * size_t(KVp), r.starts[last],
-                                        r.dS.data(), r.gate_grad.data() + (s.end - s.begin - 1) * cols);
+                                        r.dS.data(), r.final_share.data());
                      r.t = int64_t(last);  // the chunk the reverse sweep takes next
                    }
                    for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
@@ -202,22 +207,21 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                        for (; r.t >= 0 && r.starts[size_t(r.t)] >= w; --r.t) {
                          const size_t i = size_t(r.t);
                          const int64_t t0 = r.starts[i];
-                         chunk.load(r.x, t0, s.end, r.starts[i + 1] - t0);
+                         const int64_t n = chunk.load(r.x, t0, s.end, r.starts[i + 1] - t0);
+                         const bool final_chunk = i + 2 == r.starts.size();
+                         std::fill_n(r.gate_grad.begin(), n * cols, 0.0);
+                         if (final_chunk)
+                           std::copy(r.final_share.begin(), r.final_share.end(), r.gate_grad.begin() + (n - 1) * cols);
                          chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv,
-                                        r.gate_grad.data() + (t0 - s.begin) * cols, i + 2 == r.starts.size(), r.x, t0);
+                                        r.gate_grad.data(), final_chunk, r.x, t0);
+                         // dg_t = Σ_{u ≥ t} ∂L/∂b_u (b_u is the sum of g up to u): the chunks come from the
+                         // end, so the sums carry from one to the one before it.
+                         if (cols > 0)
+                           kernels::reverse_running_sums(dg.data + dg.offset(s.b, t0, r.x.h, 0), dg.stride[1],
+                                                         dg.stride[3], r.gate_grad.data(), n, cols, r.gate_sum.data());
                        }
                    for (HeadRun& r : runs) {
                      store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
-                     if (cols == 0) continue;
-                     // dg_t = Σ_{u ≥ t} ∂L/∂b_u: b_u is the sum of g up to u.
-                     std::vector<double> sum(static_cast<size_t>(cols), 0.0);
-                     for (int64_t t = s.end - 1; t >= s.begin; --t) {
-                       float* row = dg.data + dg.offset(s.b, t, r.x.h, 0);
-                       for (int64_t c = 0; c < cols; ++c) {
-                         sum[size_t(c)] += r.gate_grad[size_t((t - s.begin) * cols + c)];
-                         row[c * dg.stride[3]] = float(sum[size_t(c)]);
-                       }
-                     }
                    }
                  });
 }
