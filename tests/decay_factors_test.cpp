@@ -213,6 +213,52 @@ TEST(DecayFactors, ReverseRunningSumsSumFromTheEnd) {
     }
 }
 
+// The delta rule's chain rule back through the split sides, and its gate row, against fp64 loops
+// written from the formulas (gated and ungated; with and without the Kd pair).
+TEST(DecayFactors, SplitFactorRowBackwardAndGateRowMatchTheFormulas) {
+  std::mt19937_64 rng(19);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t n : {1, 7, 16, 37}) {
+    const auto floats = [&] {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& y : x) y = u(rng);
+      return x;
+    };
+    std::vector<std::vector<float>> side(6), grad(6), factor(4);
+    for (auto& x : side) x = floats();
+    for (auto& x : grad) x = floats();
+    for (auto& x : factor) x = floats();
+    const std::vector<float> q = floats(), k = floats();
+    const SplitSides sides{side[0].data(), side[1].data(), side[2].data(),
+                           side[3].data(), side[4].data(), side[5].data()};
+    const SplitSides grads{grad[0].data(), grad[1].data(), grad[2].data(),
+                           grad[3].data(), grad[4].data(), grad[5].data()};
+    const float diag = 0.375f;
+    for (bool gated : {false, true}) {
+      std::vector<float> dq = floats(), dk = floats();
+      const auto f = [&](int j) { return gated ? factor[size_t(j)].data() : nullptr; };
+      split_factor_row_backward(dq.data(), dk.data(), grads, f(0), f(1), f(2), f(3), q.data(), k.data(), diag, n);
+      for (size_t i = 0; i < size_t(n); ++i) {
+        const auto e = [&](int j) { return gated ? double(factor[size_t(j)][i]) : 1.0; };  // El, Er, Eb, Ed
+        const auto g = [&](int j) { return double(grad[size_t(j)][i]); };                  // Qe, Ql, Kt, Kl, Kr, Kd
+        EXPECT_NEAR(dq[i], g(0) * e(2) + g(1) * e(0) + diag * k[i], 1e-5) << n << " " << i;
+        EXPECT_NEAR(dk[i], g(2) * e(2) + g(3) * e(0) + g(4) * e(1) + g(5) * e(3) + diag * q[i], 1e-5) << n << " " << i;
+      }
+    }
+    for (bool with_kd : {false, true}) {
+      std::vector<float> db(static_cast<size_t>(n));
+      std::vector<double> kd_sum(static_cast<size_t>(n), 0.25);
+      split_gate_row(db.data(), kd_sum.data(), sides, grads, with_kd, n);
+      for (size_t i = 0; i < size_t(n); ++i) {
+        const auto p = [&](int j) { return double(side[size_t(j)][i]) * grad[size_t(j)][i]; };
+        const double kd = with_kd ? p(5) : 0.0;
+        EXPECT_NEAR(db[i], p(0) + p(2) + p(1) + p(3) - p(4) - kd, 1e-6) << n << " " << i;
+        EXPECT_NEAR(kd_sum[i], 0.25 + kd, 1e-15) << n << " " << i;
+      }
+    }
+  }
+}
+
 TEST(DecayFactors, UnderflowGivesZeroNotNaN) {
   const float x[3] = {1.0f, -2.0f, 0.0f}, a[3] = {-1000.0f, -200.0f, -90.0f};
   float y[3];

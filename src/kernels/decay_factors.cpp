@@ -181,6 +181,75 @@ void ReverseRunningSumsN(float* dst, int64_t row, int64_t col, const double* HWY
   }
 }
 
+template <bool kGated>
+void SplitFactorRowBackwardOf(float* HWY_RESTRICT dq, float* HWY_RESTRICT dk, const SplitSides& g,
+                              const float* HWY_RESTRICT El, const float* HWY_RESTRICT Er, const float* HWY_RESTRICT Eb,
+                              const float* HWY_RESTRICT Ed, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
+                              float diag, int64_t n) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const V dv = hn::Set(d, diag), one = hn::Set(d, 1.0f);
+  const auto at = [&](const float* x, int64_t i) { return kGated ? hn::LoadU(d, x + i) : one; };
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const V eb = at(Eb, i), el = at(El, i);
+    V gq = hn::MulAdd(hn::LoadU(d, g.Qe + i), eb, hn::Mul(hn::LoadU(d, g.Ql + i), el));
+    V gk = hn::MulAdd(hn::LoadU(d, g.Kt + i), eb, hn::Mul(hn::LoadU(d, g.Kl + i), el));
+    gk = hn::MulAdd(hn::LoadU(d, g.Kr + i), at(Er, i), gk);
+    gk = hn::MulAdd(hn::LoadU(d, g.Kd + i), at(Ed, i), gk);
+    hn::StoreU(hn::MulAdd(dv, hn::LoadU(d, k + i), gq), d, dq + i);
+    hn::StoreU(hn::MulAdd(dv, hn::LoadU(d, q + i), gk), d, dk + i);
+  }
+  for (; i < n; ++i) {
+    const float eb = kGated ? Eb[i] : 1.0f, el = kGated ? El[i] : 1.0f, er = kGated ? Er[i] : 1.0f,
+                ed = kGated ? Ed[i] : 1.0f;
+    dq[i] = g.Qe[i] * eb + g.Ql[i] * el + diag * k[i];
+    dk[i] = g.Kt[i] * eb + g.Kl[i] * el + g.Kr[i] * er + g.Kd[i] * ed + diag * q[i];
+  }
+}
+
+void SplitFactorRowBackwardN(float* dq, float* dk, const SplitSides& g, const float* El, const float* Er,
+                             const float* Eb, const float* Ed, const float* q, const float* k, float diag, int64_t n) {
+  if (El)
+    SplitFactorRowBackwardOf<true>(dq, dk, g, El, Er, Eb, Ed, q, k, diag, n);
+  else
+    SplitFactorRowBackwardOf<false>(dq, dk, g, El, Er, Eb, Ed, q, k, diag, n);
+}
+
+// dX·X in fp64 over lanes [i, i + L64).
+HWY_INLINE V64 SideProduct(D64 d, const float* HWY_RESTRICT x, const float* HWY_RESTRICT dx, int64_t i) {
+  const DHalf dh;
+  return hn::Mul(hn::PromoteTo(d, hn::LoadU(dh, x + i)), hn::PromoteTo(d, hn::LoadU(dh, dx + i)));
+}
+
+void SplitGateRowN(float* HWY_RESTRICT db, double* HWY_RESTRICT kd_sum, const SplitSides& x, const SplitSides& g,
+                   bool with_kd, int64_t n) {
+  const D64 d;
+  const DHalf dh;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    V64 v = hn::Add(SideProduct(d, x.Qe, g.Qe, i), SideProduct(d, x.Kt, g.Kt, i));
+    v = hn::Add(v, SideProduct(d, x.Ql, g.Ql, i));
+    v = hn::Add(v, SideProduct(d, x.Kl, g.Kl, i));
+    v = hn::Sub(v, SideProduct(d, x.Kr, g.Kr, i));
+    if (with_kd) {
+      const V64 kd = SideProduct(d, x.Kd, g.Kd, i);
+      v = hn::Sub(v, kd), hn::StoreU(hn::Add(hn::LoadU(d, kd_sum + i), kd), d, kd_sum + i);
+    }
+    hn::StoreU(hn::DemoteTo(dh, v), dh, db + i);
+  }
+  for (; i < n; ++i) {
+    double v = double(g.Qe[i]) * x.Qe[i] + double(g.Kt[i]) * x.Kt[i] + double(g.Ql[i]) * x.Ql[i] +
+               double(g.Kl[i]) * x.Kl[i] - double(g.Kr[i]) * x.Kr[i];
+    if (with_kd) {
+      const double kd = double(g.Kd[i]) * x.Kd[i];
+      v -= kd, kd_sum[i] += kd;
+    }
+    db[i] = float(v);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace linattn::kernels
 HWY_AFTER_NAMESPACE();
@@ -192,6 +261,8 @@ HWY_EXPORT(MulExpDifferenceN);
 HWY_EXPORT(RunningLogDecaysN);
 HWY_EXPORT(SplitFactorRowN);
 HWY_EXPORT(AddGateRowN);
+HWY_EXPORT(SplitFactorRowBackwardN);
+HWY_EXPORT(SplitGateRowN);
 HWY_EXPORT(ReverseRunningSumsN);
 
 void mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n) {
@@ -214,6 +285,17 @@ void add_gate_row(double* out, const float* q, const float* gq, const float* k, 
 void reverse_running_sums(float* dst, int64_t row, int64_t col, const double* g, int64_t rows, int64_t cols,
                           double* sum) {
   HWY_DYNAMIC_DISPATCH(ReverseRunningSumsN)(dst, row, col, g, rows, cols, sum);
+}
+
+void split_factor_row_backward(float* dq, float* dk, const SplitSides& grads, const float* El, const float* Er,
+                               const float* Eb, const float* Ed, const float* q, const float* k, float diag,
+                               int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SplitFactorRowBackwardN)(dq, dk, grads, El, Er, Eb, Ed, q, k, diag, n);
+}
+
+void split_gate_row(float* db, double* kd_sum, const SplitSides& sides, const SplitSides& grads, bool with_kd,
+                    int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SplitGateRowN)(db, kd_sum, sides, grads, with_kd, n);
 }
 
 }  // namespace linattn::kernels

@@ -37,6 +37,22 @@ struct SplitFactorRow {
 void split_factor_row(const SplitFactorRow& out, const float* q, const float* k, const float* b, const float* m,
                       const float* em, const float* enm, int64_t n);
 
+// The delta rule's sides of one row and their gradients (n elements; the sides as split_factor_row
+// forms them, or q and k themselves without a gate).
+struct SplitSides {
+  const float *Qe, *Ql, *Kt, *Kl, *Kr, *Kd;
+};
+// The chain rule back through split_factor_row for one row, with the score diagonal's terms:
+//   dq = dQe Eb + dQl El + diag k,   dk = dKt Eb + dKl El + dKr Er + dKd Ed + diag q
+// (factors null: all ones, the ungated rule).
+void split_factor_row_backward(float* dq, float* dk, const SplitSides& grads, const float* El, const float* Er,
+                               const float* Eb, const float* Ed, const float* q, const float* k, float diag, int64_t n);
+// ∂L/∂b of one row in fp64, each side X = x e^{±b}·(column factor) contributing ±dX·X:
+//   db = dQe Qe + dKt Kt + dQl Ql + dKl Kl − dKr Kr − dKd Kd (rounded to fp32),
+// and dKd Kd also added to kd_sum (fp64); without with_kd the Kd pair is left out of both.
+void split_gate_row(float* db, double* kd_sum, const SplitSides& sides, const SplitSides& grads, bool with_kd,
+                    int64_t n);
+
 // The gate's share of one chunk row in fp64: out[c] += q[c]·gq[c] − k[c]·gk[c] for c < n (k null: no
 // key term), or with one gate per token (sum_columns) out[0] += the sum of them over c.
 void add_gate_row(double* out, const float* q, const float* gq, const float* k, const float* gk, int64_t n,

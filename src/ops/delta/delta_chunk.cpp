@@ -211,18 +211,12 @@ void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const
   gemm({dKd_.data(), Kp_, n, K}, plain(N_.data(), Vp_), {dSt_.data(), Kp_, V, K});
   if (gated_) gate_gradient(S, dS, d, x, t0);
   // dQ, dK through the factors; the diagonal of P adds dP[t, t] k_t and dP[t, t] q_t (factors cancel).
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t c = 0; c < K; ++c) {
-      const size_t i = size_t(t * Kp_ + c);
-      const float diag = diag_[size_t(t)];
-      if (gated_) {
-        dQ_[i] = dQe_[i] * Eb_[i] + dQl_[i] * El_[i] + diag * K_[i];
-        dK_[i] = dKt_[i] * Eb_[i] + dKl_[i] * El_[i] + dKr_[i] * Er_[i] + dKd_[i] * Ed_[i] + diag * Q_[i];
-      } else {
-        dQ_[i] = dQe_[i] + dQl_[i] + diag * K_[i];
-        dK_[i] = dKt_[i] + dKl_[i] + dKr_[i] + dKd_[i] + diag * Q_[i];
-      }
-    }
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t r = t * Kp_;
+    const auto at = [&](const std::vector<float>& f) { return gated_ ? f.data() + r : nullptr; };
+    kernels::split_factor_row_backward(dQ_.data() + r, dK_.data() + r, side_grads(r), at(El_), at(Er_), at(Eb_),
+                                       at(Ed_), Q_.data() + r, K_.data() + r, diag_[size_t(t)], K);
+  }
   // dS ← diag(e^{b_n}) dS + Qeᵀ dO + Wᵀ dN.
   if (gated_)
     for (int64_t c = 0; c < K; ++c) {
@@ -255,20 +249,20 @@ void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const
 // because their two O(1) terms cancel exactly and in fp32 would leave noise far above the true value
 // under strong decay: a token's score with itself (P's diagonal, weight e^0) and the last token's
 // factor e^{b_n − b_n} in the state update.
+kernels::SplitSides DeltaChunk::side_grads(int64_t r) const {
+  return {dQe_.data() + r, dQl_.data() + r, dKt_.data() + r, dKl_.data() + r, dKr_.data() + r, dKd_.data() + r};
+}
+
 void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads& d, const DeltaHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   std::vector<double> last(size_t(K), 0.0);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t c = 0; c < K; ++c) {
-      const size_t i = size_t(t * Kp_ + c);
-      double v = double(dQe_[i]) * Qe_[i] + double(dKt_[i]) * Kt_[i] + double(dQl_[i]) * Ql_[i] +
-                 double(dKl_[i]) * Kl_[i] - double(dKr_[i]) * Kr_[i];
-      if (t < n - 1) {
-        const double kd = double(dKd_[i]) * Kd_[i];
-        v -= kd, last[size_t(c)] += kd;
-      }
-      db_[i] = float(v);
-    }
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t r = t * Kp_;
+    kernels::split_gate_row(
+        db_.data() + r, last.data(),
+        {Qe_.data() + r, Ql_.data() + r, Kt_.data() + r, Kl_.data() + r, Kr_.data() + r, Kd_.data() + r}, side_grads(r),
+        t < n - 1, K);
+  }
   for (int64_t c = 0; c < K; ++c) {
     double share = 0;
     for (int64_t e = 0; e < V; ++e) share += double(dS[c * Vp_ + e]) * S[c * Vp_ + e];

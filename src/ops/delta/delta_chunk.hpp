@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/decay_factors.hpp"
 #include "linattn/view.hpp"
 #include "ops/delta/delta_checks.hpp"
 
@@ -48,6 +49,8 @@ class DeltaChunk {
  private:
   // N = U + W S (pitch ldn_): into X where keep_x is false.
   float* written_values(const float* S, bool keep_x);
+  // The gradients of a row's sides (dQe, dQl, dKt, dKl, dKr, dKd) from element r on.
+  kernels::SplitSides side_grads(int64_t r) const;
   void gate_gradient(const float* S, const float* dS, const Grads& grads, const DeltaHead& x, int64_t t0);
 
   const DeltaProblem& p_;
