@@ -1,7 +1,7 @@
 // bf16 and f16 beside fp32 (docs/half-precision.md), one program so that the ratios come from one
 // run: the linear forward at issue 3's shape (B = 4, H = 8, N = 16384, D = E = 64, [B, H, N, D]), the
 // softmax forward + backward at N = 4096 (B = 1, H = 8), the recurrent step (B = 1, H = 8 and
-// H = 64, D = E = 64, 256 tokens per iteration, the state in fp32 or, for the half rows, bf16) and
+// H = 64, and B = 128, H = 64; D = E = 64; the state in fp32 or, for the half rows, bf16) and
 // the softmax decode step against a KV cache of 16K and 64K keys (B = 1, H = 8). Arg 0 is the dtype:
 // 0 f32, 1 bf16, 2 f16; all at 2 threads.
 #include <vector>
@@ -20,12 +20,13 @@ struct Any {
   std::vector<bf16> b;
   std::vector<f16> h;
   std::array<int64_t, 4> extent{}, stride{};
-  Any(int64_t B, int64_t H, int64_t N, int64_t D, uint64_t seed)
+  // tokens_outer: [B, N, H, D] storage (a token's rows of all heads side by side); else [B, H, N, D].
+  Any(int64_t B, int64_t H, int64_t N, int64_t D, uint64_t seed, bool tokens_outer = false)
       : f(random_floats(B * H * N * D, seed)),
         b(f.size()),
         h(f.size()),
         extent{B, N, H, D},
-        stride{H * N * D, D, N * D, 1} {
+        stride{H * N * D, tokens_outer ? H * D : D, tokens_outer ? D : N * D, 1} {
     convert(std::span<bf16>(b), std::span<const float>(f.data(), f.size()));
     convert(std::span<f16>(h), std::span<const float>(f.data(), f.size()));
   }
@@ -80,13 +81,17 @@ void BM_SoftmaxForwardBackward(benchmark::State& state) {
   });
 }
 
-// 256 tokens per iteration against a state of H heads (H = 64: 1 MiB of fp32 S, past this machine's L2).
+// Tokens against a state of B·H heads (B = 1, H = 64: 1 MiB of fp32 S, past a Zen 3's L2; B = 128, H = 64:
+// 128 MiB in fp32 and 64 MiB in bf16, both past a 32 MiB L3, as a batch of sequences or a model's layers would
+// be), 256 tokens per iteration (16 for the large state). q, k, v and out are [B, N, H, D]: a decoded token's
+// rows of all heads side by side, as a model's projection writes them.
 void BM_RecurrentStep(benchmark::State& state) {
   const ThreadScope threads(kThreads);
-  const int64_t H = state.range(1), steps = 256;
-  Any q(1, H, steps, 64, 1), k(1, H, steps, 64, 2), v(1, H, steps, 64, 3), out(1, H, steps, 64, 4);
+  const int64_t B = state.range(1), H = state.range(2), steps = B * H >= 1024 ? 16 : 256;
+  Any q(B, H, steps, 64, 1, true), k(B, H, steps, 64, 2, true), v(B, H, steps, 64, 3, true),
+      out(B, H, steps, 64, 4, true);
   by_dtype(state, [&]<class T>() {
-    RecurrentState s(1, H, 64, 64, "elu", std::is_same_v<T, float> ? DType::f32 : DType::bf16);
+    RecurrentState s(B, H, 64, 64, "elu", std::is_same_v<T, float> ? DType::f32 : DType::bf16);
     for (auto _ : state) {
       for (int64_t n = 0; n < steps; ++n) {
         auto token = [n]<class U>(View4<U> x) {
@@ -121,8 +126,9 @@ void BM_SoftmaxDecode(benchmark::State& state) {
 BENCHMARK(BM_LinearForward)->ArgName("dtype")->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SoftmaxForwardBackward)->ArgName("dtype")->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RecurrentStep)
-    ->ArgNames({"dtype", "heads"})
-    ->ArgsProduct({{0, 1, 2}, {8, 64}})
+    ->ArgNames({"dtype", "batch", "heads"})
+    ->ArgsProduct({{0, 1, 2}, {1}, {8, 64}})
+    ->ArgsProduct({{0, 1, 2}, {128}, {64}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SoftmaxDecode)

@@ -543,6 +543,68 @@ TEST_F(SimdTargets, HalfPrecision) {
   });
 }
 
+// The three decode steps on a bf16 state's split rows (even and odd columns: kernels/half_lanes-inl.h's pairs), with a
+// decay per key (GLA, KDA) and none, under every target: E = 85 gives each target panels of 4 vectors, single vectors
+// and scalar columns. S holds a NaN, ±∞, subnormals and ties that round to even; each output and each rounded row is
+// the fp32 step's on the widened state, bit for bit.
+TEST_F(SimdTargets, Bf16StateSplitRows) {
+  for_each_target("bf16 state, split rows", [&] {
+    const int64_t K = 7, E = 85;
+    std::vector<float> qk(2 * 3 * K), vals(3 * E), gates(3 * K), beta(3, 0.75f), o16(3 * E), o32(3 * E);
+    for (size_t i = 0; i < qk.size(); ++i) qk[i] = 0.25f * float(int(i * 5 % 11) - 5);
+    for (size_t i = 0; i < vals.size(); ++i) vals[i] = 0.125f * float(int(i * 7 % 13) - 6);
+    for (size_t i = 0; i < gates.size(); ++i) gates[i] = -0.1f * float(i % 4);
+    const ConstTensorView qv(qk.data(), {1, 1, 3, K}, {3 * K, 3 * K, K, 1}),
+        kv(qk.data() + 3 * K, qv.extent, qv.stride), vv(vals.data(), {1, 1, 3, E}, {3 * E, 3 * E, E, 1}),
+        gk(gates.data(), qv.extent, qv.stride), b1(beta.data(), {1, 1, 3, 1}, {3, 3, 1, 1});
+    const float special[] = {std::nanf(""),
+                             kInf,
+                             -kInf,
+                             std::ldexp(1.0f, -130),
+                             -std::ldexp(3.0f, -133),
+                             1.0f + std::ldexp(1.0f, -8),
+                             1.0f + std::ldexp(3.0f, -8)};
+    const auto fill = [&](RecurrentState& half, RecurrentState& full) {
+      for (size_t i = 0; i < full.S().size(); ++i) {
+        const float x = i % 29 < 7 ? special[i % 29] : 0.5f * float(int(i % 19) - 9);
+        full.S()[i] = to_float(half.S_bf16()[i] = to_bf16(x));
+      }
+    };
+    // Bit for bit, but a NaN's sign and payload: which of two NaN operands an operation passes on is left open by
+    // IEEE 754, and compilers commute additions (seen on SSE4, whose MulAdd is a product and a sum).
+    const auto same_bits = [](float x, float y) {
+      return std::isnan(x) ? std::isnan(y) : std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
+    };
+    const auto same = [&](const RecurrentState& half, const RecurrentState& full, const char* what) {
+      for (size_t i = 0; i < o32.size(); ++i) EXPECT_PRED2(same_bits, o16[i], o32[i]) << what << " out " << i;
+      for (size_t i = 0; i < full.S().size(); ++i)
+        EXPECT_PRED2(same_bits, to_float(half.S_bf16()[i]), to_float(to_bf16(full.S()[i]))) << what << " S " << i;
+    };
+    const TensorView out16 = linattn::bnhd(o16.data(), 1, 1, 3, E), out32 = linattn::bnhd(o32.data(), 1, 1, 3, E);
+    {
+      RecurrentState s16(1, 3, K, E, "elu", DType::bf16), s32(1, 3, K, E);
+      fill(s16, s32);
+      recurrent_step(out16, qv, kv, vv, s16);
+      recurrent_step(out32, qv, kv, vv, s32);
+      same(s16, s32, "recurrent_step");
+    }
+    DecayedAttentionOptions gla;
+    gla.decay = Decay::key;
+    RecurrentState g16(1, 3, K, E, decay_name(gla.decay), DType::bf16), g32(1, 3, K, E, decay_name(gla.decay));
+    fill(g16, g32);
+    decayed_step(out16, qv, kv, vv, gk, g16, gla);
+    decayed_step(out32, qv, kv, vv, gk, g32, gla);
+    same(g16, g32, "decayed_step (gla)");
+    DeltaRuleOptions kda;
+    kda.gate = DeltaGate::key;
+    RecurrentState k16(1, 3, K, E, delta_name(kda.gate), DType::bf16), k32(1, 3, K, E, delta_name(kda.gate));
+    fill(k16, k32);
+    delta_rule_step(out16, qv, kv, vv, b1, gk, k16, kda);
+    delta_rule_step(out32, qv, kv, vv, b1, gk, k32, kda);
+    same(k16, k32, "delta_rule_step (kda)");
+  });
+}
+
 }  // namespace
 }  // namespace linattn
 #endif  // HWY_ONCE

@@ -52,17 +52,42 @@ template <class DF>
 HWY_INLINE void StoreRounded(DF d, hn::Vec<DF> v, float* HWY_RESTRICT p) {
   hn::StoreU(v, d, p);
 }
+// v rounded to bf16 (nearest even; a NaN stays a quiet NaN with its sign), the bits in each lane's upper 16.
 template <class DF>
-HWY_INLINE void StoreRounded(DF /*d*/, hn::Vec<DF> v, bf16* HWY_RESTRICT p) {
-  const hn::Rebind<uint16_t, DF> du16;
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RoundedBf16High(DF /*d*/, hn::Vec<DF> v) {
   const hn::RebindToUnsigned<DF> du32;
-  const hn::RebindToSigned<DF> di32;
   const auto u = hn::BitCast(du32, v);
   const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du32, 1));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du32, 0x7FFF)), lsb));
-  const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du32, 0x40));
-  const auto bits = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), quiet, rounded);
+  const auto rounded = hn::Add(hn::Add(u, hn::Set(du32, 0x7FFF)), lsb);
+  const auto quiet = hn::Or(u, hn::Set(du32, 0x00400000));
+  return hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), quiet, rounded);
+}
+template <class DF>
+HWY_INLINE void StoreRounded(DF d, hn::Vec<DF> v, bf16* HWY_RESTRICT p) {
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::RebindToSigned<DF> di32;
+  const auto bits = hn::ShiftRight<16>(RoundedBf16High(d, v));
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, bits)), du16, &p->bits);  // ≤ 0xFFFF: no saturation
+}
+
+// 2·Lanes(d) consecutive bf16 as two fp32 vectors, the even-indexed elements and the odd-indexed ones: one
+// shift or one mask each, where LoadWide widens with a shuffle per vector. StoreBf16Pair rounds and joins
+// them back (one shift and one blend). For kernels that can keep their columns split this way; not on
+// HWY_SCALAR, whose u16 vectors hold one lane.
+inline constexpr bool kBf16Pairs = HWY_TARGET != HWY_SCALAR;
+template <class DF>
+HWY_INLINE void LoadBf16Pair(DF d, const bf16* HWY_RESTRICT p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
+  const hn::Repartition<uint16_t, DF> du16;
+  const hn::RebindToUnsigned<DF> du32;
+  const auto bits = hn::BitCast(du32, hn::LoadU(du16, &p->bits));  // element 2i low, 2i + 1 high in lane i
+  even = hn::BitCast(d, hn::ShiftLeft<16>(bits));
+  odd = hn::BitCast(d, hn::And(bits, hn::Set(du32, 0xFFFF0000u)));
+}
+template <class DF>
+HWY_INLINE void StoreBf16Pair(DF d, hn::Vec<DF> even, hn::Vec<DF> odd, bf16* HWY_RESTRICT p) {
+  const hn::Repartition<uint16_t, DF> du16;
+  const auto low = hn::BitCast(du16, hn::ShiftRight<16>(RoundedBf16High(d, even)));
+  hn::StoreU(hn::OddEven(hn::BitCast(du16, RoundedBf16High(d, odd)), low), du16, &p->bits);
 }
 template <class DF>
 HWY_INLINE void StoreRounded(DF d, hn::Vec<DF> v, f16* HWY_RESTRICT p) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/rows.cpp"
@@ -75,38 +76,206 @@ void AddWeightedRows(float* HWY_RESTRICT y, const float* HWY_RESTRICT a, int64_t
   }
 }
 
-// T: S's element type (float, or bf16: widened as loaded, the updated row rounded as stored; the
-// readout uses the unrounded row).
+// The recurrent tokens below run on S of element type T: float, or bf16 (each row widened as loaded,
+// the updated row rounded as stored, the readout from the unrounded row). Both sweep S in panels of
+// vector columns while the panel is in L1; each column's chains (m ascending) are the same in any panel
+// width, so the results do not depend on it.
+#if HWY_HAVE_SCALABLE
+// SVE's sizeless vectors cannot be array elements: one vector column at a time.
+constexpr int kPanelVecs = 1;
+
+// pk: [L] = Pᵀk over columns [e, e + L), P = diag(decay) S (decay null: P = S).
+template <int NV, class T>
+HWY_INLINE void ProjectPanel(float* HWY_RESTRICT pk, const T* HWY_RESTRICT S, const float* HWY_RESTRICT k, int64_t M,
+                             int64_t E, const float* HWY_RESTRICT decay, int64_t e) {
+  static_assert(NV == 1, "SVE takes one vector column at a time (kPanelVecs)");
+  const D d;
+  V acc = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m)
+    acc = hn::MulAdd(hn::Set(d, decay ? decay[m] * k[m] : k[m]), LoadWide(d, S + m * E + e), acc);
+  hn::StoreU(acc, d, pk);
+}
+
+// Columns [e, e + L): S ← P + k uᵀ with u: [L] (this panel's columns), then out[e, e + L) = Sᵀq.
+template <int NV, class T>
+HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+                            const float* HWY_RESTRICT u, const float* HWY_RESTRICT q, int64_t M, int64_t E,
+                            const float* HWY_RESTRICT decay, int64_t e) {
+  static_assert(NV == 1, "SVE takes one vector column at a time (kPanelVecs)");
+  const D d;
+  const V ue = hn::LoadU(d, u);
+  V acc = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m) {
+    T* s = S + m * E + e;
+    const V previous = decay ? hn::Mul(hn::Set(d, decay[m]), LoadWide(d, s)) : LoadWide(d, s);
+    const V row = hn::MulAdd(hn::Set(d, k[m]), ue, previous);
+    StoreRounded(d, row, s), acc = hn::MulAdd(hn::Set(d, q[m]), row, acc);
+  }
+  hn::StoreU(acc, d, out + e);
+}
+#else
+// Four vector columns per row amortise each row's broadcasts of decay, k and q over the panel and give
+// four independent readout chains (8 + 4 registers live on AVX2).
+constexpr int kPanelVecs = 4;
+
+// A bf16 panel of NP pairs of vectors (2·NP·L columns), each row's pair p split into its even and odd
+// columns (LoadBf16Pair): u is split and the results joined once per panel instead of each row being widened
+// and narrowed with shuffles. Column c = e + 2pL + j is lane j/2 of pair p's even (j even) or odd vector.
+template <int NP>
+HWY_INLINE void SplitPairs(const float* HWY_RESTRICT x, hn::Vec<D>* even, hn::Vec<D>* odd) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  HWY_ALIGN float lanes[2 * HWY_MAX_BYTES / sizeof(float)];
+  for (int p = 0; p < NP; ++p) {
+    for (int64_t i = 0; i < L; ++i) lanes[i] = x[2 * p * L + 2 * i], lanes[L + i] = x[2 * p * L + 2 * i + 1];
+    even[p] = hn::Load(d, lanes), odd[p] = hn::Load(d, lanes + L);
+  }
+}
+template <int NP>
+HWY_INLINE void JoinPairs(const hn::Vec<D>* even, const hn::Vec<D>* odd, float* HWY_RESTRICT x) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  HWY_ALIGN float lanes[2 * HWY_MAX_BYTES / sizeof(float)];
+  for (int p = 0; p < NP; ++p) {
+    hn::Store(even[p], d, lanes), hn::Store(odd[p], d, lanes + L);
+    for (int64_t i = 0; i < L; ++i) x[2 * p * L + 2 * i] = lanes[i], x[2 * p * L + 2 * i + 1] = lanes[L + i];
+  }
+}
+template <int NP>
+HWY_INLINE void ProjectPairs(float* HWY_RESTRICT pk, const bf16* HWY_RESTRICT S, const float* HWY_RESTRICT k, int64_t M,
+                             int64_t E, const float* HWY_RESTRICT decay, int64_t e) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V ae[NP], ao[NP];
+  for (int p = 0; p < NP; ++p) ae[p] = hn::Zero(d), ao[p] = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m) {
+    const V km = hn::Set(d, decay ? decay[m] * k[m] : k[m]);
+    for (int p = 0; p < NP; ++p) {
+      V even, odd;
+      LoadBf16Pair(d, S + m * E + e + 2 * p * L, even, odd);
+      ae[p] = hn::MulAdd(km, even, ae[p]), ao[p] = hn::MulAdd(km, odd, ao[p]);
+    }
+  }
+  JoinPairs<NP>(ae, ao, pk);
+}
+template <int NP>
+HWY_INLINE void UpdatePairs(float* HWY_RESTRICT out, bf16* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+                            const float* HWY_RESTRICT u, const float* HWY_RESTRICT q, int64_t M, int64_t E,
+                            const float* HWY_RESTRICT decay, int64_t e) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V ue[NP], uo[NP], ae[NP], ao[NP];
+  SplitPairs<NP>(u, ue, uo);
+  for (int p = 0; p < NP; ++p) ae[p] = hn::Zero(d), ao[p] = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m) {
+    const V km = hn::Set(d, k[m]), qm = hn::Set(d, q[m]);
+    for (int p = 0; p < NP; ++p) {
+      bf16* s = S + m * E + e + 2 * p * L;
+      V even, odd;
+      LoadBf16Pair(d, s, even, odd);
+      if (decay) {
+        const V am = hn::Set(d, decay[m]);
+        even = hn::Mul(am, even), odd = hn::Mul(am, odd);
+      }
+      even = hn::MulAdd(km, ue[p], even), odd = hn::MulAdd(km, uo[p], odd);
+      StoreBf16Pair(d, even, odd, s);
+      ae[p] = hn::MulAdd(qm, even, ae[p]), ao[p] = hn::MulAdd(qm, odd, ao[p]);
+    }
+  }
+  JoinPairs<NP>(ae, ao, out + e);
+}
+template <class T, int NV>
+inline constexpr bool kPairedPanel = std::is_same_v<T, bf16>&& kBf16Pairs&& NV % 2 == 0;
+
+// pk: [NV·L] = Pᵀk over columns [e, e + NV·L), P = diag(decay) S (decay null: P = S).
+template <int NV, class T>
+HWY_INLINE void ProjectPanel(float* HWY_RESTRICT pk, const T* HWY_RESTRICT S, const float* HWY_RESTRICT k, int64_t M,
+                             int64_t E, const float* HWY_RESTRICT decay, int64_t e) {
+  if constexpr (kPairedPanel<T, NV>) return ProjectPairs<NV / 2>(pk, S, k, M, E, decay, e);
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V acc[NV];
+  for (int j = 0; j < NV; ++j) acc[j] = hn::Zero(d);
+  for (int64_t m = 0; m < M; ++m) {
+    const V km = hn::Set(d, decay ? decay[m] * k[m] : k[m]);
+    for (int j = 0; j < NV; ++j) acc[j] = hn::MulAdd(km, LoadWide(d, S + m * E + e + j * L), acc[j]);
+  }
+  for (int j = 0; j < NV; ++j) hn::StoreU(acc[j], d, pk + j * L);
+}
+
+// Columns [e, e + NV·L): S ← P + k uᵀ with u: [NV·L] (this panel's columns), then out[e, …) = Sᵀq.
+template <int NV, class T>
+HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+                            const float* HWY_RESTRICT u, const float* HWY_RESTRICT q, int64_t M, int64_t E,
+                            const float* HWY_RESTRICT decay, int64_t e) {
+  if constexpr (kPairedPanel<T, NV>) return UpdatePairs<NV / 2>(out, S, k, u, q, M, E, decay, e);
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  V acc[NV], ue[NV];
+  for (int j = 0; j < NV; ++j) acc[j] = hn::Zero(d), ue[j] = hn::LoadU(d, u + j * L);
+  for (int64_t m = 0; m < M; ++m) {
+    const V km = hn::Set(d, k[m]), qm = hn::Set(d, q[m]);
+    T* s = S + m * E + e;
+    if (decay) {
+      const V am = hn::Set(d, decay[m]);
+      for (int j = 0; j < NV; ++j) {
+        const V row = hn::MulAdd(km, ue[j], hn::Mul(am, LoadWide(d, s + j * L)));
+        StoreRounded(d, row, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
+      }
+    } else {
+      for (int j = 0; j < NV; ++j) {
+        const V row = hn::MulAdd(km, ue[j], LoadWide(d, s + j * L));
+        StoreRounded(d, row, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
+      }
+    }
+  }
+  for (int j = 0; j < NV; ++j) hn::StoreU(acc[j], d, out + e + j * L);
+}
+#endif  // HWY_HAVE_SCALABLE
+
+// Columns [e, e + NV·L) of one delta-rule token: one sweep for Pᵀk, then u = β (v − Pᵀk) and the
+// update's sweep.
+template <int NV, class T>
+HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+                           const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
+                           const float* HWY_RESTRICT decay, int64_t e) {
+  const D d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  HWY_ALIGN float u[NV * HWY_MAX_BYTES / sizeof(float)];
+  ProjectPanel<NV>(u, S, k, M, E, decay, e);
+  for (int j = 0; j < NV; ++j)
+    hn::Store(hn::Mul(hn::Set(d, beta), hn::Sub(hn::LoadU(d, v + e + j * L), hn::Load(d, u + j * L))), d, u + j * L);
+  UpdatePanel<NV>(out, S, k, u, q, M, E, decay, e);
+}
+
+// Panels of kPanelVecs vector columns, then single vectors, then Column(e) for the scalar columns.
+template <class Panel, class Column>
+HWY_INLINE void ForColumns(int64_t E, const Panel& panel, const Column& column) {
+  const int64_t L = int64_t(hn::Lanes(D()));
+  int64_t e = 0;
+  for (; e + kPanelVecs * L <= E; e += kPanelVecs * L) panel(std::integral_constant<int, kPanelVecs>(), e);
+  if constexpr (kPanelVecs > 1)
+    for (; e + L <= E; e += L) panel(std::integral_constant<int, 1>(), e);
+  for (; e < E; ++e) column(e);
+}
+
+// One recurrent token for one head (see rows.hpp).
 template <class T>
 void RankOneUpdateReadoutOf(float* HWY_RESTRICT num, T* HWY_RESTRICT S, const float* HWY_RESTRICT phi_k,
                             const float* HWY_RESTRICT v, const float* HWY_RESTRICT phi_q, int64_t M, int64_t E,
                             const float* HWY_RESTRICT decay) {
-  const D d;
-  const int64_t L = int64_t(hn::Lanes(d));
-  int64_t e = 0;
-  // One sweep over S per vector column: update the row, then read it out, while it is in registers.
-  for (; e + L <= E; e += L) {
-    const V ve = hn::LoadU(d, v + e);
-    V acc = hn::Zero(d);
-    for (int64_t m = 0; m < M; ++m) {
-      T* s = S + m * E + e;
-      const V old = decay ? hn::Mul(hn::Set(d, decay[m]), LoadWide(d, s)) : LoadWide(d, s);
-      const V row = hn::MulAdd(hn::Set(d, phi_k[m]), ve, old);
-      StoreRounded(d, row, s);
-      acc = hn::MulAdd(hn::Set(d, phi_q[m]), row, acc);
-    }
-    hn::StoreU(acc, d, num + e);
-  }
-  for (; e < E; ++e) {
-    float acc = 0;
-    for (int64_t m = 0; m < M; ++m) {
-      const float previous = decay ? decay[m] * Widen(S[m * E + e]) : Widen(S[m * E + e]);
-      const float row = std::fma(phi_k[m], v[e], previous);
-      Round(row, S + m * E + e);
-      acc = std::fma(phi_q[m], row, acc);
-    }
-    num[e] = acc;
-  }
+  ForColumns(
+      E, [&](auto nv, int64_t e) { UpdatePanel<decltype(nv)::value>(num, S, phi_k, v + e, phi_q, M, E, decay, e); },
+      [&](int64_t e) {
+        float acc = 0;
+        for (int64_t m = 0; m < M; ++m) {
+          const float previous = decay ? decay[m] * Widen(S[m * E + e]) : Widen(S[m * E + e]);
+          const float row = std::fma(phi_k[m], v[e], previous);
+          Round(row, S + m * E + e);
+          acc = std::fma(phi_q[m], row, acc);
+        }
+        num[e] = acc;
+      });
 }
 void RankOneUpdateReadout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
                           int64_t E, const float* decay) {
@@ -117,94 +286,26 @@ void RankOneUpdateReadoutBf16(float* num, bf16* S, const float* phi_k, const flo
   RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay);
 }
 
-// The delta-rule token below on S of element type T (float, or bf16: rows widened as loaded, the
-// updated rows rounded as stored, the readout from the unrounded rows, as RankOneUpdateReadoutOf).
-#if HWY_HAVE_SCALABLE
-// Columns [e, e + L) of one delta-rule token: the panel below for NV = 1, without its arrays of vectors (SVE's
-// sizeless vectors cannot be array elements). Each column's chains are the same as in any panel width.
-template <int NV, class T>
-HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
-                           const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
-                           const float* HWY_RESTRICT decay, int64_t e) {
-  static_assert(NV == 1, "SVE takes one vector column at a time (kDeltaVecs)");
-  const D d;
-  V acc = hn::Zero(d);
-  for (int64_t m = 0; m < M; ++m)
-    acc = hn::MulAdd(hn::Set(d, decay ? decay[m] * k[m] : k[m]), LoadWide(d, S + m * E + e), acc);
-  const V u = hn::Mul(hn::Set(d, beta), hn::Sub(hn::LoadU(d, v + e), acc));
-  acc = hn::Zero(d);
-  for (int64_t m = 0; m < M; ++m) {
-    T* s = S + m * E + e;
-    const V previous = decay ? hn::Mul(hn::Set(d, decay[m]), LoadWide(d, s)) : LoadWide(d, s);
-    const V row = hn::MulAdd(hn::Set(d, k[m]), u, previous);
-    StoreRounded(d, row, s), acc = hn::MulAdd(hn::Set(d, q[m]), row, acc);
-  }
-  hn::StoreU(acc, d, out + e);
-}
-constexpr int kDeltaVecs = 1;
-#else
-// Columns [e, e + NV·L) of one delta-rule token: one sweep over the rows of S for Pᵀk
-// (P = diag(decay) S), then one that writes P + k (β r)ᵀ with r = v − Pᵀk and reads it out, while the
-// panel is in L1. NV vectors per row amortise each row's broadcasts of decay, k and q over the panel.
-template <int NV, class T>
-HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
-                           const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
-                           const float* HWY_RESTRICT decay, int64_t e) {
-  const D d;
-  const int64_t L = int64_t(hn::Lanes(d));
-  V acc[NV], u[NV];
-  for (int j = 0; j < NV; ++j) acc[j] = hn::Zero(d);
-  for (int64_t m = 0; m < M; ++m) {
-    const V km = hn::Set(d, decay ? decay[m] * k[m] : k[m]);
-    for (int j = 0; j < NV; ++j) acc[j] = hn::MulAdd(km, LoadWide(d, S + m * E + e + j * L), acc[j]);
-  }
-  const V b = hn::Set(d, beta);
-  for (int j = 0; j < NV; ++j) u[j] = hn::Mul(b, hn::Sub(hn::LoadU(d, v + e + j * L), acc[j])), acc[j] = hn::Zero(d);
-  for (int64_t m = 0; m < M; ++m) {
-    const V km = hn::Set(d, k[m]), qm = hn::Set(d, q[m]);
-    T* s = S + m * E + e;
-    if (decay) {
-      const V am = hn::Set(d, decay[m]);
-      for (int j = 0; j < NV; ++j) {
-        const V row = hn::MulAdd(km, u[j], hn::Mul(am, LoadWide(d, s + j * L)));
-        StoreRounded(d, row, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
-      }
-    } else {
-      for (int j = 0; j < NV; ++j) {
-        const V row = hn::MulAdd(km, u[j], LoadWide(d, s + j * L));
-        StoreRounded(d, row, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
-      }
-    }
-  }
-  for (int j = 0; j < NV; ++j) hn::StoreU(acc[j], d, out + e + j * L);
-}
-constexpr int kDeltaVecs = 4;
-#endif  // HWY_HAVE_SCALABLE
-
-// One delta-rule token (see rows.hpp): panels of 4 vector columns (8 + 4 registers live on AVX2),
-// then single vectors, then scalar columns.
+// One delta-rule token for one head (see rows.hpp).
 template <class T>
 void DeltaUpdateReadoutOf(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
                           const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
                           const float* HWY_RESTRICT decay) {
-  const int64_t L = int64_t(hn::Lanes(D()));
-  int64_t e = 0;
-  for (; e + kDeltaVecs * L <= E; e += kDeltaVecs * L) DeltaPanel<kDeltaVecs>(out, S, k, v, q, beta, M, E, decay, e);
-  if constexpr (kDeltaVecs > 1)
-    for (; e + L <= E; e += L) DeltaPanel<1>(out, S, k, v, q, beta, M, E, decay, e);
-  for (; e < E; ++e) {
-    float pk = 0;
-    for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], Widen(S[m * E + e]), pk);
-    const float u = beta * (v[e] - pk);
-    float acc = 0;
-    for (int64_t m = 0; m < M; ++m) {
-      const float previous = decay ? decay[m] * Widen(S[m * E + e]) : Widen(S[m * E + e]);
-      const float row = std::fma(k[m], u, previous);
-      Round(row, S + m * E + e);
-      acc = std::fma(q[m], row, acc);
-    }
-    out[e] = acc;
-  }
+  ForColumns(
+      E, [&](auto nv, int64_t e) { DeltaPanel<decltype(nv)::value>(out, S, k, v, q, beta, M, E, decay, e); },
+      [&](int64_t e) {
+        float pk = 0;
+        for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], Widen(S[m * E + e]), pk);
+        const float u = beta * (v[e] - pk);
+        float acc = 0;
+        for (int64_t m = 0; m < M; ++m) {
+          const float previous = decay ? decay[m] * Widen(S[m * E + e]) : Widen(S[m * E + e]);
+          const float row = std::fma(k[m], u, previous);
+          Round(row, S + m * E + e);
+          acc = std::fma(q[m], row, acc);
+        }
+        out[e] = acc;
+      });
 }
 void DeltaUpdateReadout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
                         int64_t E, const float* decay) {

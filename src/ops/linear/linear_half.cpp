@@ -1,6 +1,6 @@
 // The linear family over bf16/f16 tensors (linattn/half_attention.hpp), through the shared
 // conversion layer (kernels/half_views.hpp), except the non-causal forward, which reads its tiles in
-// place (linear_half_tiles.cpp); recurrent_step reads a bf16 state natively (recurrent_step.cpp).
+// place (linear_half_tiles.cpp); recurrent_step reads its tensors and a bf16 state in place (recurrent_step.cpp).
 #include "kernels/half_views.hpp"
 #include "linattn/half_attention.hpp"
 #include "ops/linear/linear_half_tiles.hpp"
@@ -8,7 +8,6 @@
 namespace linattn {
 namespace {
 using boundary::object_region;
-using boundary::region;
 }  // namespace
 
 template <HalfType H>
@@ -72,19 +71,6 @@ void causal_linear_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv,
   c.store();
 }
 
-template <HalfType H>
-void recurrent_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, RecurrentState& state,
-                    const LinearAttentionOptions& options) {
-  kernels::HalfCall<H> c("recurrent_step");
-  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v);
-  const TensorView out32 = c.out("out", out);
-  c.out_state(state);
-  c.out_region(region("state.z()", state.z()));
-  c.check();
-  recurrent_step(out32, q32, k32, v32, state, options);
-  c.store();
-}
-
 #define LINATTN_LINEAR_HALF(H)                                                                                     \
   template void linear_attention_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>,              \
                                             const LinearAttentionOptions&);                                        \
@@ -95,9 +81,7 @@ void recurrent_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, Recurre
                                                    RecurrentState*);                                               \
   template void causal_linear_attention_backward<H>(View4<H>, View4<H>, View4<H>, View4<const H>, View4<const H>,  \
                                                     View4<const H>, View4<const H>, const LinearAttentionOptions&, \
-                                                    const RecurrentState*, RecurrentState*);                       \
-  template void recurrent_step<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, RecurrentState&,       \
-                                  const LinearAttentionOptions&);
+                                                    const RecurrentState*, RecurrentState*);
 LINATTN_LINEAR_HALF(bf16)
 LINATTN_LINEAR_HALF(f16)
 #undef LINATTN_LINEAR_HALF

@@ -1,14 +1,109 @@
 // One token of causal linear attention against a RecurrentState: S += φ(k) vᵀ, z += φ(k), then
-// out = Sᵀ φ(q) / (φ(q)·z + eps). Constant time and memory per token: it touches S once.
+// out = Sᵀ φ(q) / (φ(q)·z + eps). Constant time and memory per token: it touches S once. q, k, v and
+// out may be fp32, bf16 or f16: half rows are widened as they are packed and the output rounded as it
+// is stored, so a half step reads its tensors in place (no fp32 copies, no conversion pass).
 #include <algorithm>
 #include <vector>
 
 #include "core/validate.hpp"
+#include "kernels/half_views.hpp"
 #include "kernels/rows.hpp"
+#include "linattn/half_attention.hpp"
 #include "linattn/limits.hpp"
 #include "ops/linear/linear_common.hpp"
 
 namespace linattn {
+namespace {
+
+// The checks of one token but the aliasing rule, which each caller runs on its own element type.
+void check_step(const char* op, ConstTensorView q, ConstTensorView k, const RecurrentState& state,
+                const detail::LinearProblem& p) {
+  detail::check_extent(op, "q", q, 1, 1, "one token per step");
+  detail::check_extent(op, "k", k, 1, 1, "one token per step");
+  detail::check_state(op, "state", state, p, /*takes_bf16=*/true);
+  // Before S changes: a loaded position of INT64_MAX overflowed here and then could not be saved.
+  check_bounded("linattn::recurrent_step", "state.position()", state.position(), 0, limits::kMaxPosition - 1,
+                "the step adds one token");
+}
+
+// The token's rows of heads [h, h + count) of batch b of x, one head a row (any strides).
+template <class T>
+kernels::HeadRows<T> heads_as_rows(View4<T> x, int64_t b, int64_t h) {
+  return {x.data + b * x.stride[0] + h * x.stride[2], x.stride[2], x.stride[3]};
+}
+
+// Calls body(b, h, count) for the runs of heads [h, h + count) of one batch row that make up the
+// (batch, head) pairs [first, last), flattened as b·H + h.
+template <class Body>
+void for_each_batch_run(int64_t first, int64_t last, int64_t H, Body&& body) {
+  for (int64_t bh = first; bh < last;) {
+    const int64_t count = std::min(last, (bh / H + 1) * H) - bh;
+    body(bh / H, bh % H, count);
+    bh += count;
+  }
+}
+
+// The token for every (batch, head); T: the element type of q, k, v and out.
+template <class T>
+void step(View4<T> out, View4<const T> q, View4<const T> k, View4<const T> v, RecurrentState& state,
+          const detail::LinearProblem& p) {
+  const int64_t BH = p.B * p.H, M = p.M, E = p.E, D = p.D;
+  // x: [BH, D] rows of q, then of k; φ(q), φ(k): [BH, M]; v and the numerators: [BH, E]; 1/den: [BH].
+  // Kept by the calling thread from token to token: for a large batch a fresh buffer was a fresh mmap,
+  // zeroed and faulted in on every token. Every part is written before it is read.
+  thread_local std::vector<float> scratch;
+  scratch.resize(std::max(scratch.size(), size_t(BH * (D + 2 * M + 2 * E + 1))));
+  float *x = scratch.data(), *phi_q = x + BH * D, *phi_k = phi_q + BH * M, *vals = phi_k + BH * M, *num = vals + BH * E,
+        *scale = num + BH * E;
+  // Heads are independent; threads only pay off once the states are large. Each thread loads, maps and
+  // stores the rows of its own heads (on a large state, a serial load of every head's rows left the
+  // other thread waiting for a quarter of the step), a batch row's heads in one call each.
+#pragma omp parallel if (BH * M * E >= (1 << 18))
+  {
+    const auto [first, last] = detail::thread_share(BH);
+    const auto runs = [&](auto&& body) { for_each_batch_run(first, last, p.H, body); };
+    // φ of the thread's q and k rows at once: one feature-map call each.
+    for (const auto& [src, phi, role] :
+         {std::tuple{q, phi_q, FeatureRole::query}, std::tuple{k, phi_k, FeatureRole::key}}) {
+      runs([&](int64_t b, int64_t h, int64_t n) {
+        kernels::pack_rows({x + (b * p.H + h) * D, D, n, D}, heads_as_rows(src, b, h), 0, n);
+      });
+      p.map->forward(phi + first * M, x + first * D, last - first, D, role);
+    }
+    runs([&](int64_t b, int64_t h, int64_t n) {
+      // A padded token (key_lengths[b] == 0) adds nothing: its φ(k) and v count as 0.
+      kernels::pack_rows({vals + (b * p.H + h) * E, E, n, E}, heads_as_rows(v, b, h), 0, p.lengths[b] == 0 ? 0 : n);
+      if (p.lengths[b] == 0) std::fill_n(phi_k + (b * p.H + h) * M, n * M, 0.0f);
+    });
+    for (int64_t bh = first; bh < last; ++bh) {
+      const int64_t b = bh / p.H, h = bh % p.H;
+      float* z = state.z(b, h);
+      const float *pk = phi_k + bh * M, *pq = phi_q + bh * M;
+      kernels::add_weighted_rows(z, pk, M, nullptr, 1, M);
+      if (state.dtype() == DType::bf16)  // half the bytes of S: rows widened as loaded, rounded as stored
+        kernels::rank1_update_readout(num + bh * E, state.S_bf16(b, h), pk, vals + bh * E, pq, M, E);
+      else
+        kernels::rank1_update_readout(num + bh * E, state.S(b, h), pk, vals + bh * E, pq, M, E);
+      scale[bh] = 1.0f;
+      if (p.normalize) {
+        float den;
+        kernels::row_dots(&den, pq, M, z, 1, M);
+        scale[bh] = 1.0f / (den + p.eps);
+      }
+    }
+    kernels::scale_rows(num + first * E, E, num + first * E, E, scale + first, last - first, E);
+    runs([&](int64_t b, int64_t h, int64_t n) {
+      const kernels::ConstTile rows{num + (b * p.H + h) * E, E, n, E};
+      if constexpr (std::is_same_v<T, float>)
+        kernels::unpack_rows(heads_as_rows(out, b, h), 0, rows, n);
+      else
+        kernels::unpack_rows(heads_as_rows(out, b, h), 0, rows);
+    });
+  }
+  state.set_position(state.position() + 1);
+}
+
+}  // namespace
 
 void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, RecurrentState& state,
                     const LinearAttentionOptions& options) {
@@ -16,53 +111,29 @@ void recurrent_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstT
   // The state is written too: out and q, k, v must lie outside S and z.
   const detail::LinearProblem p =
       detail::check_linear_forward(op, out, q, k, v, options, detail::state_regions(&state, "state.S()", "state.z()"));
-  detail::check_extent(op, "q", q, 1, 1, "one token per step");
-  detail::check_extent(op, "k", k, 1, 1, "one token per step");
-  detail::check_state(op, "state", state, p, /*takes_bf16=*/true);
-  // Before S changes: a loaded position of INT64_MAX overflowed here and then could not be saved.
-  check_bounded("linattn::recurrent_step", "state.position()", state.position(), 0, limits::kMaxPosition - 1,
-                "the step adds one token");
-  const int64_t BH = p.B * p.H, M = p.M, E = p.E;
-  // φ of every head's q and k row at once: one feature-map call each.
-  std::vector<float> x(size_t(BH * p.D)), phi_q(size_t(BH * M)), phi_k(size_t(BH * M)), vals(size_t(BH * E)),
-      num(size_t(BH * E));
-  for (const auto& [src, phi, role] :
-       {std::tuple{q, &phi_q, FeatureRole::query}, std::tuple{k, &phi_k, FeatureRole::key}}) {
-    for (int64_t bh = 0; bh < BH; ++bh)
-      kernels::pack_rows({x.data() + bh * p.D, p.D, 1, p.D}, detail::head_rows(src, bh / p.H, bh % p.H), 0, 1);
-    p.map->forward(phi->data(), x.data(), BH, p.D, role);
-  }
-  for (int64_t bh = 0; bh < BH; ++bh) {
-    kernels::pack_rows({vals.data() + bh * E, E, 1, E}, detail::head_rows(v, bh / p.H, bh % p.H), 0, 1);
-  }
-  // Heads are independent; threads only pay off once the states are large.
-#pragma omp parallel for schedule(static) if (BH * M * E >= (1 << 18))
-  for (int64_t bh = 0; bh < BH; ++bh) {
-    float* z = state.z(bh / p.H, bh % p.H);
-    const float* pk = phi_k.data() + bh * M;
-    const float* pq = phi_q.data() + bh * M;
-    // A padded token (key_lengths[b] == 0) adds nothing: its φ(k) and v count as 0.
-    if (p.lengths[bh / p.H] == 0) {
-      std::fill_n(phi_k.data() + bh * M, M, 0.0f);
-      std::fill_n(vals.data() + bh * E, E, 0.0f);
-    }
-    for (int64_t m = 0; m < M; ++m) z[m] += pk[m];
-    if (state.dtype() == DType::bf16)  // half the bytes of S: rows widened as loaded, rounded as stored
-      kernels::rank1_update_readout(num.data() + bh * E, state.S_bf16(bh / p.H, bh % p.H), pk, vals.data() + bh * E, pq,
-                                    M, E);
-    else
-      kernels::rank1_update_readout(num.data() + bh * E, state.S(bh / p.H, bh % p.H), pk, vals.data() + bh * E, pq, M,
-                                    E);
-    float* o = num.data() + bh * E;
-    if (p.normalize) {
-      float den = 0;
-      for (int64_t m = 0; m < M; ++m) den += pq[m] * z[m];
-      den += p.eps;
-      for (int64_t e = 0; e < E; ++e) o[e] /= den;
-    }
-    kernels::unpack_rows(detail::head_rows(out, bh / p.H, bh % p.H), 0, {o, E, 1, E}, 1);
-  }
-  state.set_position(state.position() + 1);
+  check_step(op, q, k, state, p);
+  step(out, q, k, v, state, p);
 }
+
+template <HalfType H>
+void recurrent_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, RecurrentState& state,
+                    const LinearAttentionOptions& options) {
+  const char* op = "recurrent_step";
+  kernels::HalfCall<H> c(op);  // the aliasing rule on the half views themselves; nothing is copied
+  c.in_place("q", q), c.in_place("k", k), c.in_place("v", v), c.out_in_place("out", out);
+  c.out_state(state);
+  c.out_region(boundary::region("state.z()", state.z()));
+  c.check();
+  using kernels::shape_view;
+  const detail::LinearProblem p =
+      detail::check_linear_forward_shapes(op, shape_view(out), shape_view(q), shape_view(k), shape_view(v), options);
+  check_step(op, shape_view(q), shape_view(k), state, p);
+  step(out, q, k, v, state, p);
+}
+
+template void recurrent_step<bf16>(View4<bf16>, View4<const bf16>, View4<const bf16>, View4<const bf16>,
+                                   RecurrentState&, const LinearAttentionOptions&);
+template void recurrent_step<f16>(View4<f16>, View4<const f16>, View4<const f16>, View4<const f16>, RecurrentState&,
+                                  const LinearAttentionOptions&);
 
 }  // namespace linattn
