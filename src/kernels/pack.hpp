@@ -20,6 +20,12 @@ template <class T>
 HeadRows<T> head_rows(View4<T> x, int64_t b, int64_t h) {
   return {x.data + b * x.stride[0] + h * x.stride[2], x.stride[1], x.stride[3]};
 }
+// Token n of batch row b of x with its heads [h, H) as the rows: element (r, d) is x(b, n, h + r, d). A decode
+// step packs one token of a block of heads in one call.
+template <class T>
+HeadRows<T> token_rows(View4<T> x, int64_t b, int64_t n, int64_t h) {
+  return {x.data + b * x.stride[0] + n * x.stride[1] + h * x.stride[2], x.stride[2], x.stride[3]};
+}
 
 // dst[r, c] = factor · src(n0 + r, c) for r < valid, c < dst.cols; 0 in the rows valid..dst.rows and
 // the columns dst.cols..dst.ld (valid is clamped to [0, dst.rows]).

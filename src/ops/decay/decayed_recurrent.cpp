@@ -1,4 +1,4 @@
-// The decayed family token by token: per (sequence, head) and token, S = diag(a) S + k vᵀ and
+// The decayed family token by token: per sequence, head and token, S = diag(a) S + k vᵀ and
 // o = (scale · q)ᵀ S in one sweep over S (kernels::rank1_update_readout). Constant memory per token;
 // the decode path and flash-linear-attention's fused_recurrent_*.
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "ops/decay/decay_checks.hpp"
+#include "ops/decay/recurrent_tasks.hpp"
 
 namespace linattn {
 namespace {
@@ -24,32 +25,24 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
   detail::check_decay_state(op, "state", state.size(), p);
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
   detail::check_outputs(op, outputs, detail::decay_input_regions(q, k, v, g));
-  const int64_t tasks = int64_t(p.sequences.size()) * p.H, K = p.K, V = p.V;
-  const int64_t cols = p.gate_cols();
+  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
   const bool decays = p.decay != Decay::none;
-#pragma omp parallel if (tasks > 1 && p.T * K * V >= (1 << 16))
-  {
-    // One scratch per thread for all its heads: a decode step allocates nothing per head.
-    std::vector<float> buffer(size_t(4 * K + 2 * V + cols), 1.0f);
-    float *qs = buffer.data(), *ks = qs + K, *a = ks + K, *ones = a + K, *vs = ones + K, *o = vs + V, *gs = o + V;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const detail::DecaySequence& s = p.sequences[size_t(task / p.H)];
-      const int64_t h = task % p.H;
-      std::fill_n(a, K, float(std::exp(detail::constant_log_decay(options, h))));
-      T* S = state.data() + (s.n * p.H + h) * K * V;
-      for (int64_t t = s.begin; t < s.end; ++t) {
-        kernels::pack_rows({qs, K, 1, K}, kernels::head_rows(q, s.b, h), t, 1, p.scale);
-        kernels::pack_rows({ks, K, 1, K}, kernels::head_rows(k, s.b, h), t, 1);
-        kernels::pack_rows({vs, V, 1, V}, kernels::head_rows(v, s.b, h), t, 1);
-        if (cols > 0) kernels::pack_rows({gs, cols, 1, cols}, kernels::head_rows(g, s.b, h), t, 1);
-        if (p.decay == Decay::key) kernels::mul_exp_difference(a, ones, gs, nullptr, 1.0f, K);  // a = e^{g}
-        if (p.decay == Decay::token) std::fill_n(a, K, std::exp(gs[0]));
-        kernels::rank1_update_readout(o, S, ks, vs, qs, K, V, decays ? a : nullptr);
-        kernels::unpack_rows(kernels::head_rows(out, s.b, h), t, {o, V, 1, V}, 1);
-      }
-    }
-  }
+  const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
+  detail::for_each_head_block(
+      N, p.H, N * p.H * p.T * K * V, floats, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+        const detail::DecaySequence& s = p.sequences[size_t(n)];
+        detail::TokenRows rows(scratch, heads, K, V, cols);
+        if (cols == 0)
+          for (int64_t r = 0; r < heads; ++r)
+            std::fill_n(rows.a + r * K, K, float(std::exp(detail::constant_log_decay(options, h0 + r))));
+        for (int64_t t = s.begin; t < s.end; ++t) {
+          rows.load(q, k, v, g, s.b, t, h0, p.scale);
+          for (int64_t r = 0; r < heads; ++r)
+            kernels::rank1_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, rows.k + r * K,
+                                          rows.v + r * V, rows.q + r * K, K, V, decays ? rows.a + r * K : nullptr);
+          rows.store(out, s.b, t, h0);
+        }
+      });
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The delta rule token by token: per (sequence, head) and token, S ← P + β k (v − Pᵀk)ᵀ with
+// The delta rule token by token: per sequence, head and token, S ← P + β k (v − Pᵀk)ᵀ with
 // P = diag(a) S, and o = (scale · q)ᵀ S, in two sweeps over S (kernels::delta_update_readout).
 // Constant memory per token; the decode path and flash-linear-attention's fused_recurrent_*.
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include "kernels/decay_factors.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
+#include "ops/decay/recurrent_tasks.hpp"
 #include "ops/delta/delta_checks.hpp"
 
 namespace linattn {
@@ -32,35 +33,24 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
   detail::check_delta_state(op, "state", state.size(), p);
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
   detail::check_outputs(op, outputs, detail::delta_input_regions(q, k, v, beta, g));
-  const int64_t tasks = int64_t(p.sequences.size()) * p.H, K = p.K, V = p.V, cols = p.gate_cols();
-#pragma omp parallel if (tasks > 1 && p.T * K * V >= (1 << 16))
-  {
-    // One scratch per thread for all its heads: a decode step allocates nothing per head.
-    std::vector<float> buffer(size_t(5 * K + 2 * V), 0.0f);
-    float *qs = buffer.data(), *ks = qs + K, *a = ks + K, *gs = a + K, *ones = gs + K, *vs = ones + K, *o = vs + V;
-    std::fill_n(ones, K, 1.0f);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const detail::DecaySequence& s = p.sequences[size_t(task / p.H)];
-      const int64_t h = task % p.H;
-      T* S = state.data() + (s.n * p.H + h) * K * V;
-      for (int64_t t = s.begin; t < s.end; ++t) {
-        kernels::pack_rows({qs, K, 1, K}, kernels::head_rows(q, s.b, h), t, 1);
-        kernels::pack_rows({ks, K, 1, K}, kernels::head_rows(k, s.b, h), t, 1);
-        kernels::pack_rows({vs, V, 1, V}, kernels::head_rows(v, s.b, h), t, 1);
-        normalise(qs, K, p.qk_l2norm, p.scale), normalise(ks, K, p.qk_l2norm, 1.0f);
-        if (cols > 0) {
-          kernels::pack_rows({gs, cols, 1, cols}, kernels::head_rows(g, s.b, h), t, 1);
-          if (cols == 1)
-            std::fill_n(a, K, std::exp(gs[0]));
-          else
-            kernels::mul_exp_difference(a, ones, gs, nullptr, 1.0f, K);  // a = e^{g}, vectorised
+  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
+  const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
+  detail::for_each_head_block(
+      N, p.H, N * p.H * p.T * K * V, floats, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+        const detail::DecaySequence& s = p.sequences[size_t(n)];
+        detail::TokenRows rows(scratch, heads, K, V, cols);
+        for (int64_t t = s.begin; t < s.end; ++t) {
+          rows.load(q, k, v, g, s.b, t, h0, 1.0f);
+          for (int64_t r = 0; r < heads; ++r) {
+            float *qs = rows.q + r * K, *ks = rows.k + r * K;
+            normalise(qs, K, p.qk_l2norm, p.scale), normalise(ks, K, p.qk_l2norm, 1.0f);
+            kernels::delta_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, ks,
+                                          rows.v + r * V, qs, beta(s.b, t, h0 + r, 0), K, V,
+                                          cols > 0 ? rows.a + r * K : nullptr);
+          }
+          rows.store(out, s.b, t, h0);
         }
-        kernels::delta_update_readout(o, S, ks, vs, qs, beta(s.b, t, h, 0), K, V, cols > 0 ? a : nullptr);
-        kernels::unpack_rows(kernels::head_rows(out, s.b, h), t, {o, V, 1, V}, 1);
-      }
-    }
-  }
+      });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/threads.hpp"
 #include "core/validate.hpp"
 #include "kernels/half_views.hpp"
 #include "kernels/rows.hpp"
@@ -26,12 +27,6 @@ void check_step(const char* op, ConstTensorView q, ConstTensorView k, const Recu
                 "the step adds one token");
 }
 
-// The token's rows of heads [h, h + count) of batch b of x, one head a row (any strides).
-template <class T>
-kernels::HeadRows<T> heads_as_rows(View4<T> x, int64_t b, int64_t h) {
-  return {x.data + b * x.stride[0] + h * x.stride[2], x.stride[2], x.stride[3]};
-}
-
 // Calls body(b, h, count) for the runs of heads [h, h + count) of one batch row that make up the
 // (batch, head) pairs [first, last), flattened as b·H + h.
 template <class Body>
@@ -49,30 +44,23 @@ void step(View4<T> out, View4<const T> q, View4<const T> k, View4<const T> v, Re
           const detail::LinearProblem& p) {
   const int64_t BH = p.B * p.H, M = p.M, E = p.E, D = p.D;
   // x: [BH, D] rows of q, then of k; φ(q), φ(k): [BH, M]; v and the numerators: [BH, E]; 1/den: [BH].
-  // Kept by the calling thread from token to token: for a large batch a fresh buffer was a fresh mmap,
-  // zeroed and faulted in on every token. Every part is written before it is read.
-  thread_local std::vector<float> scratch;
-  scratch.resize(std::max(scratch.size(), size_t(BH * (D + 2 * M + 2 * E + 1))));
-  float *x = scratch.data(), *phi_q = x + BH * D, *phi_k = phi_q + BH * M, *vals = phi_k + BH * M, *num = vals + BH * E,
-        *scale = num + BH * E;
-  // Heads are independent; threads only pay off once the states are large. Each thread loads, maps and
-  // stores the rows of its own heads (on a large state, a serial load of every head's rows left the
-  // other thread waiting for a quarter of the step), a batch row's heads in one call each.
-#pragma omp parallel if (BH * M * E >= (1 << 18))
-  {
-    const auto [first, last] = detail::thread_share(BH);
+  float *x = detail::kept_scratch(size_t(BH * (D + 2 * M + 2 * E + 1))), *phi_q = x + BH * D, *phi_k = phi_q + BH * M,
+        *vals = phi_k + BH * M, *num = vals + BH * E, *scale = num + BH * E;
+  // Heads [first, last): loaded, mapped and stored by one thread, a batch row's heads in one call each.
+  const auto heads = [&](int64_t first, int64_t last) {
     const auto runs = [&](auto&& body) { for_each_batch_run(first, last, p.H, body); };
     // φ of the thread's q and k rows at once: one feature-map call each.
     for (const auto& [src, phi, role] :
          {std::tuple{q, phi_q, FeatureRole::query}, std::tuple{k, phi_k, FeatureRole::key}}) {
       runs([&](int64_t b, int64_t h, int64_t n) {
-        kernels::pack_rows({x + (b * p.H + h) * D, D, n, D}, heads_as_rows(src, b, h), 0, n);
+        kernels::pack_rows({x + (b * p.H + h) * D, D, n, D}, kernels::token_rows(src, b, 0, h), 0, n);
       });
       p.map->forward(phi + first * M, x + first * D, last - first, D, role);
     }
     runs([&](int64_t b, int64_t h, int64_t n) {
       // A padded token (key_lengths[b] == 0) adds nothing: its φ(k) and v count as 0.
-      kernels::pack_rows({vals + (b * p.H + h) * E, E, n, E}, heads_as_rows(v, b, h), 0, p.lengths[b] == 0 ? 0 : n);
+      kernels::pack_rows({vals + (b * p.H + h) * E, E, n, E}, kernels::token_rows(v, b, 0, h), 0,
+                         p.lengths[b] == 0 ? 0 : n);
       if (p.lengths[b] == 0) std::fill_n(phi_k + (b * p.H + h) * M, n * M, 0.0f);
     });
     for (int64_t bh = first; bh < last; ++bh) {
@@ -95,10 +83,23 @@ void step(View4<T> out, View4<const T> q, View4<const T> k, View4<const T> v, Re
     runs([&](int64_t b, int64_t h, int64_t n) {
       const kernels::ConstTile rows{num + (b * p.H + h) * E, E, n, E};
       if constexpr (std::is_same_v<T, float>)
-        kernels::unpack_rows(heads_as_rows(out, b, h), 0, rows, n);
+        kernels::unpack_rows(kernels::token_rows(out, b, 0, h), 0, rows, n);
       else
-        kernels::unpack_rows(heads_as_rows(out, b, h), 0, rows);
+        kernels::unpack_rows(kernels::token_rows(out, b, 0, h), 0, rows);
     });
+  };
+  // Heads are independent; threads only pay off once the states are large, and each thread takes its own
+  // heads' rows too (on a large state a serial load of every head's rows left the other thread waiting
+  // for a quarter of the step). A small step enters no parallel region: its start and end cost about
+  // what the step's arithmetic does.
+  if (BH > 1 && BH * M * E >= detail::kRecurrentParallelWork) {
+#pragma omp parallel
+    {
+      const auto [first, last] = detail::thread_share(BH);
+      heads(first, last);
+    }
+  } else {
+    heads(0, BH);
   }
   state.set_position(state.position() + 1);
 }

@@ -1,0 +1,78 @@
+#pragma once
+// The token-by-token drivers of the decayed family and the delta rule (their fused_recurrent_* forwards
+// and decode steps): the split of a call into blocks of heads, and one token's rows of a block packed
+// together. A decode step calls them once per token, so what a call costs beside its arithmetic counts.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/threads.hpp"
+#include "kernels/decay_factors.hpp"
+#include "kernels/pack.hpp"
+#include "linattn/view.hpp"
+
+namespace linattn::detail {
+
+// body(sequence, h0, n, scratch) over the heads [h0, h0 + n) of every sequence in [0, sequences), each block
+// on one thread. A call below kRecurrentParallelWork takes each sequence's H heads as one block on the
+// calling thread; a larger one runs one head a block over the threads. scratch: floats_per_head · n floats
+// of the running thread (kept_scratch).
+template <class Body>
+void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floats_per_head, Body&& body) {
+  if (sequences * H > 1 && work >= kRecurrentParallelWork) {
+#pragma omp parallel
+    {
+      float* s = kept_scratch(floats_per_head);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < sequences * H; ++task) body(task / H, task % H, int64_t(1), s);
+    }
+  } else {
+    float* s = kept_scratch(floats_per_head * size_t(H));
+    for (int64_t n = 0; n < sequences; ++n) body(n, int64_t(0), H, s);
+  }
+}
+
+// One token's rows of a block of n heads, one head a row: q (times a factor), k, v, the gate g (cols a
+// head: 0, 1 or K), the decay factors a = e^g ([n, K]; a driver with constant decays sets them once) and
+// the outputs o.
+struct TokenRows {
+  int64_t n, K, V, cols;
+  float *q, *k, *v, *a, *ones, *o, *g;
+  static size_t floats_per_head(int64_t K, int64_t V, int64_t cols) { return size_t(4 * K + 2 * V + cols); }
+  TokenRows(float* scratch, int64_t n_, int64_t K_, int64_t V_, int64_t cols_)
+      : n(n_),
+        K(K_),
+        V(V_),
+        cols(cols_),
+        q(scratch),
+        k(q + n * K),
+        v(k + n * K),
+        a(v + n * V),
+        ones(a + n * K),
+        o(ones + n * K),
+        g(o + n * V) {
+    std::fill_n(ones, n * K, 1.0f);
+  }
+  // Token t of batch row b, heads [h0, h0 + n); a from g when there is a gate.
+  void load(ConstTensorView qv, ConstTensorView kv, ConstTensorView vv, ConstTensorView gv, int64_t b, int64_t t,
+            int64_t h0, float q_factor) {
+    kernels::pack_rows({q, K, n, K}, kernels::token_rows(qv, b, t, h0), 0, n, q_factor);
+    kernels::pack_rows({k, K, n, K}, kernels::token_rows(kv, b, t, h0), 0, n);
+    kernels::pack_rows({v, V, n, V}, kernels::token_rows(vv, b, t, h0), 0, n);
+    if (cols == 0) return;
+    kernels::pack_rows({g, cols, n, cols}, kernels::token_rows(gv, b, t, h0), 0, n);
+    for (int64_t r = 0; r < n; ++r) {
+      if (cols == 1)
+        std::fill_n(a + r * K, K, std::exp(g[r]));
+      else  // a = e^g, one head's row per call (the same bits as a call per head)
+        kernels::mul_exp_difference(a + r * K, ones + r * K, g + r * K, nullptr, 1.0f, K);
+    }
+  }
+  void store(TensorView out, int64_t b, int64_t t, int64_t h0) const {
+    kernels::unpack_rows(kernels::token_rows(out, b, t, h0), 0, {o, V, n, V}, n);
+  }
+};
+
+}  // namespace linattn::detail
