@@ -13,6 +13,7 @@
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
 #include "support/finite_difference.hpp"
+#include "support/recurrence_threads.hpp"
 #include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
 
@@ -208,6 +209,25 @@ TEST(DecayedAttention, RecurrentPathMatchesTheChunkedOne) {
     decayed_recurrent_forward(out.view, p.q.view, p.k.view, p.v.view, p.gate(), state, p.options());
     EXPECT_LT(relative_error(out.view, o.forward.out), 2e-5);
     EXPECT_LT(relative_error(state, o.forward.final_state), 2e-5);
+  }
+}
+
+// A call large enough for threads (tokens × K × V over the heads ≥ 2^18) splits each sequence's heads into
+// blocks, one per task: 5 heads of one sequence give 1 to 5 blocks of up to 2 heads (and an empty last block
+// skipped) by the thread count; two sequences with cu_seqlens, others. Bit for bit the single thread's result,
+// and the oracle's.
+TEST(DecayedAttention, RecurrentPathOverHeadBlocksAndThreads) {
+  for (const Case& c : {Case{1, 300, 5, 24, 40, Decay::key, 16, -3.0f, 0.0f, Layout::bnhd},
+                        Case{2, 200, 3, 33, 20, Decay::retention, 16, -1.0f, 0.0f, Layout::bhnd},
+                        Case{1, 400, 4, 16, 48, Decay::token, 16, -2.0f, 0.0f, Layout::bnhd, {0, 150, 400}}}) {
+    SCOPED_TRACE(describe(c));
+    const Problem p = make_problem(c);
+    const Oracle o = oracle(p);
+    expect_recurrence_over_threads({c.B, c.T, c.H, c.V}, c.layout, p.initial, o.forward.out, o.forward.final_state,
+                                   [&](TensorView out, std::vector<float>& state) {
+                                     decayed_recurrent_forward(out, p.q.view, p.k.view, p.v.view, p.gate(), state,
+                                                               p.options());
+                                   });
   }
 }
 

@@ -14,6 +14,7 @@
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
 #include "support/finite_difference.hpp"
+#include "support/recurrence_threads.hpp"
 #include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
 
@@ -250,6 +251,24 @@ TEST(DeltaRule, RecurrentPathMatchesTheOracle) {
       EXPECT_LT(relative_error(out.view, o.forward.out), 2e-5);
       EXPECT_LT(relative_error(state, o.forward.final_state), 2e-5);
     }
+}
+
+// The recurrence over blocks of heads on 1 to 3 threads (as DecayedAttention's test of the same name): bit for
+// bit the single thread's result, and the oracle's.
+TEST(DeltaRule, RecurrentPathOverHeadBlocksAndThreads) {
+  for (const Case& c :
+       {Case{1, 300, 5, 24, 40, DeltaGate::key, true, 16, -3.0f, 0.0f, 0.0f, 1.0f, Layout::bnhd},
+        Case{2, 200, 3, 33, 20, DeltaGate::token, false, 16, -1.0f, 0.0f, 0.0f, 1.0f, Layout::bhnd},
+        Case{1, 400, 4, 16, 48, DeltaGate::none, true, 16, -0.7f, 0.0f, 0.0f, 1.0f, Layout::bnhd, {0, 150, 400}}}) {
+    SCOPED_TRACE(describe(c));
+    const Problem p = make_problem(c);
+    const Oracle o = oracle(p);
+    expect_recurrence_over_threads({c.B, c.T, c.H, c.V}, c.layout, p.initial, o.forward.out, o.forward.final_state,
+                                   [&](TensorView out, std::vector<float>& state) {
+                                     delta_rule_recurrent_forward(out, p.q.view, p.k.view, p.v.view, p.beta.view,
+                                                                  p.gate(), state, p.options());
+                                   });
+  }
 }
 
 TEST(DeltaRule, ResultsDoNotDependOnTheThreadCount) {

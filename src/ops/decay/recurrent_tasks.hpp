@@ -16,17 +16,26 @@
 namespace linattn::detail {
 
 // body(sequence, h0, n, scratch) over the heads [h0, h0 + n) of every sequence in [0, sequences), each block
-// on one thread. A call below kRecurrentParallelWork takes each sequence's H heads as one block on the
-// calling thread; a larger one runs one head a block over the threads. scratch: floats_per_head · n floats
-// of the running thread (kept_scratch).
+// on one thread, which walks the block's tokens in order. A call below kRecurrentParallelWork takes each
+// sequence's H heads as one block on the calling thread; a larger one splits each sequence's heads into
+// enough blocks for two per thread, run over the threads. A block's heads are side by side in a token's
+// rows ([B, T, H, K] storage: one stretch per token), which the hardware streams in; one head a block read
+// a row every 2 KiB and waited on memory for most of its time. scratch: floats_per_head · n floats of the
+// running thread (kept_scratch).
 template <class Body>
 void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floats_per_head, Body&& body) {
   if (sequences * H > 1 && work >= kRecurrentParallelWork) {
+    const int64_t threads = omp_get_max_threads();
+    const int64_t blocks = std::clamp<int64_t>((2 * threads + sequences - 1) / sequences, 1, H);
+    const int64_t per_block = (H + blocks - 1) / blocks, tasks = sequences * blocks;
 #pragma omp parallel
     {
-      float* s = kept_scratch(floats_per_head);
+      float* s = kept_scratch(floats_per_head * size_t(per_block));
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t task = 0; task < sequences * H; ++task) body(task / H, task % H, int64_t(1), s);
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int64_t h0 = task % blocks * per_block;
+        if (h0 < H) body(task / blocks, h0, std::min(per_block, H - h0), s);
+      }
     }
   } else {
     float* s = kept_scratch(floats_per_head * size_t(H));
