@@ -36,7 +36,7 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
           for (int64_t r = 0; r < heads; ++r)
             std::fill_n(rows.a + r * K, K, float(std::exp(detail::constant_log_decay(options, h0 + r))));
         for (int64_t t = s.begin; t < s.end; ++t) {
-          rows.load(q, k, v, g, s.b, t, h0, p.scale);
+          rows.load(q, k, v, g, s.b, t, h0, p.scale, t + 1 < s.end ? t + 1 : -1);
           for (int64_t r = 0; r < heads; ++r)
             kernels::rank1_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, rows.k + r * K,
                                           rows.v + r * V, rows.q + r * K, K, V, decays ? rows.a + r * K : nullptr);

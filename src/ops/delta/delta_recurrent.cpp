@@ -40,7 +40,7 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
         const detail::DecaySequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols);
         for (int64_t t = s.begin; t < s.end; ++t) {
-          rows.load(q, k, v, g, s.b, t, h0, 1.0f);
+          rows.load(q, k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
           for (int64_t r = 0; r < heads; ++r) {
             float *qs = rows.q + r * K, *ks = rows.k + r * K;
             normalise(qs, K, p.qk_l2norm, p.scale), normalise(ks, K, p.qk_l2norm, 1.0f);
