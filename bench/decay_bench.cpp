@@ -1,7 +1,8 @@
 // Decayed linear attention (issue 12), B = 4, H = 8, T = 16384, K = V = 64, [B, T, H, K] storage
 // (flash-linear-attention's layout): the chunked forward, and forward + backward, of the table's
 // "retention", "lightning", "simple_gla" and "gla" (their calls and flop and byte models), with the
-// gate drawn as the tests draw it (logsigmoid(N(0, 1)) / 16). Then the decode step: decayed_step one
+// gate drawn as the tests draw it (logsigmoid(N(0, 1)) / 16), and the token-by-token forward of simple GLA
+// and GLA on the same operands. Then the decode step: decayed_step one
 // token at a time for H = 8 heads against a state prefilled to position 1K or 16K, beside the plain
 // linear recurrent_step (the table's "recurrent") on the same shapes. Args: T or position, threads.
 #include <algorithm>
@@ -91,6 +92,31 @@ void BM_SimpleGlaForwardBackward(benchmark::State& state) { DecayRun(state, "sim
 void BM_GlaForward(benchmark::State& state) { DecayRun(state, "gla", false); }
 void BM_GlaForwardBackward(benchmark::State& state) { DecayRun(state, "gla", true); }
 
+// The token-by-token forward (decayed_recurrent_forward: fused_recurrent_* in linattn.fla) on the same
+// operands from a zero state. FLOPS counts the recurrence's own work, 5·K·V per token and head (the decay,
+// the rank-1 update, the read-out), not the chunked algorithm's.
+void DecayRecurrentRun(benchmark::State& state, Decay decay) {
+  const int64_t T = state.range(0);
+  const int threads = int(state.range(1));
+  const ThreadScope scope(threads);
+  const int64_t G = decay == Decay::token ? 1 : decay == Decay::key ? kK : 0;
+  DecayProblem p(T, G);
+  DecayedAttentionOptions options;
+  options.decay = decay;
+  const ConstTensorView g = G > 0 ? bnhd(p.g.data(), kB, T, kH, G) : ConstTensorView{};
+  Floats S(size_t(kB * kH * kK * kV));
+  for (auto _ : state) {
+    std::fill(S.begin(), S.end(), 0.0f);
+    decayed_recurrent_forward(p.out.view, p.q.view, p.k.view, p.v.view, g, S, options);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, double(kB * T * kH) * 5.0 * double(kK * kV), 4.0 * double(kB * T * kH * (2 * kK + 2 * kV + G)),
+               threads);
+  state.SetItemsProcessed(state.iterations() * kB * T);
+}
+void BM_SimpleGlaRecurrentForward(benchmark::State& state) { DecayRecurrentRun(state, Decay::token); }
+void BM_GlaRecurrentForward(benchmark::State& state) { DecayRecurrentRun(state, Decay::key); }
+
 // T = 16384 is issue 12's shape; 1024 a quick one.
 BENCHMARK(BM_RetentionForward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_RetentionForwardBackward)->Apply(sizes_by_threads<1024, 16384>);
@@ -100,6 +126,8 @@ BENCHMARK(BM_SimpleGlaForward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_SimpleGlaForwardBackward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_GlaForward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_GlaForwardBackward)->Apply(sizes_by_threads<1024, 16384>);
+BENCHMARK(BM_SimpleGlaRecurrentForward)->Apply(sizes_by_threads<1024, 16384>);
+BENCHMARK(BM_GlaRecurrentForward)->Apply(sizes_by_threads<1024, 16384>);
 
 // ---- decoding ----------------------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
 // The delta rule (issue 13), B = 4, H = 8, T = 16384, K = V = 64, [B, T, H, K] storage
 // (flash-linear-attention's layout): the chunked forward, and forward + backward, of the table's
 // "delta_rule", "gated_delta_rule" and "kda" (their calls, β and flop and byte models; q and k
-// l2-normalised in the operator), the gate drawn as the tests draw it (logsigmoid(N(0, 1)) / 16).
+// l2-normalised in the operator), the gate drawn as the tests draw it (logsigmoid(N(0, 1)) / 16), and the
+// token-by-token forward of the gated delta rule and KDA on the same operands.
 // Then the decode step: delta_rule_step one token at a time for H = 8 heads against a state
 // prefilled to position 1K … 64K, beside the plain linear recurrent_step (the table's "recurrent") on
 // the same shapes. Args: T or position, threads.
+#include <algorithm>
 #include <map>
 #include <random>
 #include <utility>
@@ -84,6 +86,34 @@ void BM_GatedDeltaRuleForwardBackward(benchmark::State& state) { DeltaRun(state,
 void BM_KdaForward(benchmark::State& state) { DeltaRun(state, "kda", false); }
 void BM_KdaForwardBackward(benchmark::State& state) { DeltaRun(state, "kda", true); }
 
+// The token-by-token forward (delta_rule_recurrent_forward: fused_recurrent_* in linattn.fla) on the same
+// operands from a zero state, q and k l2-normalised, β drawn in [0, 1]. FLOPS counts the recurrence's own
+// work per token and head: Pᵀk, the update and the read-out (2·K·V each) and the decay (K·V, when gated).
+void DeltaRecurrentRun(benchmark::State& state, DeltaGate gate) {
+  const int64_t T = state.range(0);
+  const int threads = int(state.range(1));
+  const ThreadScope scope(threads);
+  const int64_t G = gate == DeltaGate::token ? 1 : gate == DeltaGate::key ? kK : 0;
+  DeltaProblem p(T, G);
+  DeltaRuleOptions options;
+  options.gate = gate;
+  options.qk_l2norm = true;
+  const Floats beta = random_floats(kB * T * kH, 10, 0.0f, 1.0f);
+  const ConstTensorView g = G > 0 ? bnhd(p.g.data(), kB, T, kH, G) : ConstTensorView{};
+  Floats S(size_t(kB * kH * kK * kV));
+  for (auto _ : state) {
+    std::fill(S.begin(), S.end(), 0.0f);
+    delta_rule_recurrent_forward(p.out.view, p.q.view, p.k.view, p.v.view, bnhd(beta.data(), kB, T, kH, 1), g, S,
+                                 options);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, double(kB * T * kH) * (G > 0 ? 7.0 : 6.0) * double(kK * kV),
+               4.0 * double(kB * T * kH * (2 * kK + 2 * kV + 1 + G)), threads);
+  state.SetItemsProcessed(state.iterations() * kB * T);
+}
+void BM_GatedDeltaRuleRecurrentForward(benchmark::State& state) { DeltaRecurrentRun(state, DeltaGate::token); }
+void BM_KdaRecurrentForward(benchmark::State& state) { DeltaRecurrentRun(state, DeltaGate::key); }
+
 // T = 16384 is issue 13's shape; 1024 a quick one.
 BENCHMARK(BM_DeltaRuleForward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_DeltaRuleForwardBackward)->Apply(sizes_by_threads<1024, 16384>);
@@ -91,6 +121,8 @@ BENCHMARK(BM_GatedDeltaRuleForward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_GatedDeltaRuleForwardBackward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_KdaForward)->Apply(sizes_by_threads<1024, 16384>);
 BENCHMARK(BM_KdaForwardBackward)->Apply(sizes_by_threads<1024, 16384>);
+BENCHMARK(BM_GatedDeltaRuleRecurrentForward)->Apply(sizes_by_threads<1024, 16384>);
+BENCHMARK(BM_KdaRecurrentForward)->Apply(sizes_by_threads<1024, 16384>);
 
 // ---- decoding ----------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 """Issue 3's speed report: runs linattn's benchmark programs, the PyTorch comparisons and the
 prefix-sum baseline on the same shapes in one run, and prints every target's ratio with PASS/FAIL.
 Section 7 is issue 12's (decayed linear attention: bench_decay against the pure-PyTorch chunked
-formulation of scripts/torch_chunked_decay.py), section 8 issue 13's (the delta rule: bench_delta
+formulation of scripts/torch_chunked_decay.py, and ggml's ggml_gated_linear_attn when --ggml-gla names a
+program that times it), section 8 issue 13's (the delta rule: bench_delta
 against scripts/torch_chunked_delta.py, and ggml's ggml_gated_delta_net when --ggml-gdn names a
 program that times it).
 
@@ -196,15 +197,17 @@ def fma_ceiling(peak):
     return fma1, max(peak['BM_FmaPeak/threads:2/real_time']['FLOPS'], 2 * fma1 * p1['seconds'] / p1['cpu_seconds'])
 
 
-def decay_section(report, bench, fma2, quick, min_time, reps):
+def decay_section(report, bench, fma2, quick, min_time, reps, ggml_gla=None):
     """Issue 12: the decayed family at B=4, H=8, T=16384, K=V=64, 2 threads (quick: T=1024). Chunked
     forward and forward+backward against the best pure-PyTorch chunked formulation (the fastest chunk
     size of scripts/torch_chunked_decay.py, each checked against the recurrence first), % of FMA peak
-    counting the chunked algorithm's flops (table/operator_table.cpp), and the decode step."""
+    counting the chunked algorithm's flops (table/operator_table.cpp), the token-by-token forward
+    (fused_recurrent_*), the decode step, and ggml_gated_linear_attn when `ggml_gla` is a program
+    printing its JSON timing ({"seconds": forward seconds}) for the same shapes and threads."""
     B, H, T, K, V = 4, 8, 1024 if quick else 16384, 64, 64
     ops = {'Retention': 'retention', 'Lightning': 'lightning', 'SimpleGla': 'simple_gla', 'Gla': 'gla'}
     res = bench('bench_decay', '|'.join(f'BM_{o}Forward(Backward)?/N:{T}/threads:{THREADS}' for o in ops) +
-                '|Step/position:(1024|16384)/')
+                f'|RecurrentForward/N:{T}/threads:{THREADS}|Step/position:(1024|16384)/')
 
     def seconds(name):
         return res[f'{name}/real_time']['seconds']
@@ -252,9 +255,28 @@ def decay_section(report, bench, fma2, quick, min_time, reps):
                       f'µs per token: {step[1024] * 1e6:.2f} at 1K, {step[16384] * 1e6:.2f} at 16K')
         report.target(f'7 {name} step vs linear recurrent step (16K)', step[16384] / linear[16384], '<=', 1.2, 'x',
                       f'linear step {linear[16384] * 1e6:.2f} µs per token')
-    report.info('7 ggml_gated_linear_attn', 'not measured',
-                "ggml is built outside the repository by hand (docs/performance.md, issue 12's section)")
-    return dict(bench=res, torch=torch_times)
+    # The token-by-token forward: the recurrence's own flops (5·K·V a token and head), fewer than the chunked.
+    for short in ('SimpleGla', 'Gla'):
+        rec = res[f'BM_{short}RecurrentForward/N:{T}/threads:{THREADS}/real_time']
+        chunked = seconds(f'BM_{short}Forward/N:{T}/threads:{THREADS}')
+        report.info(f'7 {ops[short]} token-by-token fwd (fused_recurrent)', f"{rec['seconds'] * 1e3:.1f} ms",
+                    f"{chunked / rec['seconds']:.2f}x the chunked fwd; {100 * rec['FLOPS'] / fma2:.0f}% of FMA peak "
+                    '(its own flops)')
+    # ggml's CPU kernel (token by token), built outside the repository.
+    ggml = None
+    if ggml_gla:
+        ggml = run_ggml(ggml_gla, B, H, T, K, V, THREADS)
+        ours = seconds(f'BM_GlaForward/N:{T}/threads:{THREADS}')
+        rec = seconds(f'BM_GlaRecurrentForward/N:{T}/threads:{THREADS}')
+        report.info('7 gla fwd: linattn chunked / token by token / ggml_gated_linear_attn',
+                    f"{ours * 1e3:.1f} / {rec * 1e3:.1f} / {ggml['seconds'] * 1e3:.1f} ms",
+                    f'{ggml_gla} {B} {H} {T} {K} {V} {THREADS}')
+        report.target('7 gla fwd vs ggml_gated_linear_attn', ggml['seconds'] / ours, '>=', 3, 'x')
+        report.info('7 gla token-by-token fwd vs ggml_gated_linear_attn', f"{ggml['seconds'] / rec:.3g}x",
+                    'both token by token')
+    else:
+        report.info('7 ggml_gated_linear_attn', 'not measured', 'give --ggml-gla PROGRAM (built outside the repository)')
+    return dict(bench=res, torch=torch_times, ggml=ggml)
 
 
 def delta_torch_times(inputs, chunks, min_time, reps, clock, backward_chunks=None):
@@ -279,8 +301,8 @@ def delta_torch_times(inputs, chunks, min_time, reps, clock, backward_chunks=Non
     return fwd, both
 
 
-def run_ggml_gdn(program, B, H, T, K, V, threads):
-    """ggml_gated_delta_net's timing: the last line of the program's output, JSON."""
+def run_ggml(program, B, H, T, K, V, threads):
+    """ggml's timing (ggml_gated_linear_attn, ggml_gated_delta_net): the last line of the program's output, JSON."""
     out = subprocess.run([program, str(B), str(H), str(T), str(K), str(V), str(threads)], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -301,7 +323,7 @@ def delta_section(report, bench, fma2, fma1_cpu, quick, min_time, reps, ggml_gdn
     positions = (1024, 4096) if quick else (1024, 4096, 16384, 65536)
     ops = {'DeltaRule': 'delta_rule', 'GatedDeltaRule': 'gated_delta_rule', 'Kda': 'kda'}
     threads = ([THREADS] if wall else []) + ([1] if cpu_view else [])
-    res = bench('bench_delta', '|'.join(f'BM_{o}Forward(Backward)?/N:{T}/threads:({"|".join(map(str, threads))})'
+    res = bench('bench_delta', '|'.join(f'BM_{o}(Recurrent)?Forward(Backward)?/N:{T}/threads:({"|".join(map(str, threads))})'
                                         for o in ops) +
                 f"|Step/position:({'|'.join(str(p) for p in positions)})/threads:({'|'.join(map(str, threads))})")
 
@@ -344,6 +366,12 @@ def delta_section(report, bench, fma2, fma1_cpu, quick, min_time, reps, ggml_gdn
         else:
             report.info(f'8 gated_delta_rule fwd % of the 1-thread FMA peak ({view})', f'{100 * flops / ceiling:.0f}%',
                         f'{flops / 1e9:.1f} GFLOP/s of {ceiling / 1e9:.1f}')
+        # The token-by-token forward (fused_recurrent_*): the recurrence's own flops.
+        for short in ('GatedDeltaRule', 'Kda'):
+            rec, chunked = result(f'BM_{short}RecurrentForward/N:{T}', n), result(f'BM_{short}Forward/N:{T}', n)
+            report.info(f'8 {ops[short]} token-by-token fwd (fused_recurrent; {view})', f"{rec[seconds_key] * 1e3:.1f} ms",
+                        f"{chunked[seconds_key] / rec[seconds_key]:.2f}x the chunked fwd; "
+                        f"{100 * rec['FLOPS'] * rec['seconds'] / rec[seconds_key] / ceiling:.0f}% of FMA peak (its own flops)")
         for short in ('DeltaRule', 'Kda'):
             f, fb = result(f'BM_{short}Forward/N:{T}', n), result(f'BM_{short}ForwardBackward/N:{T}', n)
             report.info(f'8 {ops[short]} fwd / fwd+bwd ({view})',
@@ -352,7 +380,7 @@ def delta_section(report, bench, fma2, fma1_cpu, quick, min_time, reps, ggml_gdn
                         f"{100 * fb['FLOPS'] * fb['seconds'] / fb[seconds_key] / ceiling:.0f}% of FMA peak")
         # ggml's CPU kernel (token by token), built outside the repository.
         if ggml_gdn:
-            ggml = run_ggml_gdn(ggml_gdn, B, H, T, K, V, n)
+            ggml = run_ggml(ggml_gdn, B, H, T, K, V, n)
             ours = result(f'BM_GatedDeltaRuleForward/N:{T}', n)[seconds_key]
             out[n]['ggml'] = ggml
             report.info(f'8 gated_delta_rule fwd ({view}): linattn / ggml_gated_delta_net',
@@ -362,6 +390,9 @@ def delta_section(report, bench, fma2, fma1_cpu, quick, min_time, reps, ggml_gdn
             else:
                 report.info(f'8 gated_delta_rule fwd vs ggml_gated_delta_net ({view})',
                             f"{ggml[seconds_key] / ours:.3g}x")
+            rec = result(f'BM_GatedDeltaRuleRecurrentForward/N:{T}', n)[seconds_key]
+            report.info(f'8 gated_delta_rule token-by-token fwd vs ggml_gated_delta_net ({view})',
+                        f"{ggml[seconds_key] / rec:.3g}x", f'{rec * 1e3:.1f} ms; both token by token')
         else:
             report.info('8 ggml_gated_delta_net', 'not measured',
                         'give --ggml-gdn PROGRAM (built outside the repository)')
@@ -406,6 +437,8 @@ def main():
                         help="only the FMA peak and issue 13's section 8 (the delta rule)")
     parser.add_argument('--cpu-view-only', dest='wall', action='store_false',
                         help="section 8 with --only-delta: only the 1-thread CPU-time view (a loaded machine)")
+    parser.add_argument('--ggml-gla', help="section 7: a program timing ggml_gated_linear_attn (args B H T K V "
+                        'threads; prints JSON with "seconds"), built outside the repository')
     parser.add_argument('--ggml-gdn', help="section 8: a program timing ggml_gated_delta_net (args B H T K V "
                         'threads; prints JSON with "seconds"), built outside the repository')
     args = parser.parse_args()
@@ -447,7 +480,7 @@ def main():
                 json.dump(dict(rows=report.rows, peak=peak, delta=delta), f, indent=1, default=str)
         return 0
     if args.only_decay:
-        decay = decay_section(report, bench, fma_ceiling(peak)[1], quick, min_time, reps)
+        decay = decay_section(report, bench, fma_ceiling(peak)[1], quick, min_time, reps, args.ggml_gla)
         print(f"\nissue 12 targets ({'QUICK: reduced shapes, not the targets' if quick else 'full shapes'}; "
               f'{reps} repetitions, min_time {min_time}s; {time.time() - t_start:.0f} s):')
         report.print()
@@ -657,7 +690,7 @@ def main():
                     f"{soft1 / cpu_sec(soft, f'BM_SoftmaxForwardBackward/N:{N_soft}'):.3g}x")
 
     # 7. Issue 12: the decayed family.
-    decay = decay_section(report, bench, fma2, quick, min_time, reps) if args.decay else {}
+    decay = decay_section(report, bench, fma2, quick, min_time, reps, args.ggml_gla) if args.decay else {}
 
     # 8. Issue 13: the delta rule.
     delta = delta_section(report, bench, fma2, fma1_cpu_of(peak), quick, min_time, reps, args.ggml_gdn,
