@@ -50,13 +50,14 @@ void step(View4<T> out, View4<const T> q, View4<const T> k, View4<const T> v, Re
   const auto heads = [&](int64_t first, int64_t last) {
     const auto runs = [&](auto&& body) { for_each_batch_run(first, last, p.H, body); };
     // φ of the thread's q and k rows at once: one feature-map call each.
-    for (const auto& [src, phi, role] :
-         {std::tuple{q, phi_q, FeatureRole::query}, std::tuple{k, phi_k, FeatureRole::key}}) {
+    const auto map_rows = [&](View4<const T> src, float* phi, FeatureRole role) {
       runs([&](int64_t b, int64_t h, int64_t n) {
         kernels::pack_rows({x + (b * p.H + h) * D, D, n, D}, kernels::token_rows(src, b, 0, h), 0, n);
       });
       p.map->forward(phi + first * M, x + first * D, last - first, D, role);
-    }
+    };
+    map_rows(q, phi_q, FeatureRole::query);
+    map_rows(k, phi_k, FeatureRole::key);
     runs([&](int64_t b, int64_t h, int64_t n) {
       // A padded token (key_lengths[b] == 0) adds nothing: its φ(k) and v count as 0.
       kernels::pack_rows({vals + (b * p.H + h) * E, E, n, E}, kernels::token_rows(v, b, 0, h), 0,
