@@ -11,6 +11,13 @@ namespace linattn::kernels {
 
 void pack_rows(Tile dst, HeadRows<const float> src, int64_t n0, int64_t valid, float factor) {
   valid = std::clamp<int64_t>(valid, 0, dst.rows);
+  // One stretch both sides (a token's side-by-side heads): one copy, not a call per row (a decode step
+  // packs three rows a head every token, and those calls cost it 8%).
+  if (src.col == 1 && src.row == dst.cols && dst.ld == dst.cols && factor == 1.0f && valid > 0) {
+    std::memcpy(dst.data, src.at(n0), size_t(valid * dst.cols) * sizeof(float));
+    std::fill(dst.row(valid), dst.row(dst.rows), 0.0f);
+    return;
+  }
   for (int64_t r = 0; r < valid; ++r) {
     const float* in = src.at(n0 + r);
     float* out = dst.row(r);
@@ -88,6 +95,10 @@ void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0) {
 
 void unpack_rows(HeadRows<float> dst, int64_t n0, ConstTile src, int64_t valid, float factor) {
   valid = std::clamp<int64_t>(valid, 0, src.rows);
+  if (dst.col == 1 && dst.row == src.cols && src.ld == src.cols && factor == 1.0f && valid == src.rows) {
+    if (valid > 0) std::memcpy(dst.at(n0), src.data, size_t(valid * src.cols) * sizeof(float));
+    return;
+  }
   for (int64_t r = 0; r < src.rows; ++r) {
     float* out = dst.at(n0 + r);
     const float* in = src.row(r);

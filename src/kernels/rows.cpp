@@ -316,9 +316,9 @@ void DeltaUpdateReadoutBf16(float* out, bf16* S, const float* k, const float* v,
   DeltaUpdateReadoutOf(out, S, k, v, q, beta, M, E, decay);
 }
 
-// dst = srcᵀ in 4 × 4 blocks of 128-bit vectors (two rounds of interleaves), the ragged edges scalar.
-void ScaleRowsN(float* HWY_RESTRICT dst, int64_t ldd, const float* HWY_RESTRICT src, int64_t lds,
-                const float* HWY_RESTRICT scale, int64_t rows, int64_t cols) {
+// Each row times its factor; dst may be src (every element is read before its own store, none after).
+void ScaleRowsN(float* dst, int64_t ldd, const float* src, int64_t lds, const float* HWY_RESTRICT scale, int64_t rows,
+                int64_t cols) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
   for (int64_t r = 0; r < rows; ++r) {
@@ -331,6 +331,7 @@ void ScaleRowsN(float* HWY_RESTRICT dst, int64_t ldd, const float* HWY_RESTRICT 
   }
 }
 
+// dst = srcᵀ in 4 × 4 blocks of 128-bit vectors (two rounds of interleaves), the ragged edges scalar.
 void Transpose(float* HWY_RESTRICT dst, int64_t ldd, const float* HWY_RESTRICT src, int64_t lds, int64_t rows,
                int64_t cols) {
 #if HWY_TARGET == HWY_SCALAR

@@ -21,7 +21,8 @@ void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, in
 // out = num / den, so dden = −(φ·P) / den² and dφ = P / den + dden·z. Returns dden; φ·P sums as row_dots.
 float normaliser_backward_row(float* P, const float* phi, const float* z, float den, int64_t cols);
 
-// dst: [rows, cols] (pitch ldd) = diag(scale) src (pitch lds): each row times its own factor.
+// dst: [rows, cols] (pitch ldd) = diag(scale) src (pitch lds): each row times its own factor; in place when
+// dst == src and ldd == lds.
 void scale_rows(float* dst, int64_t ldd, const float* src, int64_t lds, const float* scale, int64_t rows, int64_t cols);
 
 // dst: [cols, rows] (pitch ldd) = srcᵀ, src: [rows, cols] (pitch lds).

@@ -45,12 +45,12 @@ void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floa
 }
 
 // One token's rows of a block of n heads, one head a row: q (times a factor), k, v, the gate g (cols a
-// head: 0, 1 or K), the decay factors a = e^g ([n, K]; a driver with constant decays sets them once) and
-// the outputs o.
+// head: 0, 1 or K), the decay factors a = e^g ([n, K]; a driver with constant decays sets them once), the
+// outputs o and a factor per row for the driver's use.
 struct TokenRows {
   int64_t n, K, V, cols;
-  float *q, *k, *v, *a, *ones, *o, *g;
-  static size_t floats_per_head(int64_t K, int64_t V, int64_t cols) { return size_t(4 * K + 2 * V + cols); }
+  float *q, *k, *v, *a, *ones, *o, *g, *factors;
+  static size_t floats_per_head(int64_t K, int64_t V, int64_t cols) { return size_t(4 * K + 2 * V + cols + 1); }
   TokenRows(float* scratch, int64_t n_, int64_t K_, int64_t V_, int64_t cols_)
       : n(n_),
         K(K_),
@@ -62,8 +62,9 @@ struct TokenRows {
         a(v + n * V),
         ones(a + n * K),
         o(ones + n * K),
-        g(o + n * V) {
-    std::fill_n(ones, n * K, 1.0f);
+        g(o + n * V),
+        factors(g + n * cols) {
+    if (cols > 1) std::fill_n(ones, n * K, 1.0f);  // the e^g of a gate per key (below)
   }
   // Token t of batch row b, heads [h0, h0 + n); a from g when there is a gate. The same rows of token `next`
   // (when ≥ 0) are prefetched: the block's rows of each token lie apart from the last token's, and waiting

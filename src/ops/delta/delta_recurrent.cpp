@@ -15,12 +15,16 @@
 namespace linattn {
 namespace {
 
-// x ← x · factor / sqrt(Σ x² + ε) (flash-linear-attention's l2norm), or x · factor.
-void normalise(float* x, int64_t n, bool l2norm, float factor) {
-  float sum = 0;
-  if (l2norm) kernels::row_dots(&sum, x, n, x, 1, n);
-  const float f = l2norm ? float(factor / std::sqrt(double(sum) + detail::kL2NormEps)) : factor;
-  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+// Each row r of x: [rows, n] ← x_r · factor / sqrt(Σ x_r² + ε) (flash-linear-attention's l2norm), or x_r ·
+// factor; f: [rows] scratch. The rows of a block scaled in one call: a decode step's per-row loops cost it more
+// than the scaling.
+void normalise(float* x, float* f, int64_t rows, int64_t n, bool l2norm, float factor) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float sum = 0;
+    if (l2norm) kernels::row_dots(&sum, x + r * n, n, x + r * n, 1, n);
+    f[r] = l2norm ? float(factor / std::sqrt(double(sum) + detail::kL2NormEps)) : factor;
+  }
+  if (l2norm || factor != 1.0f) kernels::scale_rows(x, n, x, n, f, rows, n);
 }
 
 // T: the state's element type (float, or bf16 for a decoding state kept in half the bytes).
@@ -41,13 +45,12 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
         detail::TokenRows rows(scratch, heads, K, V, cols);
         for (int64_t t = s.begin; t < s.end; ++t) {
           rows.load(q, k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
-          for (int64_t r = 0; r < heads; ++r) {
-            float *qs = rows.q + r * K, *ks = rows.k + r * K;
-            normalise(qs, K, p.qk_l2norm, p.scale), normalise(ks, K, p.qk_l2norm, 1.0f);
-            kernels::delta_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, ks,
-                                          rows.v + r * V, qs, beta(s.b, t, h0 + r, 0), K, V,
+          normalise(rows.q, rows.factors, heads, K, p.qk_l2norm, p.scale);
+          normalise(rows.k, rows.factors, heads, K, p.qk_l2norm, 1.0f);
+          for (int64_t r = 0; r < heads; ++r)
+            kernels::delta_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, rows.k + r * K,
+                                          rows.v + r * V, rows.q + r * K, beta(s.b, t, h0 + r, 0), K, V,
                                           cols > 0 ? rows.a + r * K : nullptr);
-          }
           rows.store(out, s.b, t, h0);
         }
       });
