@@ -23,6 +23,9 @@ LIBRARY_BELOW = {
     "src/ops/softmax": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/softmax"},
     "src/ops/linear": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/linear"},
     "src/ops/linformer": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/linformer"},
+    "src/ops/decay": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/decay"},
+    # The delta rule builds on the decayed family's machinery (checks, chunk factors, state rows, drivers).
+    "src/ops/delta": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/decay", "ops/delta"},
     "src/capi": PUBLIC | {"capi"},
     "src/distributed": PUBLIC | {"core", "kernels", "feature_maps", "distributed"},
     "src/model": PUBLIC | {"core", "io", "kernels/gelu.hpp", "model"},
