@@ -11,6 +11,7 @@
 #include <cfenv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -127,6 +128,30 @@ void expect_criterion(const std::string& what, const Result<H>& r, const referen
               std::is_same_v<H, bf16> ? "bf16" : "f16", what.c_str(), half_error, base_error, ratio);
   EXPECT_TRUE(std::isfinite(half_error)) << what;
   EXPECT_LE(half_error, 2 * base_error) << what << ": half " << half_error << ", baseline " << base_error;
+}
+
+// A half call that reads its rows in place against the fp32 call on the same (widened) values and a state
+// of the same storage: out the fp32 result rounded, bit for bit, and S the same bits.
+template <class H>
+void expect_same_bits(const std::string& what, View4<const float> f, View4<const H> h, const RecurrentState& fp32_state,
+                      const RecurrentState& half_state) {
+  const auto& e = f.extent;
+  int64_t differ = 0;
+  for (int64_t b = 0; b < e[0]; ++b)
+    for (int64_t n = 0; n < e[1]; ++n)
+      for (int64_t hh = 0; hh < e[2]; ++hh)
+        for (int64_t d = 0; d < e[3]; ++d)
+          differ +=
+              std::bit_cast<uint32_t>(round_f<H>(f(b, n, hh, d))) != std::bit_cast<uint32_t>(to_float(h(b, n, hh, d)));
+  EXPECT_EQ(differ, 0) << what << ": outputs that differ from the fp32 call's, rounded";
+  if (fp32_state.dtype() == DType::bf16) {
+    const auto x = fp32_state.S_bf16(), y = half_state.S_bf16();
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end(), [](bf16 a, bf16 c) { return a.bits == c.bits; }))
+        << what << ": S";
+  } else {
+    const auto x = fp32_state.S(), y = half_state.S();
+    EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size_bytes())) << what << ": S";
+  }
 }
 
 reference::Tensor oracle(const Operand<bf16>& x) { return reference::to_double(x.f32()); }
@@ -494,8 +519,9 @@ TYPED_TEST(HalfOps, DecayedFamily) {
     // Decoding: the step over the same tokens, against the same oracle, with an fp32 state and with a
     // bf16 one (whose baseline rounds its fp32 S after every step, as RecurrentStep's).
     for (const DType state_type : {DType::f32, DType::bf16}) {
-      auto steps = result<H>({B, T, Hh, V}, Layout::bnhd);
-      RecurrentState s32(B, Hh, K, V, decay_name(decay)), s16(B, Hh, K, V, decay_name(decay), state_type);
+      auto steps = result<H>({B, T, Hh, V}, Layout::bnhd), same = result<H>({B, T, Hh, V}, Layout::bnhd);
+      RecurrentState s32(B, Hh, K, V, decay_name(decay)), s16(B, Hh, K, V, decay_name(decay), state_type),
+          sf(B, Hh, K, V, decay_name(decay), state_type);
       for (int64_t n = 0; n < T; ++n) {
         decayed_step(token(steps.f.view, n), token(q.f32(), n), token(k.f32(), n), token(v.f32(), n),
                      gate ? token(g32, n) : ConstTensorView{}, s32, o);
@@ -503,8 +529,11 @@ TYPED_TEST(HalfOps, DecayedFamily) {
           for (float& x : s32.S()) x = round_f<bf16>(x);
         decayed_step(token(steps.h.view, n), token(q.half(), n), token(k.half(), n), token(v.half(), n),
                      gate ? token(g16, n) : View4<const H>{}, s16, o);
+        decayed_step(token(same.f.view, n), token(q.f32(), n), token(k.f32(), n), token(v.f32(), n),
+                     gate ? token(g32, n) : ConstTensorView{}, sf, o);
       }
       expect_criterion<H>(what + " step, state " + dtype_name(state_type), steps, want.out);
+      expect_same_bits<H>(what + " step, state " + dtype_name(state_type), same.f.view, steps.h.view, sf, s16);
       EXPECT_EQ(s16.position(), T);
     }
   }
@@ -553,8 +582,9 @@ TYPED_TEST(HalfOps, DeltaRule) {
     expect_criterion<H>(what + " dbeta", db, gr.dbeta);
     if (gd) expect_criterion<H>(what + " dg", dg, gr.dg);
     for (const DType state_type : {DType::f32, DType::bf16}) {  // as DecayedFamily's steps
-      auto steps = result<H>({B, T, Hh, V}, Layout::bnhd);
-      RecurrentState s32(B, Hh, K, V, delta_name(gate)), s16(B, Hh, K, V, delta_name(gate), state_type);
+      auto steps = result<H>({B, T, Hh, V}, Layout::bnhd), same = result<H>({B, T, Hh, V}, Layout::bnhd);
+      RecurrentState s32(B, Hh, K, V, delta_name(gate)), s16(B, Hh, K, V, delta_name(gate), state_type),
+          sf(B, Hh, K, V, delta_name(gate), state_type);
       for (int64_t n = 0; n < T; ++n) {
         delta_rule_step(token(steps.f.view, n), token(q.f32(), n), token(k.f32(), n), token(v.f32(), n),
                         token(beta.f32(), n), gd ? token(g32, n) : ConstTensorView{}, s32, o);
@@ -562,8 +592,11 @@ TYPED_TEST(HalfOps, DeltaRule) {
           for (float& x : s32.S()) x = round_f<bf16>(x);
         delta_rule_step(token(steps.h.view, n), token(q.half(), n), token(k.half(), n), token(v.half(), n),
                         token(beta.half(), n), gd ? token(g16, n) : View4<const H>{}, s16, o);
+        delta_rule_step(token(same.f.view, n), token(q.f32(), n), token(k.f32(), n), token(v.f32(), n),
+                        token(beta.f32(), n), gd ? token(g32, n) : ConstTensorView{}, sf, o);
       }
       expect_criterion<H>(what + " step, state " + dtype_name(state_type), steps, want.out);
+      expect_same_bits<H>(what + " step, state " + dtype_name(state_type), same.f.view, steps.h.view, sf, s16);
       EXPECT_EQ(s16.position(), T);
     }
   }

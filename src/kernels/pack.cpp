@@ -77,14 +77,6 @@ void unpack_rows(HeadRows<H> dst, int64_t n0, ConstTile src) {
 template void unpack_rows<bf16>(HeadRows<bf16>, int64_t, ConstTile);
 template void unpack_rows<f16>(HeadRows<f16>, int64_t, ConstTile);
 
-void prefetch_rows(HeadRows<const float> src, int64_t n0, int64_t rows, int64_t cols) {
-  if (src.col != 1) return;
-  for (int64_t r = 0; r < rows; ++r) {
-    const char* row = reinterpret_cast<const char*>(src.at(n0 + r));
-    for (int64_t byte = 0; byte < cols * int64_t(sizeof(float)); byte += 64) __builtin_prefetch(row + byte, 0, 2);
-  }
-}
-
 void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0) {
   for (int64_t c = 0; c < dst.rows; ++c) std::fill(dst.row(c) + dst.cols, dst.row(c) + dst.ld, 0.0f);
   for (int64_t r = 0; r < dst.cols; ++r) {  // reads each row once (measured faster than column order)

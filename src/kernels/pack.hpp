@@ -33,9 +33,17 @@ void pack_rows(Tile dst, HeadRows<const float> src, int64_t n0, int64_t valid, f
 // The same from bf16 or f16 rows, widened as they are packed (no fp32 copy of the whole view).
 template <HalfType H>
 void pack_rows(Tile dst, HeadRows<const H> src, int64_t n0, int64_t valid, float factor = 1.0f);
-// Asks for rows [n0, n0 + rows) of src (cols elements each) to be fetched into the caches: what a pass
-// will pack next, while it works on what it packed last. Rows whose elements are strided are left out.
-void prefetch_rows(HeadRows<const float> src, int64_t n0, int64_t rows, int64_t cols);
+// Asks for rows [n0, n0 + rows) of src (cols elements each, fp32 or half) to be fetched into the caches:
+// what a pass will pack next, while it works on what it packed last. Rows whose elements are strided are
+// left out.
+template <class T>
+void prefetch_rows(HeadRows<const T> src, int64_t n0, int64_t rows, int64_t cols) {
+  if (src.col != 1) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* row = reinterpret_cast<const char*>(src.at(n0 + r));
+    for (int64_t byte = 0; byte < cols * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(row + byte, 0, 2);
+  }
+}
 // dst[c, r] = src(n0 + r, c) for c < dst.rows, r < dst.cols; 0 in the columns dst.cols..dst.ld.
 void pack_rows_transposed(Tile dst, HeadRows<const float> src, int64_t n0);
 // dst(n0 + r, c) = factor · src[r, c] for r < valid, 0 for valid ≤ r < src.rows; c < src.cols.

@@ -1,5 +1,6 @@
-// The decayed family over bf16/f16 tensors (linattn/half_attention.hpp), through the shared
-// conversion layer (kernels/half_views.hpp); the states stay fp32 spans.
+// The chunked decayed family over bf16/f16 tensors (linattn/half_attention.hpp), through the shared
+// conversion layer (kernels/half_views.hpp); the states stay fp32 spans. The token-by-token forward and the
+// decode step read half rows in place (decayed_recurrent.cpp).
 #include "kernels/half_views.hpp"
 #include "linattn/half_attention.hpp"
 
@@ -40,30 +41,6 @@ void decayed_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfO
   c.store();
 }
 
-template <HalfType H>
-void decayed_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g, std::span<float> state,
-                               const DecayedAttentionOptions& options) {
-  kernels::HalfCall<H> c("decayed_recurrent_forward");
-  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), g32 = c.in("g", g);
-  const TensorView out32 = c.out("out", out);
-  c.out_region(region("state", state));
-  c.check();
-  decayed_recurrent_forward(out32, q32, k32, v32, g32, state, options);
-  c.store();
-}
-
-template <HalfType H>
-void decayed_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g, RecurrentState& state,
-                  const DecayedAttentionOptions& options) {
-  kernels::HalfCall<H> c("decayed_step");
-  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), g32 = c.in("g", g);
-  const TensorView out32 = c.out("out", out);
-  c.out_state(state);
-  c.check();
-  decayed_step(out32, q32, k32, v32, g32, state, options);
-  c.store();
-}
-
 #define LINATTN_DECAY_HALF(H)                                                                                          \
   template void decayed_attention_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>, \
                                              const DecayedAttentionOptions&, std::span<const float>,                   \
@@ -71,11 +48,7 @@ void decayed_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H>
   template void decayed_attention_backward<H>(View4<H>, View4<H>, View4<H>, View4<H>, std::span<float>,                \
                                               View4<const H>, std::span<const float>, View4<const H>, View4<const H>,  \
                                               View4<const H>, View4<const H>, const DecayedAttentionOptions&,          \
-                                              std::span<const float>);                                                 \
-  template void decayed_recurrent_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>, \
-                                             std::span<float>, const DecayedAttentionOptions&);                        \
-  template void decayed_step<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>,              \
-                                RecurrentState&, const DecayedAttentionOptions&);
+                                              std::span<const float>);
 LINATTN_DECAY_HALF(bf16)
 LINATTN_DECAY_HALF(f16)
 #undef LINATTN_DECAY_HALF

@@ -3,28 +3,33 @@
 // the decode path and flash-linear-attention's fused_recurrent_*.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/validate.hpp"
 #include "kernels/decay_factors.hpp"
+#include "kernels/half_views.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
+#include "linattn/half_attention.hpp"
 #include "ops/decay/decay_checks.hpp"
 #include "ops/decay/recurrent_tasks.hpp"
 
 namespace linattn {
 namespace {
 
-// T: the state's element type (float, or bf16 for a decoding state kept in half the bytes).
-template <class T>
-void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-               ConstTensorView g, std::span<T> state, const DecayedAttentionOptions& options) {
-  const detail::DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
-  detail::check_output_shape(op, "out", out, q, v);
-  if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
-  detail::check_decay_state(op, "state", state.size(), p);
-  const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
-  detail::check_outputs(op, outputs, detail::decay_input_regions(q, k, v, g));
+// The state span holds [N, H, K, V] values.
+void check_state_size(const char* op, size_t size, const detail::DecayProblem& p) {
+  if (size == 0) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
+  detail::check_decay_state(op, "state", size, p);
+}
+
+// The tokens of every sequence of p. I: the element type of the views (float, bf16 or f16: half rows are
+// widened as a token is packed and o rounded as it is stored, the same bits as the fp32 operator on the
+// widened values); T: the state's (float, or bf16 for a decoding state kept in half the bytes).
+template <class I, class T>
+void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
+               View4<const I> g, std::span<T> state, const DecayedAttentionOptions& options) {
   const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
   const bool decays = p.decay != Decay::none;
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
@@ -45,24 +50,93 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
       });
 }
 
+// The checks of an fp32 call: shapes, the state's size, and no output sharing memory with another or an input.
+detail::DecayProblem check_fp32(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                ConstTensorView g, size_t state_size, boundary::Region state,
+                                const DecayedAttentionOptions& options) {
+  const detail::DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
+  detail::check_output_shape(op, "out", out, q, v);
+  check_state_size(op, state_size, p);
+  const boundary::Region outputs[] = {boundary::region("out", out), state};
+  detail::check_outputs(op, outputs, detail::decay_input_regions(q, k, v, g));
+  return p;
+}
+
+// The checks of a half call, on the half views themselves (nothing is copied), then the same shape checks.
+template <HalfType H>
+detail::DecayProblem check_half(const char* op, View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g,
+                                size_t state_size, boundary::Region state, const DecayedAttentionOptions& options) {
+  kernels::HalfCall<H> c(op);
+  c.in_place("q", q), c.in_place("k", k), c.in_place("v", v), c.out_in_place("out", out);
+  if (g.data) c.in_place("g", g);
+  c.out_region(state);
+  c.check();
+  using kernels::shape_view;
+  const detail::DecayProblem p =
+      detail::check_decay_arguments(op, shape_view(q), shape_view(k), shape_view(v), shape_view(g), options);
+  detail::check_output_shape(op, "out", shape_view(out), shape_view(q), shape_view(v));
+  check_state_size(op, state_size, p);
+  return p;
+}
+
+// A decode step's state, of either storage: out, q, k, v, g of element type I.
+template <class I>
+void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v, View4<const I> g,
+          RecurrentState& state, const DecayedAttentionOptions& options) {
+  using kernels::shape_view;
+  const detail::DecodeState S =
+      detail::check_decode_step<I>(op, state, !options.cu_seqlens.empty(), decay_name(options.decay),
+                                   "decay_name(options.decay)", shape_view(q), shape_view(v));
+  const detail::DecayProblem p = [&] {
+    if constexpr (std::is_same_v<I, float>)
+      return check_fp32(op, out, q, k, v, g, S.size, S.region, options);
+    else
+      return check_half(op, out, q, k, v, g, S.size, S.region, options);
+  }();
+  if (S.bf16)
+    recurrent(p, out, q, k, v, g, state.S_bf16(), options);
+  else
+    recurrent(p, out, q, k, v, g, state.S(), options);
+  state.set_position(state.position() + q.seq());
+}
+
 }  // namespace
 
 void decayed_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                ConstTensorView g, std::span<float> state, const DecayedAttentionOptions& options) {
-  recurrent("decayed_recurrent_forward", out, q, k, v, g, state, options);
+  const char* op = "decayed_recurrent_forward";
+  const detail::DecayProblem p =
+      check_fp32(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
+  recurrent(p, out, q, k, v, g, state, options);
+}
+
+template <HalfType H>
+void decayed_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g, std::span<float> state,
+                               const DecayedAttentionOptions& options) {
+  const char* op = "decayed_recurrent_forward";
+  const detail::DecayProblem p =
+      check_half(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
+  recurrent(p, out, q, k, v, g, state, options);
 }
 
 void decayed_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView g,
                   RecurrentState& state, const DecayedAttentionOptions& options) {
-  const char* op = "decayed_step";
-  if (!options.cu_seqlens.empty())
-    detail::fail(op, "options.cu_seqlens is given, expected none (a decoding state holds one sequence per batch row)");
-  detail::check_decode_state(op, state, decay_name(options.decay), "decay_name(options.decay)", q, v);
-  if (state.dtype() == DType::bf16)
-    recurrent(op, out, q, k, v, g, state.S_bf16(), options);
-  else
-    recurrent(op, out, q, k, v, g, state.S(), options);
-  state.set_position(state.position() + q.seq());
+  step("decayed_step", out, q, k, v, g, state, options);
 }
+
+template <HalfType H>
+void decayed_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g, RecurrentState& state,
+                  const DecayedAttentionOptions& options) {
+  step("decayed_step", out, q, k, v, g, state, options);
+}
+
+#define LINATTN_DECAYED_RECURRENT_HALF(H)                                                                              \
+  template void decayed_recurrent_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>, \
+                                             std::span<float>, const DecayedAttentionOptions&);                        \
+  template void decayed_step<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>,              \
+                                RecurrentState&, const DecayedAttentionOptions&);
+LINATTN_DECAYED_RECURRENT_HALF(bf16)
+LINATTN_DECAYED_RECURRENT_HALF(f16)
+#undef LINATTN_DECAYED_RECURRENT_HALF
 
 }  // namespace linattn

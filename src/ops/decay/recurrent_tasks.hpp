@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "core/threads.hpp"
 #include "kernels/decay_factors.hpp"
 #include "kernels/pack.hpp"
+#include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
+#include "ops/decay/decay_checks.hpp"
 
 namespace linattn::detail {
 
@@ -68,8 +71,10 @@ struct TokenRows {
   }
   // Token t of batch row b, heads [h0, h0 + n); a from g when there is a gate. The same rows of token `next`
   // (when ≥ 0) are prefetched: the block's rows of each token lie apart from the last token's, and waiting
-  // for them was a sixth of a long sequence's time.
-  void load(ConstTensorView qv, ConstTensorView kv, ConstTensorView vv, ConstTensorView gv, int64_t b, int64_t t,
+  // for them was a sixth of a long sequence's time. I: the views' element type (float, bf16 or f16; half
+  // rows are widened as they are packed, so a half call copies nothing else).
+  template <class I>
+  void load(View4<const I> qv, View4<const I> kv, View4<const I> vv, View4<const I> gv, int64_t b, int64_t t,
             int64_t h0, float q_factor, int64_t next) {
     if (next >= 0)
       for (const auto& [x, width] : {std::pair{qv, K}, std::pair{kv, K}, std::pair{vv, V}, std::pair{gv, cols}})
@@ -86,9 +91,36 @@ struct TokenRows {
         kernels::mul_exp_difference(a + r * K, ones + r * K, g + r * K, nullptr, 1.0f, K);
     }
   }
-  void store(TensorView out, int64_t b, int64_t t, int64_t h0) const {
-    kernels::unpack_rows(kernels::token_rows(out, b, t, h0), 0, {o, V, n, V}, n);
+  // o into token t of out (rounded to nearest even for a half view).
+  template <class O>
+  void store(View4<O> out, int64_t b, int64_t t, int64_t h0) const {
+    if constexpr (std::is_same_v<O, float>)
+      kernels::unpack_rows(kernels::token_rows(out, b, t, h0), 0, {o, V, n, V}, n);
+    else
+      kernels::unpack_rows(kernels::token_rows(out, b, t, h0), 0, kernels::ConstTile{o, V, n, V});
   }
 };
+
+// A decode step's S, of either storage: its size and its region for the aliasing check.
+struct DecodeState {
+  bool bf16;
+  size_t size;
+  boundary::Region region;
+};
+
+// The checks every decode step starts with (one sequence a batch row: no cu_seqlens; the state's kind, `name`,
+// and shape against q and v) and its S. I: the element type of the step's views; an fp32 step names S "state",
+// a half one "state.S()" or "state.S_bf16()", as each did before they shared this code.
+template <class I>
+DecodeState check_decode_step(const char* op, const RecurrentState& state, bool cu_seqlens, const std::string& name,
+                              const char* name_call, ConstTensorView q_shape, ConstTensorView v_shape) {
+  if (cu_seqlens)
+    fail(op, "options.cu_seqlens is given, expected none (a decoding state holds one sequence per batch row)");
+  check_decode_state(op, state, name, name_call, q_shape, v_shape);
+  const bool fp32 = std::is_same_v<I, float>;
+  if (state.dtype() == DType::bf16)
+    return {true, state.S_bf16().size(), boundary::region(fp32 ? "state" : "state.S_bf16()", state.S_bf16())};
+  return {false, state.S().size(), boundary::region(fp32 ? "state" : "state.S()", state.S())};
+}
 
 }  // namespace linattn::detail

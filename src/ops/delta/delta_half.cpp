@@ -1,5 +1,6 @@
-// The delta rule over bf16/f16 tensors (linattn/half_attention.hpp), through the shared conversion
-// layer (kernels/half_views.hpp); the states stay fp32 spans.
+// The chunked delta rule over bf16/f16 tensors (linattn/half_attention.hpp), through the shared conversion
+// layer (kernels/half_views.hpp); the states stay fp32 spans. The token-by-token forward and the decode step
+// read half rows in place (delta_recurrent.cpp).
 #include "kernels/half_views.hpp"
 #include "linattn/half_attention.hpp"
 
@@ -42,32 +43,6 @@ void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> d
   c.store();
 }
 
-template <HalfType H>
-void delta_rule_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
-                                  std::span<float> state, const DeltaRuleOptions& options) {
-  kernels::HalfCall<H> c("delta_rule_recurrent_forward");
-  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), b32 = c.in("beta", beta),
-                        g32 = c.in("g", g);
-  const TensorView out32 = c.out("out", out);
-  c.out_region(region("state", state));
-  c.check();
-  delta_rule_recurrent_forward(out32, q32, k32, v32, b32, g32, state, options);
-  c.store();
-}
-
-template <HalfType H>
-void delta_rule_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
-                     RecurrentState& state, const DeltaRuleOptions& options) {
-  kernels::HalfCall<H> c("delta_rule_step");
-  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), b32 = c.in("beta", beta),
-                        g32 = c.in("g", g);
-  const TensorView out32 = c.out("out", out);
-  c.out_state(state);
-  c.check();
-  delta_rule_step(out32, q32, k32, v32, b32, g32, state, options);
-  c.store();
-}
-
 #define LINATTN_DELTA_HALF(H)                                                                                   \
   template void delta_rule_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>, \
                                       View4<const H>, const DeltaRuleOptions&, std::span<const float>,          \
@@ -75,12 +50,7 @@ void delta_rule_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn
   template void delta_rule_backward<H>(View4<H>, View4<H>, View4<H>, View4<H>, View4<H>, std::span<float>,      \
                                        View4<const H>, std::span<const float>, View4<const H>, View4<const H>,  \
                                        View4<const H>, View4<const H>, View4<const H>, const DeltaRuleOptions&, \
-                                       std::span<const float>);                                                 \
-  template void delta_rule_recurrent_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>,       \
-                                                View4<const H>, View4<const H>, std::span<float>,               \
-                                                const DeltaRuleOptions&);                                       \
-  template void delta_rule_step<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>,    \
-                                   View4<const H>, RecurrentState&, const DeltaRuleOptions&);
+                                       std::span<const float>);
 LINATTN_DELTA_HALF(bf16)
 LINATTN_DELTA_HALF(f16)
 #undef LINATTN_DELTA_HALF

@@ -3,12 +3,15 @@
 // Constant memory per token; the decode path and flash-linear-attention's fused_recurrent_*.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/validate.hpp"
 #include "kernels/decay_factors.hpp"
+#include "kernels/half_views.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
+#include "linattn/half_attention.hpp"
 #include "ops/decay/recurrent_tasks.hpp"
 #include "ops/delta/delta_checks.hpp"
 
@@ -27,16 +30,18 @@ void normalise(float* x, float* f, int64_t rows, int64_t n, bool l2norm, float f
   if (l2norm || factor != 1.0f) kernels::scale_rows(x, n, x, n, f, rows, n);
 }
 
-// T: the state's element type (float, or bf16 for a decoding state kept in half the bytes).
-template <class T>
-void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-               ConstTensorView beta, ConstTensorView g, std::span<T> state, const DeltaRuleOptions& options) {
-  const detail::DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
-  detail::check_output_shape(op, "out", out, q, v);
-  if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
-  detail::check_delta_state(op, "state", state.size(), p);
-  const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
-  detail::check_outputs(op, outputs, detail::delta_input_regions(q, k, v, beta, g));
+// The state span holds [N, H, K, V] values.
+void check_state_size(const char* op, size_t size, const detail::DeltaProblem& p) {
+  if (size == 0) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
+  detail::check_delta_state(op, "state", size, p);
+}
+
+// The tokens of every sequence of p. I: the element type of the views (float, bf16 or f16: half rows are
+// widened as a token is packed and o rounded as it is stored, the same bits as the fp32 operator on the
+// widened values); T: the state's (float, or bf16 for a decoding state kept in half the bytes).
+template <class I, class T>
+void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
+               View4<const I> beta, View4<const I> g, std::span<T> state) {
   const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
   detail::for_each_head_block(
@@ -47,13 +52,69 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
           rows.load(q, k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
           normalise(rows.q, rows.factors, heads, K, p.qk_l2norm, p.scale);
           normalise(rows.k, rows.factors, heads, K, p.qk_l2norm, 1.0f);
-          for (int64_t r = 0; r < heads; ++r)
+          for (int64_t r = 0; r < heads; ++r) {
+            float b = 0;
+            if constexpr (std::is_same_v<I, float>)
+              b = beta(s.b, t, h0 + r, 0);
+            else
+              b = to_float(beta(s.b, t, h0 + r, 0));
             kernels::delta_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, rows.k + r * K,
-                                          rows.v + r * V, rows.q + r * K, beta(s.b, t, h0 + r, 0), K, V,
-                                          cols > 0 ? rows.a + r * K : nullptr);
+                                          rows.v + r * V, rows.q + r * K, b, K, V, cols > 0 ? rows.a + r * K : nullptr);
+          }
           rows.store(out, s.b, t, h0);
         }
       });
+}
+
+// The checks of an fp32 call: shapes, the state's size, and no output sharing memory with another or an input.
+detail::DeltaProblem check_fp32(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                ConstTensorView beta, ConstTensorView g, size_t state_size, boundary::Region state,
+                                const DeltaRuleOptions& options) {
+  const detail::DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
+  detail::check_output_shape(op, "out", out, q, v);
+  check_state_size(op, state_size, p);
+  const boundary::Region outputs[] = {boundary::region("out", out), state};
+  detail::check_outputs(op, outputs, detail::delta_input_regions(q, k, v, beta, g));
+  return p;
+}
+
+// The checks of a half call, on the half views themselves (nothing is copied), then the same shape checks.
+template <HalfType H>
+detail::DeltaProblem check_half(const char* op, View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta,
+                                HalfIn<H> g, size_t state_size, boundary::Region state,
+                                const DeltaRuleOptions& options) {
+  kernels::HalfCall<H> c(op);
+  c.in_place("q", q), c.in_place("k", k), c.in_place("v", v), c.in_place("beta", beta), c.out_in_place("out", out);
+  if (g.data) c.in_place("g", g);
+  c.out_region(state);
+  c.check();
+  using kernels::shape_view;
+  const detail::DeltaProblem p = detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v),
+                                                               shape_view(beta), shape_view(g), options);
+  detail::check_output_shape(op, "out", shape_view(out), shape_view(q), shape_view(v));
+  check_state_size(op, state_size, p);
+  return p;
+}
+
+// A decode step's state, of either storage: out, q, k, v, beta, g of element type I.
+template <class I>
+void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v, View4<const I> beta,
+          View4<const I> g, RecurrentState& state, const DeltaRuleOptions& options) {
+  using kernels::shape_view;
+  const detail::DecodeState S =
+      detail::check_decode_step<I>(op, state, !options.cu_seqlens.empty(), delta_name(options.gate),
+                                   "delta_name(options.gate)", shape_view(q), shape_view(v));
+  const detail::DeltaProblem p = [&] {
+    if constexpr (std::is_same_v<I, float>)
+      return check_fp32(op, out, q, k, v, beta, g, S.size, S.region, options);
+    else
+      return check_half(op, out, q, k, v, beta, g, S.size, S.region, options);
+  }();
+  if (S.bf16)
+    recurrent(p, out, q, k, v, beta, g, state.S_bf16());
+  else
+    recurrent(p, out, q, k, v, beta, g, state.S());
+  state.set_position(state.position() + q.seq());
 }
 
 }  // namespace
@@ -61,20 +122,40 @@ void recurrent(const char* op, TensorView out, ConstTensorView q, ConstTensorVie
 void delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                   ConstTensorView beta, ConstTensorView g, std::span<float> state,
                                   const DeltaRuleOptions& options) {
-  recurrent("delta_rule_recurrent_forward", out, q, k, v, beta, g, state, options);
+  const char* op = "delta_rule_recurrent_forward";
+  const detail::DeltaProblem p =
+      check_fp32(op, out, q, k, v, beta, g, state.size(), boundary::region("state", state), options);
+  recurrent(p, out, q, k, v, beta, g, state);
+}
+
+template <HalfType H>
+void delta_rule_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+                                  std::span<float> state, const DeltaRuleOptions& options) {
+  const char* op = "delta_rule_recurrent_forward";
+  const detail::DeltaProblem p =
+      check_half(op, out, q, k, v, beta, g, state.size(), boundary::region("state", state), options);
+  recurrent(p, out, q, k, v, beta, g, state);
 }
 
 void delta_rule_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView beta,
                      ConstTensorView g, RecurrentState& state, const DeltaRuleOptions& options) {
-  const char* op = "delta_rule_step";
-  if (!options.cu_seqlens.empty())
-    detail::fail(op, "options.cu_seqlens is given, expected none (a decoding state holds one sequence per batch row)");
-  detail::check_decode_state(op, state, delta_name(options.gate), "delta_name(options.gate)", q, v);
-  if (state.dtype() == DType::bf16)
-    recurrent(op, out, q, k, v, beta, g, state.S_bf16(), options);
-  else
-    recurrent(op, out, q, k, v, beta, g, state.S(), options);
-  state.set_position(state.position() + q.seq());
+  step("delta_rule_step", out, q, k, v, beta, g, state, options);
 }
+
+template <HalfType H>
+void delta_rule_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+                     RecurrentState& state, const DeltaRuleOptions& options) {
+  step("delta_rule_step", out, q, k, v, beta, g, state, options);
+}
+
+#define LINATTN_DELTA_RECURRENT_HALF(H)                                                                      \
+  template void delta_rule_recurrent_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>,    \
+                                                View4<const H>, View4<const H>, std::span<float>,            \
+                                                const DeltaRuleOptions&);                                    \
+  template void delta_rule_step<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>, \
+                                   View4<const H>, RecurrentState&, const DeltaRuleOptions&);
+LINATTN_DELTA_RECURRENT_HALF(bf16)
+LINATTN_DELTA_RECURRENT_HALF(f16)
+#undef LINATTN_DELTA_RECURRENT_HALF
 
 }  // namespace linattn
