@@ -1,7 +1,8 @@
 // bf16 and f16 beside fp32 (docs/half-precision.md), one program so that the ratios come from one
 // run: the linear forward at issue 3's shape (B = 4, H = 8, N = 16384, D = E = 64, [B, H, N, D]), the
-// softmax forward + backward at N = 4096 (B = 1, H = 8), the recurrent step (B = 1, H = 8 and
-// H = 64, and B = 128, H = 64; D = E = 64; the state in fp32 or, for the half rows, bf16) and
+// softmax forward + backward at N = 4096 (B = 1, H = 8), the decode steps (the linear recurrent step at
+// B = 1, H = 8 and H = 64, and B = 128, H = 64; GLA's and the gated delta rule's at B = 1, H = 8 and B = 128,
+// H = 64; D = E = 64; the state in fp32 or, for the half rows, bf16) and
 // the softmax decode step against a KV cache of 16K and 64K keys (B = 1, H = 8). Arg 0 is the dtype:
 // 0 f32, 1 bf16, 2 f16; all at 2 threads.
 #include <vector>
@@ -20,9 +21,11 @@ struct Any {
   std::vector<bf16> b;
   std::vector<f16> h;
   std::array<int64_t, 4> extent{}, stride{};
-  // tokens_outer: [B, N, H, D] storage (a token's rows of all heads side by side); else [B, H, N, D].
-  Any(int64_t B, int64_t H, int64_t N, int64_t D, uint64_t seed, bool tokens_outer = false)
-      : f(random_floats(B * H * N * D, seed)),
+  // tokens_outer: [B, N, H, D] storage (a token's rows of all heads side by side); else [B, H, N, D]. Values
+  // uniform in [lo, hi).
+  Any(int64_t B, int64_t H, int64_t N, int64_t D, uint64_t seed, bool tokens_outer = false, float lo = -1.0f,
+      float hi = 1.0f)
+      : f(random_floats(B * H * N * D, seed, lo, hi)),
         b(f.size()),
         h(f.size()),
         extent{B, N, H, D},
@@ -81,17 +84,29 @@ void BM_SoftmaxForwardBackward(benchmark::State& state) {
   });
 }
 
+// Which decode step a BM_*Step row times.
+enum class Step { linear, gla, gated_delta };
+
 // Tokens against a state of B·H heads (B = 1, H = 64: 1 MiB of fp32 S, past a Zen 3's L2; B = 128, H = 64:
 // 128 MiB in fp32 and 64 MiB in bf16, both past a 32 MiB L3, as a batch of sequences or a model's layers would
-// be), 256 tokens per iteration (16 for the large state). q, k, v and out are [B, N, H, D]: a decoded token's
-// rows of all heads side by side, as a model's projection writes them.
-void BM_RecurrentStep(benchmark::State& state) {
+// be), 256 tokens per iteration (16 for the large state). q, k, v, out (and GLA's g, the gated delta rule's β
+// and g) are [B, N, H, ·]: a decoded token's rows of all heads side by side, as a model's projection writes them.
+void DecodeSteps(benchmark::State& state, Step step) {
   const ThreadScope threads(kThreads);
   const int64_t B = state.range(1), H = state.range(2), steps = B * H >= 1024 ? 16 : 256;
   Any q(B, H, steps, 64, 1, true), k(B, H, steps, 64, 2, true), v(B, H, steps, 64, 3, true),
-      out(B, H, steps, 64, 4, true);
+      out(B, H, steps, 64, 4, true), beta(B, H, steps, 1, 5, true, 0.0f, 1.0f),
+      g(B, H, steps, step == Step::gla ? 64 : 1, 6, true, -0.5f, -0.01f);
+  DecayedAttentionOptions gla;
+  gla.decay = Decay::key;
+  DeltaRuleOptions gated;
+  gated.gate = DeltaGate::token;
+  gated.qk_l2norm = true;
+  const std::string name = step == Step::linear ? "elu"
+                           : step == Step::gla  ? decay_name(gla.decay)
+                                                : delta_name(gated.gate);
   by_dtype(state, [&]<class T>() {
-    RecurrentState s(B, H, 64, 64, "elu", std::is_same_v<T, float> ? DType::f32 : DType::bf16);
+    RecurrentState s(B, H, 64, 64, name, std::is_same_v<T, float> ? DType::f32 : DType::bf16);
     for (auto _ : state) {
       for (int64_t n = 0; n < steps; ++n) {
         auto token = [n]<class U>(View4<U> x) {
@@ -99,13 +114,23 @@ void BM_RecurrentStep(benchmark::State& state) {
           x.extent[1] = 1;
           return x;
         };
-        recurrent_step(token(out.view<T>()), token(q.view<T>()), token(k.view<T>()), token(v.view<T>()), s);
+        if (step == Step::linear)
+          recurrent_step(token(out.view<T>()), token(q.view<T>()), token(k.view<T>()), token(v.view<T>()), s);
+        else if (step == Step::gla)
+          decayed_step(token(out.view<T>()), token(q.view<T>()), token(k.view<T>()), token(v.view<T>()),
+                       token(g.view<T>()), s, gla);
+        else
+          delta_rule_step(token(out.view<T>()), token(q.view<T>()), token(k.view<T>()), token(v.view<T>()),
+                          token(beta.view<T>()), token(g.view<T>()), s, gated);
       }
       benchmark::ClobberMemory();
     }
     state.SetItemsProcessed(state.iterations() * steps);
   });
 }
+void BM_RecurrentStep(benchmark::State& state) { DecodeSteps(state, Step::linear); }
+void BM_GlaStep(benchmark::State& state) { DecodeSteps(state, Step::gla); }
+void BM_GatedDeltaRuleStep(benchmark::State& state) { DecodeSteps(state, Step::gated_delta); }
 
 void BM_SoftmaxDecode(benchmark::State& state) {
   const ThreadScope threads(kThreads);
@@ -128,6 +153,18 @@ BENCHMARK(BM_SoftmaxForwardBackward)->ArgName("dtype")->DenseRange(0, 2)->UseRea
 BENCHMARK(BM_RecurrentStep)
     ->ArgNames({"dtype", "batch", "heads"})
     ->ArgsProduct({{0, 1, 2}, {1}, {8, 64}})
+    ->ArgsProduct({{0, 1, 2}, {128}, {64}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GlaStep)
+    ->ArgNames({"dtype", "batch", "heads"})
+    ->ArgsProduct({{0, 1, 2}, {1}, {8}})
+    ->ArgsProduct({{0, 1, 2}, {128}, {64}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GatedDeltaRuleStep)
+    ->ArgNames({"dtype", "batch", "heads"})
+    ->ArgsProduct({{0, 1, 2}, {1}, {8}})
     ->ArgsProduct({{0, 1, 2}, {128}, {64}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
