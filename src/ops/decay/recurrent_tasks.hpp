@@ -103,7 +103,7 @@ struct TokenRows {
 
 // A decode step's S, of either storage: its size and its region for the aliasing check.
 struct DecodeState {
-  bool bf16;
+  bool bf16_storage;  // S kept as bf16 (S_bf16()), else fp32 (S())
   size_t size;
   boundary::Region region;
 };

@@ -110,7 +110,7 @@ void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View
     else
       return check_half(op, out, q, k, v, beta, g, S.size, S.region, options);
   }();
-  if (S.bf16)
+  if (S.bf16_storage)
     recurrent(p, out, q, k, v, beta, g, state.S_bf16());
   else
     recurrent(p, out, q, k, v, beta, g, state.S());
