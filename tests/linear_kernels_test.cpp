@@ -1,6 +1,7 @@
 // The linear passes' tile kernels on their own: kernels::feature_tile (φ of a tile with its column sums
 // and its dot products, over ragged widths) against fp64, and the GEMMs' row scaling and prefetching
-// (which must not change a bit) against fp64 and against themselves.
+// (which must not change a bit) against fp64 and against themselves; kernels::running_dots (the causal
+// denominators of the distributed forward's finishing pass) against fp64.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "kernels/feature_map_elementwise.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/rows.hpp"
 
 namespace linattn::kernels {
 namespace {
@@ -92,6 +94,27 @@ TEST(LinearKernels, GemmRowScaleMatchesFp64) {
           EXPECT_NEAR(c[r * ldc + j], scale[r] * want, 1e-6 * scale[r] * mag) << r << "," << j;
         }
       for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(c[r * ldc + cols], 9.0f) << "wrote past the columns";
+    }
+}
+
+TEST(LinearKernels, RunningDotsMatchFp64) {
+  std::mt19937_64 rng(5);
+  for (int64_t rows : {1, 7, 63, 256})
+    for (int64_t cols : {1, 15, 16, 64, 67}) {
+      const int64_t lda = cols + 3, ldb = cols + 5;
+      const std::vector<float> a = uniform(size_t(rows * lda), rng, 0, 2), b = uniform(size_t(rows * ldb), rng, 0, 2);
+      std::vector<float> z = uniform(size_t(cols), rng, 0, 50), out(size_t(rows), -1.0f);
+      std::vector<double> want_z(z.begin(), z.end());
+      kernels::running_dots(out.data(), a.data(), lda, b.data(), ldb, z.data(), rows, cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        double want = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          want_z[size_t(c)] += b[size_t(r * ldb + c)];
+          want += double(a[size_t(r * lda + c)]) * want_z[size_t(c)];
+        }
+        EXPECT_NEAR(out[size_t(r)], want, 1e-5 * want) << rows << "×" << cols << " row " << r;
+      }
+      for (int64_t c = 0; c < cols; ++c) EXPECT_NEAR(z[size_t(c)], want_z[size_t(c)], 1e-5 * want_z[size_t(c)]);
     }
 }
 

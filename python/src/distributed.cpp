@@ -315,6 +315,11 @@ PYBIND11_MODULE(_distributed, m) {
         arg("early_length") = -1, arg("key_lengths") = py::none(), "This rank's (dq, dk, dv) of ring_attention.");
   m.def("balanced_range", &balanced_range, arg("N"), arg("rank"), arg("ranks"),
         "(early_begin, early_length, late_begin, late_length): rank's two blocks of the balanced layout.");
+  m.def("causal_shard_lengths", &linattn::distributed::causal_shard_lengths, arg("N"), arg("ranks"),
+        arg("sums_per_pass") = linattn::distributed::kCausalSumsPerPass,
+        arg("finish_per_pass") = linattn::distributed::kCausalFinishPerPass,
+        "Shard lengths [ranks] adding up to N that even out the ranks' time in the causal linear forward "
+        "(the last rank, which forms no sums, takes more).");
   m.def("comm_stats", &comm_stats, "This process's CommStats (bytes_sent, calls, comm_seconds, compute_seconds).");
   m.def("reset_comm_stats", &linattn::distributed::reset_comm_stats);
 }

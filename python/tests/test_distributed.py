@@ -50,3 +50,18 @@ def test_sharded_equals_single_process(lengths):
                               env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{ranks} ranks, shards [{lengths.replace(',', ', ')}]: ok" in proc.stdout, proc.stdout
+
+
+def test_causal_shard_lengths():
+    env = dict(os.environ)
+    if not _imports("linattn._distributed", env):
+        pytest.skip("linattn was built without LINATTN_MPI (no linattn._distributed)")
+    script = ("import linattn.distributed as d\n"
+              "print(d.causal_shard_lengths(1000, 3), d.causal_shard_lengths(1001, 2, 0.0))\n"
+              "try:\n    d.causal_shard_lengths(10, 0)\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    # n0 = ⌊1000 / (3 + 0.35 − 0.55·0.35)⌋ = 316; with sums_per_pass = 0 the shards are even.
+    assert lines[0] == "[316, 316, 368] [500, 501]", lines
+    assert "ranks is 0" in lines[1], lines

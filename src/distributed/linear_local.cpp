@@ -55,9 +55,10 @@ std::vector<float> transposed_states(const float* items, int64_t count, int64_t 
   return t;
 }
 
-// A tile of one head: tokens [t0, t0 + T) of head bh; T = 0 past the end.
+// A tile of one head: tokens [t0, t0 + T) of head bh (T = 0 past the end), in the sweep of a thread
+// whose share of the B·H heads is [first, last).
 struct HeadTile {
-  int64_t bh, t0, T;
+  int64_t bh, t0, T, first, last;
 };
 
 // Inside an OpenMP parallel region: the calling thread's contiguous share of the B·H heads, start(bh)
@@ -70,7 +71,9 @@ void sweep_share(int64_t BH, int64_t n, Start start, Tile tile) {
   const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
   const int64_t first = BH * thread / threads, last = BH * (thread + 1) / threads;
   for (int64_t bh = first; bh < last; ++bh) start(bh);
-  auto at = [&](int64_t bh, int64_t t0) { return HeadTile{bh, t0, std::clamp<int64_t>(n - t0, 0, kRows)}; };
+  auto at = [&](int64_t bh, int64_t t0) {
+    return HeadTile{bh, t0, std::clamp<int64_t>(n - t0, 0, kRows), first, last};
+  };
   for (int64_t t0 = 0; t0 < n; t0 += kRows)
     for (int64_t bh = first; bh < last; ++bh) tile(at(bh, t0), bh + 1 < last ? at(bh + 1, t0) : at(first, t0 + kRows));
 }
@@ -102,9 +105,18 @@ void tile_features_with_sums(const FeatureMap& map, std::optional<kernels::TileM
                             sums);
 }
 
-// The rows of `next` in x and y (y may be empty; for_write: y is written), for a GEMM to prefetch.
-kernels::RowsAhead rows_ahead(const HeadTile& next, int64_t H, ConstTensorView x, ConstTensorView y,
-                              bool for_write = false) {
+// What the GEMM of `tile` prefetches in x and y (y may be empty; for_write: y is written). With dense
+// rows ([B, n, H, D]) and whole batch rows in the share, the head's part of the next tile's stretch
+// of all heads: the share's GEMMs of one tile together fetch the next tile in memory order, a whole
+// tile ahead (a head's rows alone are H·D floats apart, and fetched one head ahead they arrived late:
+// the shard's sums ran 20–25% slower). Otherwise the rows of `next`, the sweep's next item.
+kernels::RowsAhead rows_ahead(const HeadTile& tile, const HeadTile& next, int64_t H, ConstTensorView x,
+                              ConstTensorView y, bool for_write = false) {
+  const bool whole_batches = tile.first % H == 0 && tile.last % H == 0;
+  if (whole_batches && kernels::tokens_dense(x) && (!y.data || kernels::tokens_dense(y))) {
+    const int64_t t0 = tile.t0 + kRows, T = std::clamp<int64_t>(x.seq() - t0, 0, kRows);
+    return kernels::dense_part_ahead(x, y, for_write, tile.bh / H, t0, T, tile.bh % H);
+  }
   return kernels::head_rows_ahead(x, y, for_write, next.bh / H, next.bh % H, next.t0, next.T);
 }
 
@@ -125,7 +137,7 @@ void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView 
           tile_features_with_sums(map, builtin, M, phi.data(), x.data(), k, H, tile, FeatureRole::key,
                                   {.sum = S + M * E});
           // S += φᵀ v: [M, T] · [T, E], fetching the next tile's k and v rows meanwhile.
-          const kernels::RowsAhead ahead = rows_ahead(next, H, k, v);
+          const kernels::RowsAhead ahead = rows_ahead(tile, next, H, k, v);
           kernels::gemm({S, E, M, E}, kernels::transposed(phi.data(), M), rows_of(v, b, h, t0, T, vt.data()),
                         {.accumulate = true, .ahead = &ahead});
         });
@@ -152,9 +164,44 @@ void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, c
           if (normalize)
             for (int64_t t = 0; t < T; ++t) scale[t] = 1.0f / (scale[t] + eps);
           // o = φ S (/ den): [T, M] · [M, E], fetching the next tile's q and out rows meanwhile.
-          const kernels::RowsAhead ahead = rows_ahead(next, H, q, out, true);
+          const kernels::RowsAhead ahead = rows_ahead(tile, next, H, q, out, true);
           kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E},
                         {.row_scale = normalize ? scale.data() : nullptr, .ahead = &ahead});
+          scatter(out, o.data(), b, h, t0, T, false);
+        });
+  }
+}
+
+void finish_from_state(const FeatureMap& map, TensorView out, ConstTensorView q, ConstTensorView k, const float* items,
+                       int64_t M, float eps, bool normalize) {
+  const int64_t B = q.batch(), n = q.seq(), H = q.heads(), D = q.dim(), E = out.dim();
+  const int64_t item = state_item_floats(M, E);
+  const std::optional<kernels::TileMap> builtin = linattn::detail::builtin_tile_map(&map);
+#pragma omp parallel
+  {
+    std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), phik(size_t(kRows * M)), o(size_t(kRows * E)),
+        scale(kRows);
+    // The running z + Σ φ(k) of each head (those of this thread's share are used).
+    std::vector<float> running(size_t(normalize ? B * H * M : 0));
+    sweep_share(
+        B * H, n,
+        [&](int64_t bh) {
+          if (normalize) std::copy_n(items + bh * item + M * E, M, running.data() + bh * M);
+        },
+        [&](const HeadTile& tile, const HeadTile& next) {
+          const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
+          tile_features_with_sums(map, builtin, M, phi.data(), x.data(), q, H, tile, FeatureRole::query, {});
+          if (normalize) {
+            // den_t = φ(q_t)·(z + Σ_{τ ≤ t} φ(k_τ)), the causal denominator; scale_t = 1 / (den_t + eps).
+            tile_features_with_sums(map, builtin, M, phik.data(), x.data(), k, H, tile, FeatureRole::key, {});
+            kernels::running_dots(scale.data(), phi.data(), M, phik.data(), M, running.data() + bh * M, T, M);
+            for (int64_t t = 0; t < T; ++t) scale[t] = 1.0f / (scale[t] + eps);
+          }
+          // o = (out + φ S) (/ den): [T, M] · [M, E] onto the gathered rows, fetching the next tile's q and out.
+          gather(o.data(), out, b, h, t0, T);
+          const kernels::RowsAhead ahead = rows_ahead(tile, next, H, q, out, true);
+          kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {items + bh * item, E, M, E},
+                        {.accumulate = true, .row_scale = normalize ? scale.data() : nullptr, .ahead = &ahead});
           scatter(out, o.data(), b, h, t0, T, false);
         });
   }
@@ -179,7 +226,7 @@ void readout_backward(const FeatureMap& map, TensorView dq, float* ditems, Const
           tile_features(map, phi.data(), x.data(), q, H, tile, FeatureRole::query);
           gather(g.data(), dout, b, h, t0, T);
           // P = dout Sᵀ: [T, E] · [E, M], fetching the next tile's q and dout rows meanwhile.
-          const kernels::RowsAhead ahead = rows_ahead(next, H, q, dout);
+          const kernels::RowsAhead ahead = rows_ahead(tile, next, H, q, dout);
           kernels::gemm({dphi.data(), M, T, M}, kernels::plain(g.data(), E), {ST.data() + bh * M * E, M, E, M},
                         {.ahead = &ahead});
           if (normalize) {
@@ -220,7 +267,7 @@ void state_sums_backward(const FeatureMap& map, TensorView dk, TensorView dv, Co
 
           // dφ = v G_Sᵀ + G_z: [T, E] · [E, M], fetching the next tile's k and v rows meanwhile;
           // dv = φ G_S: [T, M] · [M, E].
-          const kernels::RowsAhead ahead = rows_ahead(next, H, k, v);
+          const kernels::RowsAhead ahead = rows_ahead(tile, next, H, k, v);
           kernels::gemm({dphi.data(), M, T, M}, kernels::plain(vt.data(), E), {GT.data() + bh * M * E, M, E, M},
                         {.ahead = &ahead});
           for (int64_t t = 0; t < T; ++t)

@@ -23,6 +23,13 @@ void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView 
 void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, const float* items, int64_t M, float eps,
                      bool normalize);
 
+// Finishes outputs formed from a zero state once the state (S, z) that entered them is known: out
+// holds each token's unnormalised φ(q_t)ᵀ L_t against the local state L_t (a causal pass from zero with
+// normalize off), and becomes out_t = (out_t + φ(q_t)ᵀ S) / (φ(q_t)ᵀ (z + Σ_{τ ≤ t} φ(k_τ)) + eps), or
+// out_t + φ(q_t)ᵀ S without normalize. out: [B, n, H, E]; q, k: [B, n, H, D].
+void finish_from_state(const FeatureMap& map, TensorView out, ConstTensorView q, ConstTensorView k, const float* items,
+                       int64_t M, float eps, bool normalize);
+
 // The backward of readout_forward: dq overwritten, ditems overwritten with ∂L/∂(S, z) of this
 // shard's queries. dout: [B, n, H, E].
 void readout_backward(const FeatureMap& map, TensorView dq, float* ditems, ConstTensorView dout, ConstTensorView q,

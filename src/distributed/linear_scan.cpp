@@ -1,13 +1,16 @@
 // Distributed linear attention (include/linattn/distributed/scan.hpp): the causal mode by one
 // Exscan of the shards' (S, z) sums, the non-causal mode by one Allreduce of them.
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "distributed/agreement.hpp"
 #include "distributed/checks.hpp"
 #include "distributed/linear_local.hpp"
 #include "distributed/mpi_calls.hpp"
+#include "distributed/ring_layout.hpp"
 #include "distributed/scan_ops.hpp"
 #include "linattn/distributed/scan.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -21,6 +24,8 @@ using namespace detail;
 struct Shard {
   int64_t B = 0, nq = 0, nk = 0, H = 0, D = 0, M = 0, E = 0;
   int rank = 0, ranks = 1;
+  // The longest shard of the ranks before this one (0 on rank 0).
+  int64_t longest_earlier = 0;
   int64_t items() const { return B * H * state_item_floats(M, E); }
   bool last() const { return rank == ranks - 1; }
 };
@@ -83,9 +88,10 @@ Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView
   s.shared("feature map (name hash)", ok ? name_hash(options.feature_map->name()) : 0);
   s.shared("feature dim", ok ? options.feature_map->feature_dim(q.dim()) : 0);
   s.shared("options.eps (bits)", std::bit_cast<int32_t>(options.eps));
+  const int query_length = s.size();
   s.own("query shard length", q.seq());
   s.own("key shard length", k.seq());
-  agree(comm, op, s);
+  const Agreement all = agree(comm, op, s);
   Shard shard;
   shard.B = q.batch();
   shard.nq = q.seq();
@@ -96,6 +102,8 @@ Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView
   shard.M = options.feature_map->feature_dim(q.dim());
   shard.rank = comm_rank(comm);
   shard.ranks = comm_size(comm);
+  for (int r = 0; r < shard.rank; ++r)
+    shard.longest_earlier = std::max(shard.longest_earlier, all.value(r, query_length));
   return shard;
 }
 
@@ -143,7 +151,55 @@ std::vector<float> from_state(const Shard& s, const RecurrentState& state) {
   return items;
 }
 
+// The causal forward of the last rank, which no later rank waits for: it runs its first `prefix`
+// tokens from the zero state while the earlier ranks form their sums, then takes the entering state
+// from the scan, goes on from it over the rest, and finishes the first tokens with it
+// (finish_from_state). Deterministic: prefix depends only on the shard lengths.
+void last_rank_forward(MPI_Comm comm, const char* op, const Shard& s, int64_t prefix, TensorView out, ConstTensorView q,
+                       ConstTensorView k, ConstTensorView v, const LinearAttentionOptions& options) {
+  RecurrentState local(s.B, s.H, s.M, s.E, options.feature_map->name());
+  or_abort(comm, op, [&] {
+    ComputeTimer timer;
+    LinearAttentionOptions raw = options;
+    raw.normalize = false;
+    causal_linear_attention_forward(rows(out, 0, prefix), rows(q, 0, prefix), rows(k, 0, prefix), rows(v, 0, prefix),
+                                    raw, nullptr, &local);
+  });
+  const std::vector<float> items = entering_state(comm, s, k, v, options);
+  or_abort(comm, op, [&] {
+    ComputeTimer timer;
+    if (prefix < s.nq) {
+      RecurrentState initial = to_state(s, items, options);
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t h = 0; h < s.H; ++h) {
+          std::transform(initial.S(b, h), initial.S(b, h) + s.M * s.E, local.S(b, h), initial.S(b, h), std::plus<>());
+          std::transform(initial.z(b, h), initial.z(b, h) + s.M, local.z(b, h), initial.z(b, h), std::plus<>());
+        }
+      const int64_t rest = s.nq - prefix;
+      causal_linear_attention_forward(rows(out, prefix, rest), rows(q, prefix, rest), rows(k, prefix, rest),
+                                      rows(v, prefix, rest), options, &initial);
+    }
+    finish_from_state(*options.feature_map, rows(out, 0, prefix), rows(q, 0, prefix), rows(k, 0, prefix), items.data(),
+                      s.M, options.eps, options.normalize);
+  });
+}
+
 }  // namespace
+
+std::vector<int64_t> causal_shard_lengths(int64_t N, int ranks, double sums_per_pass, double finish_per_pass) {
+  const char* op = "causal_shard_lengths";
+  if (N < 0) fail(op, "N is " + std::to_string(N) + ", expected ≥ 0 (the sequence's tokens)");
+  if (ranks < 1) fail(op, "ranks is " + std::to_string(ranks) + ", expected ≥ 1");
+  if (!(sums_per_pass >= 0 && sums_per_pass <= 1))
+    fail(op, "sums_per_pass is " + std::to_string(sums_per_pass) + ", expected in [0, 1]");
+  if (!(finish_per_pass >= 0 && finish_per_pass <= 1))
+    fail(op, "finish_per_pass is " + std::to_string(finish_per_pass) + ", expected in [0, 1]");
+  const double s = sums_per_pass, extra = s - finish_per_pass * s;
+  const auto n0 = int64_t(double(N) / (double(ranks) + extra));
+  std::vector<int64_t> lengths(size_t(ranks), n0);
+  lengths.back() = N - n0 * (ranks - 1);
+  return lengths;
+}
 
 void linear_attention_forward(MPI_Comm comm, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                               const LinearAttentionOptions& options) {
@@ -151,6 +207,9 @@ void linear_attention_forward(MPI_Comm comm, TensorView out, ConstTensorView q, 
   ErrorsReturn guard(comm);
   const Shard s = agree_on(comm, op, q, k, v, options, [&] { check_output_shape(op, "out", out, q, v); });
   if (options.causal) {
+    const int64_t prefix =
+        s.last() && s.rank > 0 ? std::min(s.nq, int64_t(kCausalSumsPerPass * double(s.longest_earlier))) : 0;
+    if (prefix > 0) return last_rank_forward(comm, op, s, prefix, out, q, k, v, options);
     const std::vector<float> items = entering_state(comm, s, k, v, options);
     or_abort(comm, op, [&] {
       if (s.nq == 0) return;

@@ -76,6 +76,15 @@ void AddWeightedRows(float* HWY_RESTRICT y, const float* HWY_RESTRICT a, int64_t
   }
 }
 
+// Scalar spec: for r in order, z[:cols] += b[r, :cols], then out[r] = a[r, :cols] · z (as RowDots).
+void RunningDots(float* HWY_RESTRICT out, const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
+                 int64_t ldb, float* HWY_RESTRICT z, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    AddWeightedRows(z, b + r * ldb, ldb, nullptr, 1, cols);
+    out[r] = Dot(a + r * lda, z, cols);
+  }
+}
+
 // The recurrent tokens below run on S of element type T: float, or bf16 (each row widened as loaded,
 // the updated row rounded as stored, the readout from the unrounded row). Both sweep S in panels of
 // vector columns while the panel is in L1; each column's chains (m ascending) are the same in any panel
@@ -400,6 +409,7 @@ namespace linattn::kernels {
 
 HWY_EXPORT(RowDots);
 HWY_EXPORT(AddWeightedRows);
+HWY_EXPORT(RunningDots);
 HWY_EXPORT(NormaliserBackwardRow);
 HWY_EXPORT(ScaleRowsN);
 HWY_EXPORT(Transpose);
@@ -415,6 +425,10 @@ void row_dots(float* out, const float* a, int64_t lda, const float* x, int64_t r
 }
 void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, int64_t rows, int64_t cols) {
   HWY_DYNAMIC_DISPATCH(AddWeightedRows)(y, a, lda, w, rows, cols);
+}
+void running_dots(float* out, const float* a, int64_t lda, const float* b, int64_t ldb, float* z, int64_t rows,
+                  int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(RunningDots)(out, a, lda, b, ldb, z, rows, cols);
 }
 float normaliser_backward_row(float* P, const float* phi, const float* z, float den, int64_t cols) {
   return HWY_DYNAMIC_DISPATCH(NormaliserBackwardRow)(P, phi, z, den, cols);

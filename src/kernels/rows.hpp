@@ -16,6 +16,10 @@ inline void row_sums(float* out, const float* a, int64_t lda, int64_t rows, int6
 }
 // y[:cols] += Σ_r w[r] · a[r, :cols] (w null: all ones), rows summed in order.
 void add_weighted_rows(float* y, const float* a, int64_t lda, const float* w, int64_t rows, int64_t cols);
+// The causal running dots: for each row r in order, z[:cols] += b[r, :cols], then out[r] = a[r, :cols] · z
+// (a: [rows, cols] pitch lda, b: [rows, cols] pitch ldb); z ends as its start plus every row of b.
+void running_dots(float* out, const float* a, int64_t lda, const float* b, int64_t ldb, float* z, int64_t rows,
+                  int64_t cols);
 
 // The linear normaliser's backward for one query row, given P = S·dout ([cols], overwritten with dφ(q)):
 // out = num / den, so dden = −(φ·P) / den² and dφ = P / den + dden·z. Returns dden; φ·P sums as row_dots.

@@ -128,7 +128,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{false, true, "elu", Split::uneven}, Case{false, true, "elu", Split::tiny},
                       Case{false, false, "relu", Split::even}, Case{true, true, "elu", Split::uneven, 16, 9},
                       Case{true, false, "relu", Split::tiny, 32, 16}, Case{false, true, "elu", Split::uneven, 16, 9},
-                      Case{false, false, "identity", Split::tiny, 32, 16}),
+                      Case{false, false, "identity", Split::tiny, 32, 16}, Case{true, true, "elu", Split::balanced},
+                      Case{true, true, "elu", Split::short_last, 16, 9}, Case{true, false, "relu", Split::short_last},
+                      Case{true, true, "relu", Split::balanced, 32, 16}),
     case_name);
 
 // The exception every rank threw (empty: none).
@@ -140,6 +142,37 @@ std::string thrown(F&& f) {
     return e.what();
   }
   return {};
+}
+
+TEST(CausalShardLengths, AddUpToNAndGiveTheLastRankMore) {
+  for (const int ranks : {1, 2, 3, 4, 7})
+    for (const int64_t n : {0, 1, 5, 77, 1048576}) {
+      const std::vector<int64_t> lengths = distributed::causal_shard_lengths(n, ranks);
+      ASSERT_EQ(lengths.size(), size_t(ranks));
+      int64_t total = 0;
+      for (const int64_t length : lengths) {
+        EXPECT_GE(length, 0);
+        total += length;
+      }
+      EXPECT_EQ(total, n) << ranks << " ranks";
+      for (int r = 0; r + 1 < ranks; ++r) EXPECT_EQ(lengths[size_t(r)], lengths[0]);
+      EXPECT_GE(lengths.back(), lengths[0]);
+    }
+  // N = 1M over 2 ranks with s = kCausalSumsPerPass, c = kCausalFinishPerPass: n0 = N / (2 + s − c·s).
+  const std::vector<int64_t> two = distributed::causal_shard_lengths(1048576, 2);
+  const double s = distributed::kCausalSumsPerPass, c = distributed::kCausalFinishPerPass;
+  EXPECT_NEAR(double(two[1]) / double(two[0]), 1 + s - c * s, 1e-5);
+  // Even shards when the sums cost nothing.
+  EXPECT_EQ(distributed::causal_shard_lengths(100, 4, 0.0, 0.5), (std::vector<int64_t>{25, 25, 25, 25}));
+}
+
+TEST(CausalShardLengths, BadArgumentsAreNamed) {
+  EXPECT_NE(thrown([] { distributed::causal_shard_lengths(-1, 2); }).find("N is -1"), std::string::npos);
+  EXPECT_NE(thrown([] { distributed::causal_shard_lengths(10, 0); }).find("ranks is 0"), std::string::npos);
+  EXPECT_NE(thrown([] { distributed::causal_shard_lengths(10, 2, 1.5); }).find("sums_per_pass is 1.5"),
+            std::string::npos);
+  EXPECT_NE(thrown([] { distributed::causal_shard_lengths(10, 2, 0.4, -1); }).find("finish_per_pass is -1"),
+            std::string::npos);
 }
 
 TEST(DistributedLinearErrors, AShapeThatDisagreesIsFoundBeforeAnyArithmetic) {

@@ -22,6 +22,7 @@ struct BenchArgs {
   MeasureOptions measure;
   bool json = false;
   bool seq_parallel = false;
+  ShardSplit shards = ShardSplit::automatic;
 };
 
 int bench(BenchArgs& args) {
@@ -31,9 +32,11 @@ int bench(BenchArgs& args) {
     throw UsageError(std::string("--backward: --op ") + op_name(p.op) + " has no backward (it serves generation)");
   if (p.causal && p.op != Op::softmax) throw UsageError("--causal applies to --op softmax only");
   args.measure.forward = !args.measure.backward;
+  if (args.shards != ShardSplit::automatic && (!args.seq_parallel || p.op == Op::softmax))
+    throw UsageError("--shards applies to --seq-parallel with --op causal or linear (softmax's ring balances itself)");
   if (args.seq_parallel)  // softmax: ring attention (bench_ring.cpp); causal, linear: the scans
     return p.op == Op::softmax ? bench_ring(p, args.measure, args.json)
-                               : bench_seq_parallel(p, args.measure, args.json);
+                               : bench_seq_parallel(p, args.measure, args.json, args.shards);
   check_memory(estimated_bytes(p, args.measure.backward), std::string("bench --op ") + op_name(p.op));
   warn_if_busy();  // after the refusal, so that an error stays one line
   const Measurement m = measure(p, args.measure);
@@ -116,14 +119,22 @@ const Registrar registrar{
            "--seq-parallel", args->seq_parallel,
            "Under mpirun: split the sequence over the ranks (--op causal, linear or softmax; linattn_mpi); rank 0 "
            "prints per-rank compute and communication time and bytes sent");
+       app.add_option("--shards", args->shards,
+                      "With --seq-parallel --op causal|linear: how the sequence is cut, auto (balanced for the causal "
+                      "forward, else even), even, or balanced (the last rank, which forms no sums, takes more tokens)")
+           ->transform(flags::choice(std::map<std::string, ShardSplit>{
+               {"auto", ShardSplit::automatic}, {"even", ShardSplit::even}, {"balanced", ShardSplit::balanced}}));
        app.footer(
            "seconds: median over repetitions after one warm-up. gflops: the documented flop "
            "count (docs/cli.md) / seconds. peak_bytes: growth of the resident set's high-water "
            "mark (VmHWM) in a forked child that allocates the inputs and runs the operator. "
            "The decayed ops draw their gate g as logsigmoid(N(0,1))/16 (log decays in about [-0.7, 0]). "
            "A configuration whose estimated memory exceeds MemAvailable exits with code 3.");
-       flags::examples(app, {"linattn bench --op causal --batch 1 --heads 8 --seq 4096 --dim 64",
-                             "linattn bench --op softmax --batch 2 --heads 8 --seq 2048 --dim 64 --backward --json"});
+       flags::examples(app,
+                       {"linattn bench --op causal --batch 1 --heads 8 --seq 4096 --dim 64",
+                        "linattn bench --op softmax --batch 2 --heads 8 --seq 2048 --dim 64 --backward --json",
+                        "mpirun -np 2 linattn bench --op causal --heads 8 --seq 1048576 --seq-parallel --threads 1 "
+                        "--json"});
        return [args] { return bench(*args); };
      }}};
 

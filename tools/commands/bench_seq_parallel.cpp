@@ -1,6 +1,8 @@
 // linattn bench --seq-parallel (bench_seq_parallel.hpp): one sequence over the ranks of mpirun.
 //
-// Each rank holds an even shard of --seq tokens (the last rank the remainder) of N(0, 1) inputs.
+// Each rank holds a shard of --seq tokens of N(0, 1) inputs: even shards (the last rank the
+// remainder), or for the causal forward by default the shards of distributed::causal_shard_lengths,
+// which give the last rank (it forms no sums) more tokens (--shards).
 // One warm-up call, then repetitions (a barrier before each) until --budget seconds or --min-reps;
 // per repetition the call's time is the slowest rank's. Reported per rank: median compute seconds
 // (the local passes), median communication seconds (inside MPI, waiting included) and bytes sent per
@@ -31,7 +33,7 @@ namespace linattn::cli {
 #if !defined(LINATTN_HAS_MPI)
 
 bool seq_parallel_available() { return false; }
-int bench_seq_parallel(const Problem&, const MeasureOptions&, bool) {
+int bench_seq_parallel(const Problem&, const MeasureOptions&, bool, ShardSplit) {
   throw UsageError("--seq-parallel: this linattn was built without MPI (configure with -DLINATTN_MPI=ON)");
 }
 
@@ -57,7 +59,7 @@ std::vector<float> normal(size_t count, uint64_t seed) {
 
 bool seq_parallel_available() { return true; }
 
-int bench_seq_parallel(const Problem& p, const MeasureOptions& measure, bool json) {
+int bench_seq_parallel(const Problem& p, const MeasureOptions& measure, bool json, ShardSplit split) {
   if (p.op != Op::causal && p.op != Op::linear)
     throw UsageError(std::string("--seq-parallel: --op is ") + op_name(p.op) + ", expected causal or linear");
   MpiSession session;
@@ -68,7 +70,14 @@ int bench_seq_parallel(const Problem& p, const MeasureOptions& measure, bool jso
   if (measure.threads > 0) set_num_threads(measure.threads);
 
   const int64_t B = p.batch, H = p.heads, D = p.dim, E = p.value_dim;
-  const int64_t begin = p.seq / ranks * rank, n = rank + 1 == ranks ? p.seq - begin : p.seq / ranks;
+  const bool balanced =
+      split == ShardSplit::balanced || (split == ShardSplit::automatic && p.op == Op::causal && !measure.backward);
+  std::vector<int64_t> shards(size_t(ranks), p.seq / ranks);
+  if (balanced)
+    shards = distributed::causal_shard_lengths(p.seq, ranks);
+  else
+    shards.back() = p.seq - p.seq / ranks * (ranks - 1);
+  const int64_t n = shards[size_t(rank)];
   const uint64_t seed = p.seed * 1000003 + uint64_t(rank);
   const size_t qk = size_t(B * n * H * D), vo = size_t(B * n * H * E);
   std::vector<float> q = normal(qk, seed), k = normal(qk, seed + (1u << 20)), v = normal(vo, seed + (2u << 20));
@@ -150,6 +159,7 @@ int bench_seq_parallel(const Problem& p, const MeasureOptions& measure, bool jso
                         {"compute_seconds", max_compute},
                         {"comm_seconds", max_comm},
                         {"bytes_sent", int64_t(max_bytes)},
+                        {"shards", shards},
                         {"per_rank", per_rank}};
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
@@ -160,8 +170,9 @@ int bench_seq_parallel(const Problem& p, const MeasureOptions& measure, bool jso
   std::printf("  time       %s median (slowest rank), %s min, %d repetitions\n", format_seconds(seconds).c_str(),
               format_seconds(seconds_min).c_str(), int(wall.size()));
   for (int r = 0; r < ranks; ++r)
-    std::printf("  rank %-4d  compute %s, communication %s, %lld bytes sent per call\n", r,
-                format_seconds(all[3 * r]).c_str(), format_seconds(all[3 * r + 1]).c_str(), (long long)all[3 * r + 2]);
+    std::printf("  rank %-4d  %lld tokens, compute %s, communication %s, %lld bytes sent per call\n", r,
+                (long long)shards[size_t(r)], format_seconds(all[3 * r]).c_str(),
+                format_seconds(all[3 * r + 1]).c_str(), (long long)all[3 * r + 2]);
   return kExitOk;
 }
 

@@ -2,8 +2,10 @@
 
 The binary comes from $LINATTN_BIN (scripts/test.sh sets it); without it, build/tools/linattn.
 """
+import json
 import os
 import pathlib
+import shutil
 import subprocess
 
 import numpy as np
@@ -17,6 +19,25 @@ def binary():
     if not os.access(path, os.X_OK):
         pytest.fail(f"linattn binary not found at {path}: build it and set LINATTN_BIN")
     return path
+
+
+MPI_ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def mpi_bench_json(ranks, *args):
+    """`mpirun -np ranks linattn bench ARGS --json` (oversubscribed): rank 0's one JSON object. Skips
+    where mpirun is missing or the command was built without linattn_mpi."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun not found")
+    command = [mpirun, "-np", str(ranks), "--oversubscribe", binary(), "bench", *map(str, args), "--json"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    if "built without MPI" in proc.stderr:
+        pytest.skip("linattn built without linattn_mpi")
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, proc.stdout  # rank 0 alone prints
+    return json.loads(lines[0])
 
 
 def run_cli(*args, timeout=120):

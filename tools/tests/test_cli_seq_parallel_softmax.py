@@ -1,33 +1,14 @@
 """`linattn bench --op softmax --seq-parallel` (ring attention, tools/commands/bench_ring.cpp) under
 mpirun: the JSON keys of issue 16 and the bytes each rank sends per call. Skipped where the command
 was built without linattn_mpi or mpirun is missing."""
-import json
-import os
-import shutil
-import subprocess
+from conftest import mpi_bench_json
 
-import pytest
-
-from conftest import binary
-
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 B, H, D = 1, 2, 16
 
 
 def bench(ranks, seq, *extra):
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("mpirun not found")
-    args = [mpirun, "-np", str(ranks), "--oversubscribe", binary(), "bench", "--op", "softmax", "--seq-parallel",
-            "--batch", str(B), "--heads", str(H), "--seq", str(seq), "--dim", str(D), "--budget", "0",
-            "--min-reps", "1", "--json", *extra]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, env=ENV)
-    if "built without MPI" in proc.stderr:
-        pytest.skip("linattn built without linattn_mpi")
-    assert proc.returncode == 0, (proc.stdout, proc.stderr)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1, proc.stdout  # rank 0 alone prints
-    return json.loads(lines[0])
+    return mpi_bench_json(ranks, "--op", "softmax", "--seq-parallel", "--batch", B, "--heads", H, "--seq", seq,
+                          "--dim", D, "--budget", 0, "--min-reps", 1, *extra)
 
 
 def test_keys_and_bytes_per_shard():

@@ -24,13 +24,18 @@
 // the local pass itself on K + V value columns, then a product of n·K·V), and with even shards the
 // overhead against one process is about t_transform / t_pass: for plain causal attention (D = E = 64,
 // chunk 32) the shard sums took 0.11–0.15 s of CPU against 0.23–0.33 s for the forward (n = 512K).
-// Removing it needs a causal pass that takes precomputed per-chunk states (the sums are the forward's
-// own state updates); non-causal attention has no such cost (its sums are the operator's own).
+// The plain causal forward's last rank, which nobody waits for, skips its sums and runs its first
+// tokens from the zero state meanwhile, correcting them when the entering state arrives; shards from
+// causal_shard_lengths give it the extra tokens that even out the ranks' time. Non-causal attention
+// has no such cost (its sums are the operator's own).
 //
 // Results are the same bitwise from run to run for a given P and shard split (the scan's order of
 // combination is fixed by P, the operators keep rank order, and the local passes are deterministic),
 // and equal to the single-process operator's within fp32 rounding. Not supported here: key_lengths
 // and cu_seqlens (a shard is one contiguous piece of each batch row's sequence).
+#include <cstdint>
+#include <vector>
+
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
 #include "linattn/distributed/comm.hpp"
@@ -38,6 +43,24 @@
 #include "linattn/view.hpp"
 
 namespace linattn::distributed {
+
+// The plain causal forward's schedule (docs/distributed.md): ranks 0 … P − 2 form their shard's sums
+// (S, z) before their pass, as the scan needs them; the last rank, whose sums nobody reads, runs its
+// first kCausalSumsPerPass·n tokens from the zero state meanwhile (n: the longest earlier shard), then
+// takes the entering state, goes on from it, and finishes those first tokens with it. Both constants
+// are times against a causal chunked pass over as many tokens, measured on one core at D = E = 64,
+// chunk 32 (the sums' flop ratio is 1/3): the shard sums 0.37–0.40, the finishing 0.52–0.60. The
+// first is taken on the low side: a last rank that reaches the scan early idles, one that reaches it
+// late holds up rank 0, whose pass is the longest.
+inline constexpr double kCausalSumsPerPass = 0.35;
+inline constexpr double kCausalFinishPerPass = 0.55;
+
+// Shard lengths [ranks] adding up to N that even out the ranks' time in the causal forward: ranks
+// 0 … P − 2 take (1 + s)·n0 in passes of a token, the last rank n_last + c·s·n0, so the others get
+// n0 = ⌊N / (P + s − c·s)⌋ (s = sums_per_pass, c = finish_per_pass) and the last shard the rest,
+// about n0·(1 + s − c·s). Throws linattn::Error unless N ≥ 0, ranks ≥ 1 and s, c are in [0, 1].
+std::vector<int64_t> causal_shard_lengths(int64_t N, int ranks, double sums_per_pass = kCausalSumsPerPass,
+                                          double finish_per_pass = kCausalFinishPerPass);
 
 // Linear attention (linear_attention.hpp) over the shards of comm. This rank's shard: q, k
 // [B, n_r, H, D], v and out [B, n_r, H, E]. options.causal chooses causal (the Exscan) or non-causal

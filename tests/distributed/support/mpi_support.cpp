@@ -1,5 +1,7 @@
 #include "support/mpi_support.hpp"
 
+#include "linattn/distributed/scan.hpp"
+
 namespace linattn::test {
 
 int world_rank() {
@@ -64,6 +66,10 @@ const char* split_name(Split split) {
       return "even";
     case Split::tiny:
       return "tiny";
+    case Split::balanced:
+      return "balanced";
+    case Split::short_last:
+      return "short_last";
   }
   return "?";
 }
@@ -71,6 +77,17 @@ const char* split_name(Split split) {
 std::vector<int64_t> offsets_of(Split split, int64_t n, int ranks) {
   if (split == Split::uneven) return uneven_offsets(n, ranks);
   if (split == Split::even || ranks == 1) return even_offsets(n, ranks);
+  if (split == Split::balanced) {
+    const std::vector<int64_t> lengths = distributed::causal_shard_lengths(n, ranks);
+    std::vector<int64_t> offsets(ranks + 1, 0);
+    for (int r = 0; r < ranks; ++r) offsets[r + 1] = offsets[r] + lengths[size_t(r)];
+    return offsets;
+  }
+  if (split == Split::short_last) {
+    std::vector<int64_t> offsets = even_offsets(n - 2, ranks - 1);
+    offsets.push_back(n);
+    return offsets;
+  }
   // Rank 0: 1 token; rank 1: 0 tokens when P ≥ 3; the rest evenly over the remaining ranks.
   std::vector<int64_t> offsets(ranks + 1, 0);
   offsets[1] = 1;

@@ -50,7 +50,10 @@ struct Gathered {
 
 // The split schemes of the tests: uneven, even, and one with a shard of 1 token (rank 0) and, from
 // P = 3, one of 0 tokens (rank 1).
-enum class Split { uneven, even, tiny };
+// uneven: shards growing with the rank; even; tiny: shards of 1 and 0 tokens first; balanced: the
+// causal forward's distributed::causal_shard_lengths; short_last: a last shard of 2 tokens, which the
+// last rank's causal forward runs all from the zero state before the scan.
+enum class Split { uneven, even, tiny, balanced, short_last };
 const char* split_name(Split split);
 std::vector<int64_t> offsets_of(Split split, int64_t n, int ranks);
 
