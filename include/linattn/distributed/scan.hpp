@@ -49,7 +49,7 @@ namespace linattn::distributed {
 // first kCausalSumsPerPass·n tokens from the zero state meanwhile (n: the longest earlier shard), then
 // takes the entering state, goes on from it, and finishes those first tokens with it. Both constants
 // are times against a causal chunked pass over as many tokens, measured on one core at D = E = 64,
-// chunk 32 (the sums' flop ratio is 1/3): the shard sums 0.37–0.40, the finishing 0.52–0.60. The
+// chunk 32 (the sums' flop ratio is 1/3): the shard sums 0.33–0.40, the finishing 0.52–0.65. The
 // first is taken on the low side: a last rank that reaches the scan early idles, one that reaches it
 // late holds up rank 0, whose pass is the longest.
 inline constexpr double kCausalSumsPerPass = 0.35;
