@@ -150,24 +150,16 @@ void BM_SoftmaxDecode(benchmark::State& state) {
 
 BENCHMARK(BM_LinearForward)->ArgName("dtype")->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SoftmaxForwardBackward)->ArgName("dtype")->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_RecurrentStep)
-    ->ArgNames({"dtype", "batch", "heads"})
-    ->ArgsProduct({{0, 1, 2}, {1}, {8, 64}})
-    ->ArgsProduct({{0, 1, 2}, {128}, {64}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GlaStep)
-    ->ArgNames({"dtype", "batch", "heads"})
-    ->ArgsProduct({{0, 1, 2}, {1}, {8}})
-    ->ArgsProduct({{0, 1, 2}, {128}, {64}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GatedDeltaRuleStep)
-    ->ArgNames({"dtype", "batch", "heads"})
-    ->ArgsProduct({{0, 1, 2}, {1}, {8}})
-    ->ArgsProduct({{0, 1, 2}, {128}, {64}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+// The decode steps' shapes: dtype × (B1 H8, and for the linear step B1 H64, and B128 H64, S past the L3).
+void DecodeShapes(benchmark::internal::Benchmark* b, bool with_b1h64) {
+  b->ArgNames({"dtype", "batch", "heads"});
+  b->ArgsProduct({{0, 1, 2}, {1}, with_b1h64 ? std::vector<int64_t>{8, 64} : std::vector<int64_t>{8}});
+  b->ArgsProduct({{0, 1, 2}, {128}, {64}});
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_RecurrentStep)->Apply([](benchmark::internal::Benchmark* b) { DecodeShapes(b, true); });
+BENCHMARK(BM_GlaStep)->Apply([](benchmark::internal::Benchmark* b) { DecodeShapes(b, false); });
+BENCHMARK(BM_GatedDeltaRuleStep)->Apply([](benchmark::internal::Benchmark* b) { DecodeShapes(b, false); });
 BENCHMARK(BM_SoftmaxDecode)
     ->ArgNames({"dtype", "context"})
     ->ArgsProduct({{0, 1, 2}, {16384, 65536}})

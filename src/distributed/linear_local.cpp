@@ -144,67 +144,63 @@ void shard_state_sums(const FeatureMap& map, ConstTensorView k, ConstTensorView 
   }
 }
 
-void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, const float* items, int64_t M, float eps,
-                     bool normalize) {
+namespace {
+
+// The read-out of the state items against q's tiles, readout_forward's and finish_from_state's one body:
+// o = φ(q) S, onto out's rows and with the running denominator when `keys` (a causal finish: z + Σ φ(k)
+// up to each token), scaled by 1 / (den + eps) when normalize.
+void readout_tiles(const FeatureMap& map, TensorView out, ConstTensorView q, const ConstTensorView* keys,
+                   const float* items, int64_t M, float eps, bool normalize) {
   const int64_t B = q.batch(), n = q.seq(), H = q.heads(), D = q.dim(), E = out.dim();
   const int64_t item = state_item_floats(M, E);
+  const bool running = keys && normalize;
   const std::optional<kernels::TileMap> builtin = linattn::detail::builtin_tile_map(&map);
 #pragma omp parallel
   {
-    std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), o(size_t(kRows * E)), scale(kRows);
+    std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), phik(size_t(running ? kRows * M : 0)),
+        o(size_t(kRows * E)), scale(kRows);
+    // The running z + Σ φ(k) of each head (those of this thread's share are used).
+    std::vector<float> z_run(size_t(running ? B * H * M : 0));
     sweep_share(
-        B * H, n, [](int64_t) {},
+        B * H, n,
+        [&](int64_t bh) {
+          if (running) std::copy_n(items + bh * item + M * E, M, z_run.data() + bh * M);
+        },
         [&](const HeadTile& tile, const HeadTile& next) {
           const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
           const float* S = items + bh * item;
           const float* z = S + M * E;
-          // den_t = φ(q_t)·z, formed with φ; scale_t = 1 / (den_t + eps).
+          // den_t = φ(q_t)·z, formed with φ (or with the running sums of φ(k) below).
+          const bool fused_dot = normalize && !running;
           tile_features_with_sums(map, builtin, M, phi.data(), x.data(), q, H, tile, FeatureRole::query,
-                                  {.dot = normalize ? z : nullptr, .dots = normalize ? scale.data() : nullptr});
+                                  {.dot = fused_dot ? z : nullptr, .dots = fused_dot ? scale.data() : nullptr});
+          if (running) {
+            tile_features_with_sums(map, builtin, M, phik.data(), x.data(), *keys, H, tile, FeatureRole::key, {});
+            kernels::running_dots(scale.data(), phi.data(), M, phik.data(), M, z_run.data() + bh * M, T, M);
+          }
           if (normalize)
             for (int64_t t = 0; t < T; ++t) scale[t] = 1.0f / (scale[t] + eps);
-          // o = φ S (/ den): [T, M] · [M, E], fetching the next tile's q and out rows meanwhile.
+          // o = ((out +) φ S) (/ den): [T, M] · [M, E], fetching the next tile's q and out rows meanwhile.
+          if (keys) gather(o.data(), out, b, h, t0, T);
           const kernels::RowsAhead ahead = rows_ahead(tile, next, H, q, out, true);
-          kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E},
-                        {.row_scale = normalize ? scale.data() : nullptr, .ahead = &ahead});
+          kernels::gemm(
+              {o.data(), E, T, E}, kernels::plain(phi.data(), M), {S, E, M, E},
+              {.accumulate = keys != nullptr, .row_scale = normalize ? scale.data() : nullptr, .ahead = &ahead});
           scatter(out, o.data(), b, h, t0, T, false);
         });
   }
 }
 
+}  // namespace
+
+void readout_forward(const FeatureMap& map, TensorView out, ConstTensorView q, const float* items, int64_t M, float eps,
+                     bool normalize) {
+  readout_tiles(map, out, q, nullptr, items, M, eps, normalize);
+}
+
 void finish_from_state(const FeatureMap& map, TensorView out, ConstTensorView q, ConstTensorView k, const float* items,
                        int64_t M, float eps, bool normalize) {
-  const int64_t B = q.batch(), n = q.seq(), H = q.heads(), D = q.dim(), E = out.dim();
-  const int64_t item = state_item_floats(M, E);
-  const std::optional<kernels::TileMap> builtin = linattn::detail::builtin_tile_map(&map);
-#pragma omp parallel
-  {
-    std::vector<float> x(size_t(kRows * D)), phi(size_t(kRows * M)), phik(size_t(kRows * M)), o(size_t(kRows * E)),
-        scale(kRows);
-    // The running z + Σ φ(k) of each head (those of this thread's share are used).
-    std::vector<float> running(size_t(normalize ? B * H * M : 0));
-    sweep_share(
-        B * H, n,
-        [&](int64_t bh) {
-          if (normalize) std::copy_n(items + bh * item + M * E, M, running.data() + bh * M);
-        },
-        [&](const HeadTile& tile, const HeadTile& next) {
-          const int64_t bh = tile.bh, b = bh / H, h = bh % H, t0 = tile.t0, T = tile.T;
-          tile_features_with_sums(map, builtin, M, phi.data(), x.data(), q, H, tile, FeatureRole::query, {});
-          if (normalize) {
-            // den_t = φ(q_t)·(z + Σ_{τ ≤ t} φ(k_τ)), the causal denominator; scale_t = 1 / (den_t + eps).
-            tile_features_with_sums(map, builtin, M, phik.data(), x.data(), k, H, tile, FeatureRole::key, {});
-            kernels::running_dots(scale.data(), phi.data(), M, phik.data(), M, running.data() + bh * M, T, M);
-            for (int64_t t = 0; t < T; ++t) scale[t] = 1.0f / (scale[t] + eps);
-          }
-          // o = (out + φ S) (/ den): [T, M] · [M, E] onto the gathered rows, fetching the next tile's q and out.
-          gather(o.data(), out, b, h, t0, T);
-          const kernels::RowsAhead ahead = rows_ahead(tile, next, H, q, out, true);
-          kernels::gemm({o.data(), E, T, E}, kernels::plain(phi.data(), M), {items + bh * item, E, M, E},
-                        {.accumulate = true, .row_scale = normalize ? scale.data() : nullptr, .ahead = &ahead});
-          scatter(out, o.data(), b, h, t0, T, false);
-        });
-  }
+  readout_tiles(map, out, q, &k, items, M, eps, normalize);
 }
 
 void readout_backward(const FeatureMap& map, TensorView dq, float* ditems, ConstTensorView dout, ConstTensorView q,

@@ -162,8 +162,8 @@ void last_rank_forward(MPI_Comm comm, const char* op, const Shard& s, int64_t pr
     ComputeTimer timer;
     LinearAttentionOptions raw = options;
     raw.normalize = false;
-    causal_linear_attention_forward(rows(out, 0, prefix), rows(q, 0, prefix), rows(k, 0, prefix), rows(v, 0, prefix),
-                                    raw, nullptr, &local);
+    causal_linear_attention_forward(seq_slice(out, 0, prefix), seq_slice(q, 0, prefix), seq_slice(k, 0, prefix),
+                                    seq_slice(v, 0, prefix), raw, nullptr, &local);
   });
   const std::vector<float> items = entering_state(comm, s, k, v, options);
   or_abort(comm, op, [&] {
@@ -176,11 +176,11 @@ void last_rank_forward(MPI_Comm comm, const char* op, const Shard& s, int64_t pr
           std::transform(initial.z(b, h), initial.z(b, h) + s.M, local.z(b, h), initial.z(b, h), std::plus<>());
         }
       const int64_t rest = s.nq - prefix;
-      causal_linear_attention_forward(rows(out, prefix, rest), rows(q, prefix, rest), rows(k, prefix, rest),
-                                      rows(v, prefix, rest), options, &initial);
+      causal_linear_attention_forward(seq_slice(out, prefix, rest), seq_slice(q, prefix, rest),
+                                      seq_slice(k, prefix, rest), seq_slice(v, prefix, rest), options, &initial);
     }
-    finish_from_state(*options.feature_map, rows(out, 0, prefix), rows(q, 0, prefix), rows(k, 0, prefix), items.data(),
-                      s.M, options.eps, options.normalize);
+    finish_from_state(*options.feature_map, seq_slice(out, 0, prefix), seq_slice(q, 0, prefix), seq_slice(k, 0, prefix),
+                      items.data(), s.M, options.eps, options.normalize);
   });
 }
 

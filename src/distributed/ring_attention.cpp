@@ -225,10 +225,10 @@ void ring_attention_forward(MPI_Comm comm, TensorView out, std::span<float> lse,
             if (seen == Visibility::none) continue;
             if (transfer) transfer->progress();
             const SoftmaxAttentionOptions block = ring.block_options(seen, lengths_buffer, ks);
-            const TensorView out_rows = detail::rows(out, qs.local, qs.length);
-            const ConstTensorView q_rows = detail::rows(q, qs.local, qs.length),
-                                  k_rows = detail::rows(ConstTensorView(ko), ks.local, ks.length),
-                                  v_rows = detail::rows(ConstTensorView(vo), ks.local, ks.length);
+            const TensorView out_rows = detail::seq_slice(out, qs.local, qs.length);
+            const ConstTensorView q_rows = detail::seq_slice(q, qs.local, qs.length),
+                                  k_rows = detail::seq_slice(ConstTensorView(ko), ks.local, ks.length),
+                                  v_rows = detail::seq_slice(ConstTensorView(vo), ks.local, ks.length);
             if (!written[i]) {  // the first block writes the result directly
               softmax_attention_forward(out_rows, seg_lse[i], q_rows, k_rows, v_rows, block);
               written[i] = true;
@@ -251,7 +251,7 @@ void ring_attention_forward(MPI_Comm comm, TensorView out, std::span<float> lse,
   // the operator's convention (0, −∞) should a segment see nothing.
   for (size_t i = 0; i < mine.size(); ++i) {
     if (!written[i]) {
-      detail::fill_view(detail::rows(out, mine[i].local, mine[i].length), 0.0f);
+      detail::fill_view(detail::seq_slice(out, mine[i].local, mine[i].length), 0.0f);
       std::fill(seg_lse[i].begin(), seg_lse[i].end(), -kInf);
     }
     detail::scatter_lse(lse, seg_lse[i], rows, n, mine[i].local, mine[i].length);
@@ -321,21 +321,21 @@ void ring_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tensor
             if (seen == Visibility::none) continue;
             if (transfer) transfer->progress();
             const SoftmaxAttentionOptions block = ring.block_options(seen, lengths_buffer, ks);
-            const TensorView dq_rows = detail::rows(dq, qs.local, qs.length);
+            const TensorView dq_rows = detail::seq_slice(dq, qs.local, qs.length);
             const TensorView dq_block = written[i] ? bnhd(block_dq.data(), ring.B, qs.length, ring.H, ring.D) : dq_rows;
             const TensorView dk_block = bnhd(block_dk.data(), ring.B, ks.length, ring.H, ring.D);
             const TensorView dv_block = bnhd(block_dv.data(), ring.B, ks.length, ring.H, ring.E);
             // With the whole row's lse and out, each block's p = exp(s − lse) and ds = p ∘ (dp − rowsum(dO ∘ O))
             // are the full softmax's, so the block's gradients are exact parts of the total.
-            softmax_attention_backward(dq_block, dk_block, dv_block, detail::rows(dout, qs.local, qs.length),
-                                       detail::rows(q, qs.local, qs.length),
-                                       detail::rows(ConstTensorView(ko), ks.local, ks.length),
-                                       detail::rows(ConstTensorView(vo), ks.local, ks.length),
-                                       detail::rows(out, qs.local, qs.length), seg_lse[i], block);
+            softmax_attention_backward(dq_block, dk_block, dv_block, detail::seq_slice(dout, qs.local, qs.length),
+                                       detail::seq_slice(q, qs.local, qs.length),
+                                       detail::seq_slice(ConstTensorView(ko), ks.local, ks.length),
+                                       detail::seq_slice(ConstTensorView(vo), ks.local, ks.length),
+                                       detail::seq_slice(out, qs.local, qs.length), seg_lse[i], block);
             if (written[i]) detail::add_view(dq_rows, dq_block);
             written[i] = true;
-            detail::add_view(detail::rows(dko, ks.local, ks.length), dk_block);
-            detail::add_view(detail::rows(dvo, ks.local, ks.length), dv_block);
+            detail::add_view(detail::seq_slice(dko, ks.local, ks.length), dk_block);
+            detail::add_view(detail::seq_slice(dvo, ks.local, ks.length), dv_block);
           }
         }
       });
@@ -350,7 +350,7 @@ void ring_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tensor
     std::swap(grads, grads_arriving);
   }
   for (size_t i = 0; i < mine.size(); ++i) {
-    if (!written[i]) detail::fill_view(detail::rows(dq, mine[i].local, mine[i].length), 0.0f);
+    if (!written[i]) detail::fill_view(detail::seq_slice(dq, mine[i].local, mine[i].length), 0.0f);
   }
   if (n > 0) {
     detail::copy_view(dk, ring.keys(grads, ring.rank));

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "core/views.hpp"
 #include "linattn/distributed/ring.hpp"
 #include "linattn/view.hpp"
 
@@ -30,14 +31,8 @@ Visibility visibility(bool causal, const Segment& q, const Segment& k);
 // The key lengths [B] that global key_lengths leave inside key segment k; empty stays empty.
 std::vector<int64_t> segment_key_lengths(std::span<const int64_t> key_lengths, const Segment& k);
 
-// Rows [begin, begin + count) of x, a view of the same memory.
-template <class T>
-View4<T> rows(View4<T> x, int64_t begin, int64_t count) {
-  View4<T> r = x;
-  r.data += begin * x.stride[1];
-  r.extent[1] = count;
-  return r;
-}
+// Tokens [begin, begin + count) of a view (core/views.hpp).
+using linattn::detail::seq_slice;
 
 // dst = src and dst += src, element by element over equal extents (any strides); dst = value.
 void copy_view(TensorView dst, ConstTensorView src);

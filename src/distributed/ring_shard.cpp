@@ -46,19 +46,21 @@ BalancedRange balanced_range(int64_t N, int rank, int ranks) {
 void balanced_shard(TensorView shard, ConstTensorView full, int rank, int ranks) {
   const BalancedRange r = check_views("balanced_shard", full, shard, rank, ranks);
   if (r.early_length > 0)
-    detail::copy_view(detail::rows(shard, 0, r.early_length), detail::rows(full, r.early_begin, r.early_length));
+    detail::copy_view(detail::seq_slice(shard, 0, r.early_length),
+                      detail::seq_slice(full, r.early_begin, r.early_length));
   if (r.late_length > 0)
-    detail::copy_view(detail::rows(shard, r.early_length, r.late_length),
-                      detail::rows(full, r.late_begin, r.late_length));
+    detail::copy_view(detail::seq_slice(shard, r.early_length, r.late_length),
+                      detail::seq_slice(full, r.late_begin, r.late_length));
 }
 
 void balanced_unshard(TensorView full, ConstTensorView shard, int rank, int ranks) {
   const BalancedRange r = check_views("balanced_unshard", full, shard, rank, ranks);
   if (r.early_length > 0)
-    detail::copy_view(detail::rows(full, r.early_begin, r.early_length), detail::rows(shard, 0, r.early_length));
+    detail::copy_view(detail::seq_slice(full, r.early_begin, r.early_length),
+                      detail::seq_slice(shard, 0, r.early_length));
   if (r.late_length > 0)
-    detail::copy_view(detail::rows(full, r.late_begin, r.late_length),
-                      detail::rows(shard, r.early_length, r.late_length));
+    detail::copy_view(detail::seq_slice(full, r.late_begin, r.late_length),
+                      detail::seq_slice(shard, r.early_length, r.late_length));
 }
 
 }  // namespace linattn::distributed

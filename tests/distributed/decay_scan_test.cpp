@@ -53,12 +53,12 @@ Results distributed(const Inputs& in, const std::vector<int64_t>& offsets, const
   const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
   const int64_t gc = std::max<int64_t>(in.gate_cols, 1);
   Gathered out({B, N, H, V}), dq({B, N, H, K}), dk({B, N, H, K}), dv({B, N, H, V}), dg({B, N, H, gc});
-  const ConstTensorView g = in.gate_cols ? ConstTensorView(slice(in.g.view, begin, n)) : ConstTensorView();
+  const ConstTensorView g = in.gate_cols ? ConstTensorView(seq_slice(in.g.view, begin, n)) : ConstTensorView();
   const TensorView dg_shard = in.gate_cols ? dg.shard(offsets, r) : TensorView();
-  auto q = slice(in.q.view, begin, n), k = slice(in.k.view, begin, n), v = slice(in.v.view, begin, n);
+  auto q = seq_slice(in.q.view, begin, n), k = seq_slice(in.k.view, begin, n), v = seq_slice(in.v.view, begin, n);
   distributed::decayed_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), q, k, v, g, options);
   distributed::decayed_attention_backward(MPI_COMM_WORLD, dq.shard(offsets, r), dk.shard(offsets, r),
-                                          dv.shard(offsets, r), dg_shard, slice(in.dout.view, begin, n), q, k, v, g,
+                                          dv.shard(offsets, r), dg_shard, seq_slice(in.dout.view, begin, n), q, k, v, g,
                                           options);
   for (Gathered* x : {&out, &dq, &dk, &dv, &dg}) x->gather();
   return {out.data, dq.data, dk.data, dv.data, in.gate_cols ? dg.data : std::vector<float>()};
@@ -146,8 +146,8 @@ TEST(DistributedDecayErrors, DecaysThatDisagreeAreFoundBeforeAnyArithmetic) {
   Gathered out({B, N, H, V});
   std::string what;
   try {
-    distributed::decayed_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), slice(in.q.view, begin, n),
-                                           slice(in.k.view, begin, n), slice(in.v.view, begin, n), {}, options);
+    distributed::decayed_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), seq_slice(in.q.view, begin, n),
+                                           seq_slice(in.k.view, begin, n), seq_slice(in.v.view, begin, n), {}, options);
   } catch (const Error& e) {
     what = e.what();
   }

@@ -55,14 +55,14 @@ Results distributed(const Inputs& in, const std::vector<int64_t>& offsets, const
   const int64_t gc = std::max<int64_t>(in.gate_cols, 1);
   Gathered out({B, N, H, V}), dq({B, N, H, K}), dk({B, N, H, K}), dv({B, N, H, V}), dbeta({B, N, H, 1}),
       dg({B, N, H, gc});
-  const ConstTensorView g = in.gate_cols ? ConstTensorView(slice(in.g.view, begin, n)) : ConstTensorView();
+  const ConstTensorView g = in.gate_cols ? ConstTensorView(seq_slice(in.g.view, begin, n)) : ConstTensorView();
   const TensorView dg_shard = in.gate_cols ? dg.shard(offsets, r) : TensorView();
-  auto q = slice(in.q.view, begin, n), k = slice(in.k.view, begin, n), v = slice(in.v.view, begin, n),
-       beta = slice(in.beta.view, begin, n);
+  auto q = seq_slice(in.q.view, begin, n), k = seq_slice(in.k.view, begin, n), v = seq_slice(in.v.view, begin, n),
+       beta = seq_slice(in.beta.view, begin, n);
   distributed::delta_rule_forward(MPI_COMM_WORLD, out.shard(offsets, r), q, k, v, beta, g, options);
   distributed::delta_rule_backward(MPI_COMM_WORLD, dq.shard(offsets, r), dk.shard(offsets, r), dv.shard(offsets, r),
-                                   dbeta.shard(offsets, r), dg_shard, slice(in.dout.view, begin, n), q, k, v, beta, g,
-                                   options);
+                                   dbeta.shard(offsets, r), dg_shard, seq_slice(in.dout.view, begin, n), q, k, v, beta,
+                                   g, options);
   for (Gathered* x : {&out, &dq, &dk, &dv, &dbeta, &dg}) x->gather();
   return {out.data, dq.data, dk.data, dv.data, dbeta.data, in.gate_cols ? dg.data : std::vector<float>()};
 }
@@ -148,13 +148,13 @@ TEST(DistributedDeltaErrors, ABadBetaOnOneRankIsNamedOnEveryRank) {
   const std::vector<int64_t> offsets = even_offsets(N, world_size());
   const int r = world_rank();
   const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
-  TensorView beta = slice(in.beta.view, begin, n);
+  TensorView beta = seq_slice(in.beta.view, begin, n);
   if (r == bad) beta.extent[2] = H + 1;
   Gathered out({B, N, H, V});
   std::string what;
   try {
-    distributed::delta_rule_forward(MPI_COMM_WORLD, out.shard(offsets, r), slice(in.q.view, begin, n),
-                                    slice(in.k.view, begin, n), slice(in.v.view, begin, n), beta, {},
+    distributed::delta_rule_forward(MPI_COMM_WORLD, out.shard(offsets, r), seq_slice(in.q.view, begin, n),
+                                    seq_slice(in.k.view, begin, n), seq_slice(in.v.view, begin, n), beta, {},
                                     options_for(DeltaGate::none, false));
   } catch (const Error& e) {
     what = e.what();

@@ -42,11 +42,12 @@ Results distributed(const Inputs& in, const std::vector<int64_t>& offsets, const
   const int r = world_rank();
   const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r], d = in.q.view.dim(), e = in.v.view.dim();
   Gathered out({B, N, H, e}), dq({B, N, H, d}), dk({B, N, H, d}), dv({B, N, H, e});
-  distributed::linear_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), slice(in.q.view, begin, n),
-                                        slice(in.k.view, begin, n), slice(in.v.view, begin, n), options);
-  distributed::linear_attention_backward(
-      MPI_COMM_WORLD, dq.shard(offsets, r), dk.shard(offsets, r), dv.shard(offsets, r), slice(in.dout.view, begin, n),
-      slice(in.q.view, begin, n), slice(in.k.view, begin, n), slice(in.v.view, begin, n), options);
+  distributed::linear_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), seq_slice(in.q.view, begin, n),
+                                        seq_slice(in.k.view, begin, n), seq_slice(in.v.view, begin, n), options);
+  distributed::linear_attention_backward(MPI_COMM_WORLD, dq.shard(offsets, r), dk.shard(offsets, r),
+                                         dv.shard(offsets, r), seq_slice(in.dout.view, begin, n),
+                                         seq_slice(in.q.view, begin, n), seq_slice(in.k.view, begin, n),
+                                         seq_slice(in.v.view, begin, n), options);
   out.gather();
   dq.gather();
   dk.gather();
@@ -184,7 +185,7 @@ TEST(DistributedLinearErrors, AShapeThatDisagreesIsFoundBeforeAnyArithmetic) {
   const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
   // The last rank sees one head fewer: its shard is valid by itself, but not with the others'.
   const int64_t heads = r == last ? H - 1 : H;
-  TensorView q = slice(in.q.view, begin, n), k = slice(in.k.view, begin, n), v = slice(in.v.view, begin, n);
+  TensorView q = seq_slice(in.q.view, begin, n), k = seq_slice(in.k.view, begin, n), v = seq_slice(in.v.view, begin, n);
   q.extent[2] = k.extent[2] = v.extent[2] = heads;
   std::vector<float> out(size_t(B * n * H * E), -7.0f);
   distributed::reset_comm_stats();
@@ -205,14 +206,14 @@ TEST(DistributedLinearErrors, ABadInputOnOneRankIsNamedOnEveryRank) {
   const std::vector<int64_t> offsets = even_offsets(N, world_size());
   const int r = world_rank();
   const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
-  TensorView k = slice(in.k.view, begin, n);
+  TensorView k = seq_slice(in.k.view, begin, n);
   if (r == bad) k.extent[3] = D - 1;
   Gathered out({B, N, H, E});
   LinearAttentionOptions options;
   options.causal = true;
   const std::string what = thrown([&] {
-    distributed::linear_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), slice(in.q.view, begin, n), k,
-                                          slice(in.v.view, begin, n), options);
+    distributed::linear_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), seq_slice(in.q.view, begin, n), k,
+                                          seq_slice(in.v.view, begin, n), options);
   });
   EXPECT_EQ(what, "linattn: distributed linear_attention_forward: rank " + std::to_string(bad) +
                       " failed its local checks: linattn: distributed linear_attention_forward: k.extent[3] (head "

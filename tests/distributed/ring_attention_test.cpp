@@ -98,8 +98,8 @@ std::vector<float> shard_of(const RingCase& s, ConstTensorView full) {
   const int64_t X = full.dim();
   std::vector<float> shard(size_t(s.B * s.mine() * s.H * X));
   for (const detail::Segment& g : s.segments())
-    detail::copy_view(detail::rows(bnhd(shard.data(), s.B, s.mine(), s.H, X), g.local, g.length),
-                      detail::rows(full, g.global, g.length));
+    detail::copy_view(detail::seq_slice(bnhd(shard.data(), s.B, s.mine(), s.H, X), g.local, g.length),
+                      detail::seq_slice(full, g.global, g.length));
   return shard;
 }
 // The same for a [B, H, N] lse.

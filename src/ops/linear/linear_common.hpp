@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/views.hpp"
 #include "feature_maps/feature_rows.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/pack.hpp"
@@ -81,14 +82,6 @@ using kernels::HeadRows;
 template <class T>
 bool rows_in_place(View4<T> x) {
   return x.stride[3] == 1 && x.dim() % kernels::kPad == 0;
-}
-// Tokens [begin, begin + count) of x.
-template <class T>
-View4<T> seq_slice(View4<T> x, int64_t begin, int64_t count) {
-  View4<T> s = x;
-  s.data += begin * x.stride[1];
-  s.extent[1] = count;
-  return s;
 }
 
 // S: [B·H, M, Ep] and z: [B·H, Mp], rows padded so that they feed the tile kernels directly.

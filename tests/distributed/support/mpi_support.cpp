@@ -51,7 +51,7 @@ Gathered::Gathered(std::array<int64_t, 4> extent)
       view(bnhd(data.data(), extent[0], extent[1], extent[2], extent[3])) {}
 
 TensorView Gathered::shard(const std::vector<int64_t>& offsets, int rank) const {
-  return slice(view, offsets[rank], offsets[rank + 1] - offsets[rank]);
+  return seq_slice(view, offsets[rank], offsets[rank + 1] - offsets[rank]);
 }
 
 void Gathered::gather(MPI_Comm comm) {

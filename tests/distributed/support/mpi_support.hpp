@@ -24,19 +24,14 @@ bool all_ranks(bool ok, MPI_Comm comm = MPI_COMM_WORLD);
 
 }  // namespace linattn::test
 
+#include "core/views.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/view.hpp"
 
 namespace linattn::test {
 
-// Tokens [begin, begin + count) of x (a view of the same memory).
-template <class T>
-View4<T> slice(View4<T> x, int64_t begin, int64_t count) {
-  View4<T> s = x;
-  s.data += begin * x.stride[1];
-  s.extent[1] = count;
-  return s;
-}
+// Tokens [begin, begin + count) of x (a view of the same memory): the library's own slice.
+using linattn::detail::seq_slice;
 
 // A full-length fp32 tensor [B, N, H, D] (bnhd, zero) that every rank writes its shard of; gather()
 // sums the ranks' copies (the shards are disjoint), so every rank then holds the whole result.
