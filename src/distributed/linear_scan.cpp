@@ -6,11 +6,11 @@
 #include <functional>
 #include <vector>
 
+#include "core/views.hpp"
 #include "distributed/agreement.hpp"
 #include "distributed/checks.hpp"
 #include "distributed/linear_local.hpp"
 #include "distributed/mpi_calls.hpp"
-#include "distributed/ring_layout.hpp"
 #include "distributed/scan_ops.hpp"
 #include "linattn/distributed/scan.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -20,6 +20,7 @@ namespace linattn::distributed {
 namespace {
 
 using namespace detail;
+using linattn::detail::seq_slice;
 
 struct Shard {
   int64_t B = 0, nq = 0, nk = 0, H = 0, D = 0, M = 0, E = 0;
@@ -169,12 +170,10 @@ void last_rank_forward(MPI_Comm comm, const char* op, const Shard& s, int64_t pr
   or_abort(comm, op, [&] {
     ComputeTimer timer;
     if (prefix < s.nq) {
+      // S_in + L_m, z_in + Σ φ(k) over the first tokens: both states are [B, H, M, E] and [B, H, M] alike.
       RecurrentState initial = to_state(s, items, options);
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t h = 0; h < s.H; ++h) {
-          std::transform(initial.S(b, h), initial.S(b, h) + s.M * s.E, local.S(b, h), initial.S(b, h), std::plus<>());
-          std::transform(initial.z(b, h), initial.z(b, h) + s.M, local.z(b, h), initial.z(b, h), std::plus<>());
-        }
+      std::transform(initial.S().begin(), initial.S().end(), local.S().begin(), initial.S().begin(), std::plus<>());
+      std::transform(initial.z().begin(), initial.z().end(), local.z().begin(), initial.z().begin(), std::plus<>());
       const int64_t rest = s.nq - prefix;
       causal_linear_attention_forward(seq_slice(out, prefix, rest), seq_slice(q, prefix, rest),
                                       seq_slice(k, prefix, rest), seq_slice(v, prefix, rest), options, &initial);
