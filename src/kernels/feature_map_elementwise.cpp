@@ -7,6 +7,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // Must follow foreach_target.h.
 #include "hwy/highway.h"
+#include "kernels/counted-inl.h"
 #include "kernels/feature_map_elementwise.hpp"
 #include "kernels/feature_map_ops-inl.h"
 
@@ -116,21 +117,8 @@ void FeatureTileWith(const FeatureTile& t) {
   const int64_t L = int64_t(hn::Lanes(d));
   int64_t c0 = 0;
   for (; c0 + kVecs * L <= t.ldp; c0 += kVecs * L) FeatureColumns<kVecs, F>(t, c0);
-  if constexpr (kVecs > 1) {  // the vector columns left over (none when kVecs is 1)
-    switch ((t.ldp - c0) / L) {
-      case 1:
-        FeatureColumns<1, F>(t, c0);
-        break;
-      case 2:
-        FeatureColumns<2, F>(t, c0);
-        break;
-      case 3:
-        FeatureColumns<3, F>(t, c0);
-        break;
-      default:
-        break;
-    }
-  }
+  // The vector columns left over (none when kVecs is 1).
+  Counted<kVecs>((t.ldp - c0) / L, [&](auto nv) { FeatureColumns<nv(), F>(t, c0); });
 }
 
 void FeatureTileNow(const FeatureTile& t) {

@@ -8,6 +8,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // Must follow foreach_target.h.
 #include "hwy/highway.h"
+#include "kernels/counted-inl.h"
 #include "kernels/gemm.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -22,42 +23,6 @@ using V = hn::Vec<D>;
 // ~50 with 4 × 3 (its 8 vector columns split 3 + 3 + 2, and 16 live registers leave none spare).
 constexpr int kVecs = HWY_LANES(float) >= 16 ? 4 : 2;
 constexpr int kRows = 6;
-
-// The cache lines of a RowsAhead, one per Tick.
-class Prefetcher {
- public:
-  explicit Prefetcher(const RowsAhead* ahead) {
-    if (!ahead || !ahead->rows[0] || ahead->count <= 0) return;
-    ahead_ = ahead;
-    Start(0);
-  }
-  HWY_INLINE void Tick() {
-    if (rows_left_ == 0) return;
-    if (write_)
-      __builtin_prefetch(row_ + offset_, 1, 2);
-    else
-      __builtin_prefetch(row_ + offset_, 0, 2);
-    offset_ += 64;
-    if (offset_ < row_bytes_) return;
-    offset_ = 0, row_ += pitch_;
-    if (--rows_left_ == 0 && region_ == 0 && ahead_->rows[1]) Start(1);
-  }
-
- private:
-  void Start(int region) {
-    region_ = region;
-    row_ = reinterpret_cast<const char*>(ahead_->rows[region]);
-    pitch_ = ahead_->ld[region] * int64_t(sizeof(float));
-    write_ = ahead_->write[region];
-    row_bytes_ = ahead_->cols[region] * int64_t(sizeof(float));
-    rows_left_ = ahead_->count, offset_ = 0;
-  }
-  const RowsAhead* ahead_ = nullptr;
-  const char* row_ = nullptr;
-  int64_t row_bytes_ = 0, pitch_ = 0, rows_left_ = 0, offset_ = 0;
-  int region_ = 0;
-  bool write_ = false;
-};
 
 // One call's operands, and row r's depth range.
 struct Job {
@@ -200,20 +165,7 @@ HWY_INLINE void Columns(const Job& g, int64_t j, Prefetcher& prefetch) {
   const int64_t rows = g.c.rows;
   int64_t r = 0;
   for (; r + kRows <= rows; r += kRows) Rows<kRows, NV>(g, r, j, prefetch);
-  switch (rows - r) {
-    case 1:
-      return Rows<1, NV>(g, r, j, prefetch);
-    case 2:
-      return Rows<2, NV>(g, r, j, prefetch);
-    case 3:
-      return Rows<3, NV>(g, r, j, prefetch);
-    case 4:
-      return Rows<4, NV>(g, r, j, prefetch);
-    case 5:
-      return Rows<5, NV>(g, r, j, prefetch);
-    default:
-      return;
-  }
+  Counted<kRows>(rows - r, [&](auto n) { Rows<n(), NV>(g, r, j, prefetch); });
 }
 
 // Columns [j0, cols) (fewer than one vector): the same chains, one lane at a time.
@@ -251,19 +203,7 @@ void Gemm(Tile c, Strided a, ConstTile b, const GemmOptions& o) {
   if (c.rows == 2)
     for (; j + 2 * kVecs * L <= c.cols; j += 2 * kVecs * L) Rows<2, 2 * kVecs>(g, 0, j, prefetch);
   for (; j + kVecs * L <= c.cols; j += kVecs * L) Columns<kVecs>(g, j, prefetch);
-  switch ((c.cols - j) / L) {
-    case 1:
-      Columns<1>(g, j, prefetch);
-      break;
-    case 2:
-      Columns<2>(g, j, prefetch);
-      break;
-    case 3:
-      Columns<3>(g, j, prefetch);
-      break;
-    default:
-      break;
-  }
+  Counted<kVecs>((c.cols - j) / L, [&](auto nv) { Columns<nv()>(g, j, prefetch); });
   j += (c.cols - j) / L * L;
   if (j < c.cols) TailColumns(g, j);
 }

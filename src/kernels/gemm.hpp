@@ -20,6 +20,43 @@ struct RowsAhead {
   int64_t count = 0;                          // rows per region
 };
 
+// The cache lines of a RowsAhead, one per Tick: a kernel ticks once per step of its inner loop, so the
+// prefetches spread over its arithmetic (the GEMM below, the decayed family's scan).
+class Prefetcher {
+ public:
+  explicit Prefetcher(const RowsAhead* ahead) {
+    if (!ahead || !ahead->rows[0] || ahead->count <= 0) return;
+    ahead_ = ahead;
+    Start(0);
+  }
+  [[gnu::always_inline]] void Tick() {
+    if (rows_left_ == 0) return;
+    if (write_)
+      __builtin_prefetch(row_ + offset_, 1, 2);
+    else
+      __builtin_prefetch(row_ + offset_, 0, 2);
+    offset_ += 64;
+    if (offset_ < row_bytes_) return;
+    offset_ = 0, row_ += pitch_;
+    if (--rows_left_ == 0 && region_ == 0 && ahead_->rows[1]) Start(1);
+  }
+
+ private:
+  void Start(int region) {
+    region_ = region;
+    row_ = reinterpret_cast<const char*>(ahead_->rows[region]);
+    pitch_ = ahead_->ld[region] * int64_t(sizeof(float));
+    write_ = ahead_->write[region];
+    row_bytes_ = ahead_->cols[region] * int64_t(sizeof(float));
+    rows_left_ = ahead_->count, offset_ = 0;
+  }
+  const RowsAhead* ahead_ = nullptr;
+  const char* row_ = nullptr;
+  int64_t row_bytes_ = 0, pitch_ = 0, rows_left_ = 0, offset_ = 0;
+  int region_ = 0;
+  bool write_ = false;
+};
+
 struct GemmOptions {
   bool accumulate = false;           // each chain starts from c's old value (else from 0)
   const float* row_scale = nullptr;  // [c.rows]: row r's result is multiplied by row_scale[r]
