@@ -34,26 +34,25 @@ void MulExpDifferenceN(float* y, const float* x, const float* HWY_RESTRICT a, co
   for (; i < n; ++i) y[i] = x[i] * std::exp(sign * (b ? a[i] - b[i] : a[i]));
 }
 
-// One row of running sums: row += prev over [0, cols); each column's range with it against the
-// span (0 counted when from_zero). Returns whether any column spans more than max_span.
-HWY_INLINE bool AddRowAndCheckSpan(D d, float* HWY_RESTRICT row, const float* HWY_RESTRICT prev,
-                                   const float* HWY_RESTRICT lo, const float* HWY_RESTRICT hi, int64_t cols,
-                                   float max_span, bool from_zero) {
+// One row of running sums against the span: whether any column's range, with row + prev in it (and 0
+// when from_zero), would span more than max_span. The row itself is not written.
+HWY_INLINE bool SpanExceeded(D d, const float* HWY_RESTRICT row, const float* HWY_RESTRICT prev,
+                             const float* HWY_RESTRICT lo, const float* HWY_RESTRICT hi, int64_t cols, float max_span,
+                             bool from_zero) {
   const int64_t L = int64_t(hn::Lanes(d));
   const V zero = hn::Zero(d), span = hn::Set(d, max_span);
   auto over = hn::Lt(span, span);  // all false
   int64_t i = 0;
   for (; i + L <= cols; i += L) {
     const V r = hn::Add(hn::LoadU(d, row + i), hn::LoadU(d, prev + i));
-    hn::StoreU(r, d, row + i);
     V h = hn::Max(hn::LoadU(d, hi + i), r), l = hn::Min(hn::LoadU(d, lo + i), r);
     if (from_zero) h = hn::Max(h, zero), l = hn::Min(l, zero);
     over = hn::Or(over, hn::Gt(hn::Sub(h, l), span));
   }
   bool exceeds = !hn::AllFalse(d, over);
   for (; i < cols; ++i) {
-    row[i] += prev[i];
-    float h = std::max(hi[i], row[i]), l = std::min(lo[i], row[i]);
+    const float r = row[i] + prev[i];
+    float h = std::max(hi[i], r), l = std::min(lo[i], r);
     if (from_zero) h = std::max(h, 0.0f), l = std::min(l, 0.0f);
     exceeds |= h - l > max_span;
   }
@@ -67,14 +66,16 @@ int64_t RunningLogDecaysN(const ChunkDecays& c, int64_t rows, float max_span, bo
   int64_t t = 1;
   for (; t < rows; ++t) {
     float* row = c.b + t * c.ld;
-    if (AddRowAndCheckSpan(d, row, row - c.ld, c.lo, c.hi, cols, max_span, from_zero) && stop_early) break;
+    const float* prev = row - c.ld;
+    if (stop_early && SpanExceeded(d, row, prev, c.lo, c.hi, cols, max_span, from_zero)) break;
     int64_t i = 0;
     for (; i + L <= cols; i += L) {
-      const V r = hn::LoadU(d, row + i);
+      const V r = hn::Add(hn::LoadU(d, row + i), hn::LoadU(d, prev + i));
+      hn::StoreU(r, d, row + i);
       hn::StoreU(hn::Min(hn::LoadU(d, c.lo + i), r), d, c.lo + i);
       hn::StoreU(hn::Max(hn::LoadU(d, c.hi + i), r), d, c.hi + i);
     }
-    for (; i < cols; ++i) c.lo[i] = std::min(c.lo[i], row[i]), c.hi[i] = std::max(c.hi[i], row[i]);
+    for (; i < cols; ++i) row[i] += prev[i], c.lo[i] = std::min(c.lo[i], row[i]), c.hi[i] = std::max(c.hi[i], row[i]);
   }
   const float* last = c.b + (t - 1) * c.ld;
   const V half = hn::Set(d, 0.5f);
@@ -92,8 +93,8 @@ int64_t RunningLogDecaysN(const ChunkDecays& c, int64_t rows, float max_span, bo
 }
 
 // kFactors: the factors for the backward (El, Er; Eb, Ed too with kDelta); kDelta: the delta rule's
-// left keys (Kl, Kt).
-template <bool kFactors, bool kDelta>
+// left keys (Kl, Kt); kApplied: Qe and Kd (without them, only the scan's Ql and Kr).
+template <bool kFactors, bool kDelta, bool kApplied = true>
 void SplitFactorRowOf(const SplitFactorRow& o, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
                       const float* HWY_RESTRICT b, const float* HWY_RESTRICT m, const float* HWY_RESTRICT em,
                       const float* HWY_RESTRICT enm, int64_t n) {
@@ -103,17 +104,21 @@ void SplitFactorRowOf(const SplitFactorRow& o, const float* HWY_RESTRICT q, cons
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const V e = Factor(d, b, m, one, i), inv = hn::Div(one, e);
-    const V eb = hn::Mul(e, hn::LoadU(d, em + i)), ed = hn::Mul(inv, hn::LoadU(d, enm + i));
     const V qv = hn::LoadU(d, q + i), kv = hn::LoadU(d, k + i);
     hn::StoreU(hn::Mul(qv, e), d, o.Ql + i), hn::StoreU(hn::Mul(kv, inv), d, o.Kr + i);
+    if constexpr (!kApplied) continue;
+    const V eb = hn::Mul(e, hn::LoadU(d, em + i)), ed = hn::Mul(inv, hn::LoadU(d, enm + i));
     hn::StoreU(hn::Mul(qv, eb), d, o.Qe + i), hn::StoreU(hn::Mul(kv, ed), d, o.Kd + i);
     if constexpr (kFactors) hn::StoreU(e, d, o.El + i), hn::StoreU(inv, d, o.Er + i);
     if constexpr (kFactors && kDelta) hn::StoreU(eb, d, o.Eb + i), hn::StoreU(ed, d, o.Ed + i);
     if constexpr (kDelta) hn::StoreU(hn::Mul(kv, e), d, o.Kl + i), hn::StoreU(hn::Mul(kv, eb), d, o.Kt + i);
   }
   for (; i < n; ++i) {
-    const float e = std::exp(b[i] - m[i]), inv = 1.0f / e, eb = e * em[i], ed = inv * enm[i];
-    o.Ql[i] = q[i] * e, o.Kr[i] = k[i] * inv, o.Qe[i] = q[i] * eb, o.Kd[i] = k[i] * ed;
+    const float e = std::exp(b[i] - m[i]), inv = 1.0f / e;
+    o.Ql[i] = q[i] * e, o.Kr[i] = k[i] * inv;
+    if constexpr (!kApplied) continue;
+    const float eb = e * em[i], ed = inv * enm[i];
+    o.Qe[i] = q[i] * eb, o.Kd[i] = k[i] * ed;
     if constexpr (kFactors) o.El[i] = e, o.Er[i] = inv;
     if constexpr (kFactors && kDelta) o.Eb[i] = eb, o.Ed[i] = ed;
     if constexpr (kDelta) o.Kl[i] = k[i] * e, o.Kt[i] = k[i] * eb;
@@ -122,7 +127,9 @@ void SplitFactorRowOf(const SplitFactorRow& o, const float* HWY_RESTRICT q, cons
 
 void SplitFactorRowN(const SplitFactorRow& o, const float* q, const float* k, const float* b, const float* m,
                      const float* em, const float* enm, int64_t n) {
-  if (o.El && o.Kl)
+  if (!o.Qe)
+    SplitFactorRowOf<false, false, false>(o, q, k, b, m, em, enm, n);
+  else if (o.El && o.Kl)
     SplitFactorRowOf<true, true>(o, q, k, b, m, em, enm, n);
   else if (o.El)
     SplitFactorRowOf<true, false>(o, q, k, b, m, em, enm, n);

@@ -11,7 +11,7 @@ void mul_exp_difference(float* y, const float* x, const float* a, const float* b
 
 // The running log decays of one chunk whose factors must stay bounded, and its column factors.
 // b: [rows, ld], row t holding token t's log decays [cols] on entry and Σ_{u ≤ t} of them on return
-// (the rows taken, and the first one not taken). The rows taken: all of them unless stop_early, else
+// for the rows taken (the rows not taken are left as they were). The rows taken: all of them unless stop_early, else
 // the longest prefix (always ≥ 1 row) over which no column's running sum spans more than max_span,
 // counting 0 (the chunk's start) in the span when from_zero. Then, per column over the rows taken,
 // with lo..hi its range: mid = (lo + hi) / 2, last = b_n (the last row taken), e_mid = e^{mid},
@@ -28,7 +28,8 @@ int64_t running_log_decays(const ChunkDecays& c, int64_t rows, float max_span, b
 //   Ql = q e, Kr = k / e, Qe = Ql em, Kd = Kr enm   (em = e^{m}, enm = e^{b_n − m}),
 // the delta rule's left keys Kl = k e, Kt = Kl em (null: GLA, which has none), and the factors that
 // the backward applies again, El = e, Er = 1/e and with the left keys Eb = e em (= e^{b}),
-// Ed = Er enm (= e^{b_n − b}) (null: a forward, which needs none).
+// Ed = Er enm (= e^{b_n − b}) (null: a forward, which needs none). Qe null: Ql and Kr alone (the
+// token-by-token scan's sides, kernels/decay_scan.hpp; em and enm unread).
 struct SplitFactorRow {
   float *Ql, *Kr, *Qe, *Kd;
   float *Kl = nullptr, *Kt = nullptr;
