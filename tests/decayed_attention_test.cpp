@@ -198,18 +198,42 @@ TEST(DecayedAttention, PackedSequencesMatchTheOracleAndDoNotLeak) {
   }
 }
 
+// The token-by-token forward (decayed_recurrent_forward) from the problem's initial state: out and the final
+// state against the oracle.
+void expect_recurrent_matches_oracle(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  const Problem p = make_problem(c);
+  const Oracle o = oracle(p);
+  Tensor32 out = make_tensor({c.B, c.T, c.H, c.V}, c.layout);
+  std::vector<float> state = p.initial;
+  decayed_recurrent_forward(out.view, p.q.view, p.k.view, p.v.view, p.gate(), state, p.options());
+  EXPECT_TRUE(all_finite(out.view));
+  EXPECT_LT(relative_error(out.view, o.forward.out), 2e-5);
+  EXPECT_LT(relative_error(state, o.forward.final_state), 2e-5);
+}
+
 TEST(DecayedAttention, RecurrentPathMatchesTheChunkedOne) {
+  for (Decay d : kAllDecays) expect_recurrent_matches_oracle({2, 77, 3, 9, 6, d, 16, -3.0f, 0.0f, Layout::bhnd});
+}
+
+// The token-by-token forward over blocks of tokens (recurrent_blocks.hpp) at the extremes: −20 per
+// token (blocks of two tokens: a third would make the decays span 40, over kScanMaxLogSpan), most tokens
+// keeping and some forgetting at once (blocks cut short, some tokens whose decay alone spans more than 20),
+// no decay over 64K tokens (blocks of full length, their factors all ones); odd extents (K = 9: a tile of one
+// key row; V = 85: tiles of 4 and 2 vectors and a padded lane tail); packed sequences of 0, 1, 3 and more
+// tokens.
+TEST(DecayedAttention, RecurrentPathAtTheExtremes) {
+  std::vector<Case> cases;
+  for (Decay d : {Decay::token, Decay::key})
+    cases.push_back({2, 130, 2, 8, 8, d, 64, -20.0f, -20.0f}), cases.push_back({1, 200, 2, 8, 8, d, 64, -25.0f, 0.0f});
+  for (Decay d : {Decay::none, Decay::token, Decay::key}) cases.push_back({1, 1 << 16, 1, 4, 4, d, 64, 0.0f, 0.0f});
   for (Decay d : kAllDecays) {
-    const Case c{2, 77, 3, 9, 6, d, 16, -3.0f, 0.0f, Layout::bhnd};
-    SCOPED_TRACE(describe(c));
-    const Problem p = make_problem(c);
-    const Oracle o = oracle(p);
-    Tensor32 out = make_tensor({c.B, c.T, c.H, c.V}, c.layout);
-    std::vector<float> state = p.initial;
-    decayed_recurrent_forward(out.view, p.q.view, p.k.view, p.v.view, p.gate(), state, p.options());
-    EXPECT_LT(relative_error(out.view, o.forward.out), 2e-5);
-    EXPECT_LT(relative_error(state, o.forward.final_state), 2e-5);
+    cases.push_back({2, 97, 3, 9, 85, d, 64, -0.7f, 0.0f, Layout::padded});
+    Case packed{1, 80, 2, 6, 5, d, 16};
+    packed.cu_seqlens = {0, 1, 1, 4, 40, 80};
+    cases.push_back(packed);
   }
+  for (const Case& c : cases) expect_recurrent_matches_oracle(c);
 }
 
 // A call large enough for threads (tokens × K × V over the heads ≥ 2^18) splits each sequence's heads into

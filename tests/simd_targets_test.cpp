@@ -34,6 +34,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "hwy/targets.h"
+#include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
 #include "linattn/favor.hpp"
 #include "linattn/feature_map.hpp"
@@ -541,6 +542,42 @@ TEST_F(SimdTargets, HalfPrecision) {
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], c[i]) << i;
     for (size_t i = 0; i < d32.S().size(); ++i) EXPECT_EQ(d16.S_bf16()[i].bits, to_bf16(d32.S()[i]).bits) << i;
   });
+}
+
+// The decayed family's token-by-token forward over blocks of tokens (kernels/decay_scan.cpp) under every target,
+// against the oracle: K = 9 gives tiles of 4 key rows and one; V = 85 gives each target tiles of 4 vectors, fewer and
+// a padded lane tail; 70 tokens with gates down to −12 cut some blocks short. Each decay, from a non-zero state.
+TEST_F(SimdTargets, DecayedRecurrentForward) {
+  const int64_t B = 2, T = 70, H = 3, K = 9, V = 85;
+  std::mt19937_64 rng(31);
+  const Tensor32 q = testing::random_tensor({B, T, H, K}, bnhd, rng),
+                 k = testing::random_tensor({B, T, H, K}, bnhd, rng),
+                 v = testing::random_tensor({B, T, H, V}, padded, rng),
+                 g_key = testing::random_tensor({B, T, H, K}, bnhd, rng, -12.0f, 0.0f),
+                 g_token = testing::random_tensor({B, T, H, 1}, bnhd, rng, -3.0f, 0.0f);
+  std::vector<float> initial(size_t(B * H * K * V));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : initial) x = u(rng);
+  const std::vector<double> initial64(initial.begin(), initial.end());
+  for (Decay decay : {Decay::none, Decay::retention, Decay::token, Decay::key}) {
+    DecayedAttentionOptions options;
+    options.decay = decay;
+    const ConstTensorView g = decay == Decay::key     ? ConstTensorView(g_key.view)
+                              : decay == Decay::token ? ConstTensorView(g_token.view)
+                                                      : ConstTensorView{};
+    reference::Tensor g64;
+    if (g.data) g64 = reference::to_double(g);
+    const reference::DecayedOutput want = reference::decayed_attention_forward(
+        reference::to_double(q.view), reference::to_double(k.view), reference::to_double(v.view),
+        g.data ? &g64 : nullptr, options, &initial64);
+    for_each_target(("decayed_recurrent_forward " + decay_name(decay)).c_str(), [&] {
+      auto out = testing::make_tensor({B, T, H, V}, padded);
+      std::vector<float> state = initial;
+      decayed_recurrent_forward(out.view, q.view, k.view, v.view, g, state, options);
+      expect_within(relative_error(out.view, want.out), kBound, "out");
+      expect_within(relative_error(state, want.final_state), kBound, "state");
+    });
+  }
 }
 
 // The three decode steps on a bf16 state's split rows (even and odd columns: kernels/half_lanes-inl.h's pairs), with a

@@ -1,6 +1,8 @@
 // The decayed family token by token: per sequence, head and token, S = diag(a) S + k vᵀ and
-// o = (scale · q)ᵀ S in one sweep over S (kernels::rank1_update_readout). Constant memory per token;
-// the decode path and flash-linear-attention's fused_recurrent_*.
+// o = (scale · q)ᵀ S. A decode step (and a call of sequences shorter than kScanMinTokens) sweeps S once a
+// token (kernels::rank1_update_readout); the forward over longer sequences (flash-linear-attention's
+// fused_recurrent_*) goes over blocks of tokens with their decays factored out (recurrent_blocks.hpp).
+// Constant memory per token either way.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -13,6 +15,7 @@
 #include "kernels/rows.hpp"
 #include "linattn/half_attention.hpp"
 #include "ops/decay/decay_checks.hpp"
+#include "ops/decay/recurrent_blocks.hpp"
 #include "ops/decay/recurrent_tasks.hpp"
 
 namespace linattn {
@@ -34,7 +37,7 @@ void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, Vi
   const bool decays = p.decay != Decay::none;
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
   detail::for_each_head_block(
-      N, p.H, N * p.H * p.T * K * V, floats, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+      N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const detail::DecaySequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols);
         if (cols == 0)
@@ -48,6 +51,23 @@ void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, Vi
           rows.store(out, s.b, t, h0);
         }
       });
+}
+
+// The forward of every sequence of p from state (fp32, [N, H, K, V]) on: over blocks of tokens, the heads of
+// a block of heads together (recurrent_blocks.hpp), unless every sequence is too short for a block to pay.
+template <class I>
+void recurrent_forward(const detail::DecayProblem& p, View4<I> out, View4<const I> q, View4<const I> k,
+                       View4<const I> v, View4<const I> g, std::span<float> state,
+                       const DecayedAttentionOptions& options) {
+  int64_t longest = 0;
+  for (const detail::DecaySequence& s : p.sequences) longest = std::max(longest, s.end - s.begin);
+  if (longest < detail::kScanMinTokens) return recurrent(p, out, q, k, v, g, state, options);
+  const int64_t N = int64_t(p.sequences.size());
+  detail::for_each_head_block(N, p.H, N * p.H * p.T * p.K * p.V, detail::scan_floats_per_head(p),
+                              detail::scan_floats_shared(p), [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+                                detail::scan_heads(p, p.sequences[size_t(n)], h0, heads, out, q, k, v, g, state,
+                                                   options, scratch);
+                              });
 }
 
 // The checks of an fp32 call: shapes, the state's size, and no output sharing memory with another or an input.
@@ -107,7 +127,7 @@ void decayed_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorVie
   const char* op = "decayed_recurrent_forward";
   const detail::DecayProblem p =
       check_fp32(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
-  recurrent(p, out, q, k, v, g, state, options);
+  recurrent_forward(p, out, q, k, v, g, state, options);
 }
 
 template <HalfType H>
@@ -116,7 +136,7 @@ void decayed_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H>
   const char* op = "decayed_recurrent_forward";
   const detail::DecayProblem p =
       check_half(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
-  recurrent(p, out, q, k, v, g, state, options);
+  recurrent_forward(p, out, q, k, v, g, state, options);
 }
 
 void decayed_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView g,

@@ -24,17 +24,18 @@ namespace linattn::detail {
 // sequence's H heads as one block on the calling thread; a larger one splits each sequence's heads into
 // enough blocks for two per thread, run over the threads. A block's heads are side by side in a token's
 // rows ([B, T, H, K] storage: one stretch per token), which the hardware streams in; one head a block read
-// a row every 2 KiB and waited on memory for most of its time. scratch: floats_per_head · n floats of the
-// running thread (kept_scratch).
+// a row every 2 KiB and waited on memory for most of its time. scratch: floats_per_head · n + floats_per_block
+// floats of the running thread (kept_scratch).
 template <class Body>
-void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floats_per_head, Body&& body) {
+void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floats_per_head, size_t floats_per_block,
+                         Body&& body) {
   if (sequences * H > 1 && work >= kRecurrentParallelWork) {
     const int64_t threads = omp_get_max_threads();
     const int64_t blocks = std::clamp<int64_t>((2 * threads + sequences - 1) / sequences, 1, H);
     const int64_t per_block = (H + blocks - 1) / blocks, tasks = sequences * blocks;
 #pragma omp parallel
     {
-      float* s = kept_scratch(floats_per_head * size_t(per_block));
+      float* s = kept_scratch(floats_per_head * size_t(per_block) + floats_per_block);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < tasks; ++task) {
         const int64_t h0 = task % blocks * per_block;
@@ -42,7 +43,7 @@ void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floa
       }
     }
   } else {
-    float* s = kept_scratch(floats_per_head * size_t(H));
+    float* s = kept_scratch(floats_per_head * size_t(H) + floats_per_block);
     for (int64_t n = 0; n < sequences; ++n) body(n, int64_t(0), H, s);
   }
 }

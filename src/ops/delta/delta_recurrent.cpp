@@ -45,7 +45,7 @@ void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, Vi
   const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
   detail::for_each_head_block(
-      N, p.H, N * p.H * p.T * K * V, floats, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+      N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const detail::DecaySequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols);
         for (int64_t t = s.begin; t < s.end; ++t) {
