@@ -204,12 +204,10 @@ void expect_recurrent_matches_oracle(const Case& c) {
   SCOPED_TRACE(describe(c));
   const Problem p = make_problem(c);
   const Oracle o = oracle(p);
-  Tensor32 out = make_tensor({c.B, c.T, c.H, c.V}, c.layout);
-  std::vector<float> state = p.initial;
-  decayed_recurrent_forward(out.view, p.q.view, p.k.view, p.v.view, p.gate(), state, p.options());
-  EXPECT_TRUE(all_finite(out.view));
-  EXPECT_LT(relative_error(out.view, o.forward.out), 2e-5);
-  EXPECT_LT(relative_error(state, o.forward.final_state), 2e-5);
+  expect_recurrence({c.B, c.T, c.H, c.V}, c.layout, p.initial, o.forward.out, o.forward.final_state,
+                    [&](TensorView out, std::vector<float>& state) {
+                      decayed_recurrent_forward(out, p.q.view, p.k.view, p.v.view, p.gate(), state, p.options());
+                    });
 }
 
 TEST(DecayedAttention, RecurrentPathMatchesTheChunkedOne) {

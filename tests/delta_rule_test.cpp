@@ -238,19 +238,42 @@ TEST(DeltaRule, PackedSequencesMatchTheOracleAndDoNotLeak) {
   }
 }
 
+// The token-by-token forward (delta_rule_recurrent_forward) from the problem's initial state: out and the final
+// state against the oracle.
+void expect_recurrent_matches_oracle(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  const Problem p = make_problem(c);
+  const Oracle o = oracle(p);
+  expect_recurrence({c.B, c.T, c.H, c.V}, c.layout, p.initial, o.forward.out, o.forward.final_state,
+                    [&](TensorView out, std::vector<float>& state) {
+                      delta_rule_recurrent_forward(out, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), state,
+                                                   p.options());
+                    });
+}
+
 TEST(DeltaRule, RecurrentPathMatchesTheOracle) {
   for (DeltaGate gate : kAllGates)
-    for (bool l2norm : {true, false}) {
-      const Case c{2, 77, 3, 9, 6, gate, l2norm, 16, -3.0f, 0.0f, 0.0f, 1.0f, Layout::bhnd, {}, 0.5f};
-      SCOPED_TRACE(describe(c));
-      const Problem p = make_problem(c);
-      const Oracle o = oracle(p);
-      Tensor32 out = make_tensor({c.B, c.T, c.H, c.V}, c.layout);
-      std::vector<float> state = p.initial;
-      delta_rule_recurrent_forward(out.view, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), state, p.options());
-      EXPECT_LT(relative_error(out.view, o.forward.out), 2e-5);
-      EXPECT_LT(relative_error(state, o.forward.final_state), 2e-5);
-    }
+    for (bool l2norm : {true, false})
+      expect_recurrent_matches_oracle(
+          {2, 77, 3, 9, 6, gate, l2norm, 16, -3.0f, 0.0f, 0.0f, 1.0f, Layout::bhnd, {}, 0.5f});
+}
+
+// The token-by-token forward at the extremes: gates in [−0.05, 0] over 700 tokens, −20 per token, gates in
+// [−25, 0], no decay over 64K tokens; β near 2, unnormalised keys (‖k‖² β < 2, so the rule contracts), K = 9
+// with V = 85 and packed sequences of 1, 3 and more tokens.
+TEST(DeltaRule, RecurrentPathAtTheExtremes) {
+  for (DeltaGate gate : {DeltaGate::token, DeltaGate::key}) {
+    expect_recurrent_matches_oracle({2, 700, 2, 8, 8, gate, true, 64, -0.05f, 0.0f});
+    expect_recurrent_matches_oracle({2, 130, 2, 8, 8, gate, true, 64, -20.0f, -20.0f});
+    expect_recurrent_matches_oracle({1, 200, 2, 8, 8, gate, true, 64, -25.0f, 0.0f});
+    expect_recurrent_matches_oracle({1, 1 << 16, 1, 4, 4, gate, true, 64, 0.0f, 0.0f});
+    expect_recurrent_matches_oracle({1, 300, 2, 8, 8, gate, true, 64, -0.05f, 0.0f, 1.9f, 2.0f});
+    expect_recurrent_matches_oracle(
+        {1, 300, 2, 8, 8, gate, false, 64, -0.05f, 0.0f, 0.0f, 1.0f, Layout::bnhd, {}, 0.4f});
+    expect_recurrent_matches_oracle({2, 97, 3, 9, 85, gate, true, 64, -0.1f, 0.0f, 0.0f, 1.0f, Layout::padded});
+    expect_recurrent_matches_oracle(
+        {1, 80, 2, 6, 5, gate, true, 16, -0.1f, 0.0f, 0.0f, 1.0f, Layout::bnhd, {0, 1, 4, 40, 80}});
+  }
 }
 
 // The recurrence over blocks of heads on 1 to 3 threads (as DecayedAttention's test of the same name): bit for

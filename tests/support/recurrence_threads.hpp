@@ -1,6 +1,7 @@
 #pragma once
-// The token-by-token forwards (decayed family, delta rule) over 1, 2 and 3 threads: a call large enough for
-// threads splits its sequences' heads into blocks by the thread count, and the result must not move.
+// The token-by-token forwards (decayed family, delta rule) against the oracle, and over 1, 2 and 3 threads: a
+// call large enough for threads splits its sequences' heads into blocks by the thread count, and the result
+// must not move.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -12,7 +13,20 @@
 
 namespace linattn::testing {
 
-// run(out, state) writes the forward's output into out and advances state (the initial state on entry). Each
+// run(out, state) writes the forward's output into out and advances state (the initial state on entry): out is
+// finite, and out and the final state are within 2e-5 of the oracle's.
+template <class Run>
+void expect_recurrence(std::array<int64_t, 4> out_extent, Layout layout, const std::vector<float>& initial,
+                       const reference::Tensor& oracle_out, const std::vector<double>& oracle_state, Run&& run) {
+  Tensor32 out = make_tensor(out_extent, layout);
+  std::vector<float> state = initial;
+  run(out.view, state);
+  EXPECT_TRUE(all_finite(out.view));
+  EXPECT_LT(relative_error(out.view, oracle_out), 2e-5);
+  EXPECT_LT(relative_error(state, oracle_state), 2e-5);
+}
+
+// The same over 1, 2 and 3 threads (run as above). Each
 // thread count's out and final state are within 2e-5 of the oracle's and bit for bit the single thread's.
 template <class Run>
 void expect_recurrence_over_threads(std::array<int64_t, 4> out_extent, Layout layout, const std::vector<float>& initial,
