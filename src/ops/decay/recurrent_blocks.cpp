@@ -19,26 +19,23 @@ namespace {
 using kernels::padded;
 constexpr int64_t C = kScanBlockTokens;
 
-// One head's part of the scratch: its state R [K, Vp], and a block's q, k (where packed), gates [C, Kp]
-// (a constant decay's too, and their running sums once a scan has taken them), v (where packed) and o [C, Vp].
-struct HeadScratch {
-  float *R, *q, *k, *g, *v, *o;
-  static size_t floats(int64_t K, int64_t V) { return size_t(K * padded(V) + 3 * C * padded(K) + 2 * C * padded(V)); }
-  HeadScratch(float* s, int64_t K, int64_t V) {
-    const int64_t Kp = padded(K), Vp = padded(V);
-    for (auto [x, n] : {std::pair{&R, K * Vp}, {&q, C * Kp}, {&k, C * Kp}, {&g, C * Kp}, {&v, C * Vp}, {&o, C * Vp}})
-      *x = s, s += n;
-  }
-};
-
-// What the heads share, one scan at a time: the factored sides Ql, Kr [C, Kp], per key dimension lo, hi, mid, last,
-// e^{mid}, e^{last − mid} and the start and end factors [Kp], and per token the factors of a decay per token [C] ×2.
+// What the heads share, one head's block at a time: its q, k (where packed) and gates [C, Kp] (a constant
+// decay's too, and their running sums once a scan has taken them), v (where packed) and o [C, Vp]; the factored
+// sides Ql, Kr [C, Kp]; per key dimension lo, hi, mid, last, e^{mid}, e^{last − mid} and the start and end factors
+// [Kp]; per token the factors of a decay per token [C] ×2. Each head keeps only its state R [K, Vp] of its own.
 struct SharedScratch {
-  float *Ql, *Kr, *lo, *hi, *mid, *last, *e_mid, *e_last_mid, *start, *end, *fq, *fk;
-  static size_t floats(int64_t K) { return size_t(2 * C * padded(K) + 8 * padded(K) + 2 * C); }
-  SharedScratch(float* s, int64_t K) {
-    const int64_t Kp = padded(K);
-    for (auto [x, n] : {std::pair{&Ql, C * Kp},
+  float *q, *k, *g, *v, *o, *Ql, *Kr, *lo, *hi, *mid, *last, *e_mid, *e_last_mid, *start, *end, *fq, *fk;
+  static size_t floats(int64_t K, int64_t V) {
+    return size_t(5 * C * padded(K) + 2 * C * padded(V) + 8 * padded(K) + 2 * C);
+  }
+  SharedScratch(float* s, int64_t K, int64_t V) {
+    const int64_t Kp = padded(K), Vp = padded(V);
+    for (auto [x, n] : {std::pair{&q, C * Kp},
+                        {&k, C * Kp},
+                        {&g, C * Kp},
+                        {&v, C * Vp},
+                        {&o, C * Vp},
+                        {&Ql, C * Kp},
                         {&Kr, C * Kp},
                         {&lo, Kp},
                         {&hi, Kp},
@@ -69,8 +66,8 @@ kernels::ConstTile block_rows(View4<const I> x, int64_t b, int64_t h, int64_t t,
 
 }  // namespace
 
-size_t scan_floats_per_head(const DecayProblem& p) { return HeadScratch::floats(p.K, p.V); }
-size_t scan_floats_shared(const DecayProblem& p) { return SharedScratch::floats(p.K); }
+size_t scan_floats_per_head(const DecayProblem& p) { return size_t(p.K * padded(p.V)); }
+size_t scan_floats_shared(const DecayProblem& p) { return SharedScratch::floats(p.K, p.V); }
 
 template <class I>
 void scan_heads(const DecayProblem& p, const DecaySequence& s, int64_t h0, int64_t heads, View4<I> out,
@@ -78,19 +75,18 @@ void scan_heads(const DecayProblem& p, const DecaySequence& s, int64_t h0, int64
                 const DecayedAttentionOptions& options, float* scratch) {
   const int64_t K = p.K, V = p.V, Kp = padded(K), Vp = padded(V), cols = p.gate_cols();
   const bool decays = p.decay != Decay::none, per_key = p.decay == Decay::key;
-  const int64_t ld = per_key ? Kp : 1, width = per_key ? K : 1;  // b's pitch and columns
-  const auto head = [&](int64_t j) { return HeadScratch(scratch + size_t(j) * HeadScratch::floats(K, V), K, V); };
-  const SharedScratch x(scratch + size_t(heads) * HeadScratch::floats(K, V), K);
-  for (int64_t j = 0; j < heads; ++j) load_state_rows(head(j).R, K, V, Vp, state, s.n * p.H + h0 + j);
+  const int64_t ld = per_key ? Kp : 1, width = per_key ? K : 1;    // b's pitch and columns
+  const auto R = [&](int64_t j) { return scratch + j * K * Vp; };  // head j's state
+  const SharedScratch x(scratch + heads * K * Vp, K, V);
+  for (int64_t j = 0; j < heads; ++j) load_state_rows(R(j), K, V, Vp, state, s.n * p.H + h0 + j);
   for (int64_t t = s.begin; t < s.end; t += C) {
     const int64_t n = std::min(C, s.end - t);
     for (int64_t j = 0; j < heads; ++j) {
-      const HeadScratch y = head(j);
       const int64_t h = h0 + j;
-      const kernels::ConstTile qr = block_rows(q, s.b, h, t, n, K, y.q, Kp, false),
-                               kr = block_rows(k, s.b, h, t, n, K, y.k, Kp, false),
-                               vr = block_rows(v, s.b, h, t, n, V, y.v, Vp, true);
-      if (cols > 0) kernels::pack_rows({y.g, ld, n, cols}, kernels::head_rows(g, s.b, h), t, n);
+      const kernels::ConstTile qr = block_rows(q, s.b, h, t, n, K, x.q, Kp, false),
+                               kr = block_rows(k, s.b, h, t, n, K, x.k, Kp, false),
+                               vr = block_rows(v, s.b, h, t, n, V, x.v, Vp, true);
+      if (cols > 0) kernels::pack_rows({x.g, ld, n, cols}, kernels::head_rows(g, s.b, h), t, n);
       // The next block's rows of this head arrive while its scans run (fp32 views), its rows of out for writing.
       kernels::RowsAhead next[kernels::kScanAhead];
       if constexpr (std::is_same_v<I, float>)
@@ -104,7 +100,7 @@ void scan_heads(const DecayProblem& p, const DecaySequence& s, int64_t h0, int64
         int64_t ldq = qr.ld, ldk = kr.ld;
         if (decays) {
           // b: the gates' running sums over the scan's rows, in place (the rows after it are left as packed).
-          float* b = y.g + r * ld;
+          float* b = x.g + r * ld;
           if (cols == 0) std::fill_n(b, m, float(constant_log_decay(options, h)));
           m = kernels::running_log_decays({b, ld, width, x.lo, x.hi, x.mid, x.last, x.e_mid, x.e_last_mid}, m,
                                           kScanMaxLogSpan, false, true);
@@ -122,8 +118,8 @@ void scan_heads(const DecayProblem& p, const DecaySequence& s, int64_t h0, int64
           }
           Ql = x.Ql, Kr = x.Kr, ldq = ldk = Kp;
         }
-        kernels::decay_scan_block({.o = y.o + r * Vp,
-                                   .R = y.R,
+        kernels::decay_scan_block({.o = x.o + r * Vp,
+                                   .R = R(j),
                                    .Ql = Ql,
                                    .Kr = Kr,
                                    .v = vr.row(r),
@@ -142,15 +138,15 @@ void scan_heads(const DecayProblem& p, const DecaySequence& s, int64_t h0, int64
       // o times the scale (q went in without it).
       const auto rows = kernels::head_rows(out, s.b, h);
       if constexpr (std::is_same_v<I, float>) {
-        kernels::unpack_rows(rows, t, {y.o, Vp, n, V}, n, p.scale);
+        kernels::unpack_rows(rows, t, {x.o, Vp, n, V}, n, p.scale);
       } else {
         std::fill_n(x.fq, n, p.scale);
-        kernels::scale_rows(y.o, Vp, y.o, Vp, x.fq, n, V);
-        kernels::unpack_rows(rows, t, kernels::ConstTile{y.o, Vp, n, V});
+        kernels::scale_rows(x.o, Vp, x.o, Vp, x.fq, n, V);
+        kernels::unpack_rows(rows, t, kernels::ConstTile{x.o, Vp, n, V});
       }
     }
   }
-  for (int64_t j = 0; j < heads; ++j) store_state_rows(state, head(j).R, K, V, Vp, s.n * p.H + h0 + j);
+  for (int64_t j = 0; j < heads; ++j) store_state_rows(state, R(j), K, V, Vp, s.n * p.H + h0 + j);
 }
 
 #define LINATTN_SCAN_HEADS(I)                                                                                        \

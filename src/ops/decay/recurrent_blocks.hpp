@@ -23,7 +23,7 @@ inline constexpr int64_t kScanBlockTokens = 32;
 // state) costs about as much as a token's arithmetic.
 inline constexpr int64_t kScanMinTokens = 4;
 
-// The scratch of a block of heads: floats per head, and floats the block's heads share.
+// The scratch of a block of heads: floats per head (its state), and floats the block's heads share.
 size_t scan_floats_per_head(const DecayProblem& p);
 size_t scan_floats_shared(const DecayProblem& p);
 
