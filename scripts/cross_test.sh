@@ -78,7 +78,7 @@ aarch64() {
   local build=${LINATTN_CROSS_BUILD_DIR:-build-aarch64} tools=ON
   [[ "${LINATTN_CROSS_TOOLS:-1}" == 1 ]] || tools=OFF
   local start=$SECONDS run_arg targets=()
-  # Only RUN:simd runs asked for: build the library and simd_targets_test alone (CI's variant).
+  # Only RUN:simd runs asked for: build the library and simd_targets_test alone.
   targets=(--target simd_targets_test)
   for run_arg in "$@"; do [[ $run_arg == *:simd ]] || targets=(); done
   (($#)) || targets=()
