@@ -115,12 +115,35 @@ struct Ring {
     detail::sendrecv(send, detail::mpi_count(send_floats, "a ring message"), next(), recv,
                      detail::mpi_count(recv_floats, "a ring message"), previous(), MPI_FLOAT, tag, comm);
   }
-  // The same exchange left in flight: the k/v shard a step computes on goes on to the next rank, and
-  // the next step's arrives, while the step's blocks run (they only read it).
-  void start_pass(std::optional<detail::Transfer>& transfer, const float* send, int64_t send_floats, float* recv,
-                  int64_t recv_floats, int tag) const {
-    transfer.emplace(send, detail::mpi_count(send_floats, "a ring message"), next(), recv,
-                     detail::mpi_count(recv_floats, "a ring message"), previous(), MPI_FLOAT, tag, comm);
+  // The same exchange for k/v, left in flight: the shard step computes on (`held`) goes on to the next
+  // rank, and the next step's arrives in `arriving`, while the step's blocks run (they only read it).
+  // Nothing after the last step.
+  void start_keys_pass(std::optional<detail::Transfer>& transfer, int step, const float* held, float* arriving) const {
+    if (step + 1 >= ranks) return;
+    transfer.emplace(held, detail::mpi_count(shard_floats(origin(step)), "a ring message"), next(), arriving,
+                     detail::mpi_count(shard_floats(origin(step + 1)), "a ring message"), previous(), MPI_FLOAT,
+                     kTagKeys, comm);
+  }
+  // This rank's k and v into the ring buffer `held`, where the first step reads them.
+  void hold_own(float* held, ConstTensorView k, ConstTensorView v) const {
+    if (k.seq() == 0) return;  // an empty shard: its views may hold no data
+    detail::copy_view(keys(held, rank), k);
+    detail::copy_view(values(held, rank), v);
+  }
+  // block(i, qs, ks, options) for each of this rank's query segments i (qs) and each key segment ks of
+  // origin o that it sees, with the single-process options of the pair; the transfer in flight (if
+  // any) progresses between blocks.
+  template <class Block>
+  void for_each_block(int o, std::optional<detail::Transfer>& transfer, std::vector<int64_t>& lengths_buffer,
+                      Block&& block) const {
+    const std::vector<Segment>& mine = segments[size_t(rank)];
+    for (size_t i = 0; i < mine.size(); ++i)
+      for (const Segment& ks : segments[size_t(o)]) {
+        const Visibility seen = detail::visibility(options.causal, mine[i], ks);
+        if (seen == Visibility::none) continue;
+        if (transfer) transfer->progress();
+        block(i, mine[i], ks, block_options(seen, lengths_buffer, ks));
+      }
   }
 };
 
@@ -203,43 +226,33 @@ void ring_attention_forward(MPI_Comm comm, TensorView out, std::span<float> lse,
 
   float* held = current.data();
   float* arriving = incoming.data();
-  if (n > 0) {
-    detail::copy_view(ring.keys(held, ring.rank), k);
-    detail::copy_view(ring.values(held, ring.rank), v);
-  }
+  ring.hold_own(held, k, v);
   for (int step = 0; step < ring.ranks; ++step) {
     const int o = ring.origin(step);
     // The next step's shard arrives while this step's blocks run.
     std::optional<detail::Transfer> transfer;
-    if (step + 1 < ring.ranks)
-      ring.start_pass(transfer, held, ring.shard_floats(o), arriving, ring.shard_floats(ring.origin(step + 1)),
-                      kTagKeys);
+    ring.start_keys_pass(transfer, step, held, arriving);
     {
       detail::ComputeTimer timer;
       detail::or_abort(comm, op, [&] {
         const TensorView ko = ring.keys(held, o), vo = ring.values(held, o);
-        for (size_t i = 0; i < mine.size(); ++i) {
-          const Segment& qs = mine[i];
-          for (const Segment& ks : ring.segments[size_t(o)]) {
-            const Visibility seen = detail::visibility(ring.options.causal, qs, ks);
-            if (seen == Visibility::none) continue;
-            if (transfer) transfer->progress();
-            const SoftmaxAttentionOptions block = ring.block_options(seen, lengths_buffer, ks);
-            const TensorView out_rows = detail::seq_slice(out, qs.local, qs.length);
-            const ConstTensorView q_rows = detail::seq_slice(q, qs.local, qs.length),
-                                  k_rows = detail::seq_slice(ConstTensorView(ko), ks.local, ks.length),
-                                  v_rows = detail::seq_slice(ConstTensorView(vo), ks.local, ks.length);
-            if (!written[i]) {  // the first block writes the result directly
-              softmax_attention_forward(out_rows, seg_lse[i], q_rows, k_rows, v_rows, block);
-              written[i] = true;
-              continue;
-            }
-            const TensorView partial = bnhd(block_out.data(), ring.B, qs.length, ring.H, ring.E);
-            const std::span<float> partial_lse(block_lse.data(), size_t(rows * qs.length));
-            softmax_attention_forward(partial, partial_lse, q_rows, k_rows, v_rows, block);
-            softmax_attention_merge(out_rows, seg_lse[i], partial, partial_lse);
-          }
-        }
+        ring.for_each_block(
+            o, transfer, lengths_buffer,
+            [&](size_t i, const Segment& qs, const Segment& ks, const SoftmaxAttentionOptions& block) {
+              const TensorView out_rows = detail::seq_slice(out, qs.local, qs.length);
+              const ConstTensorView q_rows = detail::seq_slice(q, qs.local, qs.length),
+                                    k_rows = detail::seq_slice(ConstTensorView(ko), ks.local, ks.length),
+                                    v_rows = detail::seq_slice(ConstTensorView(vo), ks.local, ks.length);
+              if (!written[i]) {  // the first block writes the result directly
+                softmax_attention_forward(out_rows, seg_lse[i], q_rows, k_rows, v_rows, block);
+                written[i] = true;
+                return;
+              }
+              const TensorView partial = bnhd(block_out.data(), ring.B, qs.length, ring.H, ring.E);
+              const std::span<float> partial_lse(block_lse.data(), size_t(rows * qs.length));
+              softmax_attention_forward(partial, partial_lse, q_rows, k_rows, v_rows, block);
+              softmax_attention_merge(out_rows, seg_lse[i], partial, partial_lse);
+            });
       });
     }
     if (transfer) {
@@ -298,46 +311,38 @@ void ring_attention_backward(MPI_Comm comm, TensorView dq, TensorView dk, Tensor
       grad_b(kv_a.size());
   std::vector<int64_t> lengths_buffer;
   float *held = kv_a.data(), *arriving = kv_b.data(), *grads = grad_a.data(), *grads_arriving = grad_b.data();
-  if (n > 0) {
-    detail::copy_view(ring.keys(held, ring.rank), k);
-    detail::copy_view(ring.values(held, ring.rank), v);
-  }
+  ring.hold_own(held, k, v);
   for (int step = 0; step < ring.ranks; ++step) {
     const int o = ring.origin(step);
     // k/v go on while the blocks run; their accumulators only after (the blocks write them).
     std::optional<detail::Transfer> transfer;
-    if (step + 1 < ring.ranks)
-      ring.start_pass(transfer, held, ring.shard_floats(o), arriving, ring.shard_floats(ring.origin(step + 1)),
-                      kTagKeys);
+    ring.start_keys_pass(transfer, step, held, arriving);
     {
       detail::ComputeTimer timer;
       detail::or_abort(comm, op, [&] {
         const TensorView ko = ring.keys(held, o), vo = ring.values(held, o);
         const TensorView dko = ring.keys(grads, o), dvo = ring.values(grads, o);
-        for (size_t i = 0; i < mine.size(); ++i) {
-          const Segment& qs = mine[i];
-          for (const Segment& ks : ring.segments[size_t(o)]) {
-            const Visibility seen = detail::visibility(ring.options.causal, qs, ks);
-            if (seen == Visibility::none) continue;
-            if (transfer) transfer->progress();
-            const SoftmaxAttentionOptions block = ring.block_options(seen, lengths_buffer, ks);
-            const TensorView dq_rows = detail::seq_slice(dq, qs.local, qs.length);
-            const TensorView dq_block = written[i] ? bnhd(block_dq.data(), ring.B, qs.length, ring.H, ring.D) : dq_rows;
-            const TensorView dk_block = bnhd(block_dk.data(), ring.B, ks.length, ring.H, ring.D);
-            const TensorView dv_block = bnhd(block_dv.data(), ring.B, ks.length, ring.H, ring.E);
-            // With the whole row's lse and out, each block's p = exp(s − lse) and ds = p ∘ (dp − rowsum(dO ∘ O))
-            // are the full softmax's, so the block's gradients are exact parts of the total.
-            softmax_attention_backward(dq_block, dk_block, dv_block, detail::seq_slice(dout, qs.local, qs.length),
-                                       detail::seq_slice(q, qs.local, qs.length),
-                                       detail::seq_slice(ConstTensorView(ko), ks.local, ks.length),
-                                       detail::seq_slice(ConstTensorView(vo), ks.local, ks.length),
-                                       detail::seq_slice(out, qs.local, qs.length), seg_lse[i], block);
-            if (written[i]) detail::add_view(dq_rows, dq_block);
-            written[i] = true;
-            detail::add_view(detail::seq_slice(dko, ks.local, ks.length), dk_block);
-            detail::add_view(detail::seq_slice(dvo, ks.local, ks.length), dv_block);
-          }
-        }
+        ring.for_each_block(o, transfer, lengths_buffer,
+                            [&](size_t i, const Segment& qs, const Segment& ks, const SoftmaxAttentionOptions& block) {
+                              const TensorView dq_rows = detail::seq_slice(dq, qs.local, qs.length);
+                              const TensorView dq_block =
+                                  written[i] ? bnhd(block_dq.data(), ring.B, qs.length, ring.H, ring.D) : dq_rows;
+                              const TensorView dk_block = bnhd(block_dk.data(), ring.B, ks.length, ring.H, ring.D);
+                              const TensorView dv_block = bnhd(block_dv.data(), ring.B, ks.length, ring.H, ring.E);
+                              // With the whole row's lse and out, each block's p = exp(s − lse) and ds = p ∘ (dp −
+                              // rowsum(dO ∘ O)) are the full softmax's, so the block's gradients are exact parts of the
+                              // total.
+                              softmax_attention_backward(
+                                  dq_block, dk_block, dv_block, detail::seq_slice(dout, qs.local, qs.length),
+                                  detail::seq_slice(q, qs.local, qs.length),
+                                  detail::seq_slice(ConstTensorView(ko), ks.local, ks.length),
+                                  detail::seq_slice(ConstTensorView(vo), ks.local, ks.length),
+                                  detail::seq_slice(out, qs.local, qs.length), seg_lse[i], block);
+                              if (written[i]) detail::add_view(dq_rows, dq_block);
+                              written[i] = true;
+                              detail::add_view(detail::seq_slice(dko, ks.local, ks.length), dk_block);
+                              detail::add_view(detail::seq_slice(dvo, ks.local, ks.length), dv_block);
+                            });
       });
     }
     if (ring.ranks == 1) break;
