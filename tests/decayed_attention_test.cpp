@@ -361,6 +361,8 @@ TEST(DecayedAttention, BadArgumentsAreRefusedByName) {
   ConstTensorView narrow = p.g.view;
   narrow.extent[3] = 1;
   expect_error(o, narrow, "g");
+  o.decay = Decay::token;  // simple GLA with GLA's [B, T, H, K] gate
+  expect_error(o, p.g.view, "g.extent[3] (dim) is 4, expected 1 (simple GLA: one log decay per head and token)");
   o.decay = Decay::retention;
   expect_error(o, p.g.view, "g is given");
   o.decay = Decay::head;

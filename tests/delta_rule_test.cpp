@@ -404,7 +404,10 @@ TEST(DeltaRule, BadArgumentsAreRefusedByName) {
   expect_error(o, p.beta.view, narrow, "g");
   expect_error(o, {}, p.g.view, "beta");
   ConstTensorView wide_beta = p.g.view;  // [B, T, H, K] where [B, T, H, 1] is expected
-  expect_error(o, wide_beta, p.g.view, "beta");
+  expect_error(o, wide_beta, p.g.view, "beta.extent[3] (dim) is 4, expected 1 (one β per head and token)");
+  o.gate = DeltaGate::token;  // the gated delta rule with KDA's [B, T, H, K] gate
+  expect_error(o, p.beta.view, p.g.view,
+               "g.extent[3] (dim) is 4, expected 1 (gated delta rule: one log decay per head and token)");
   o.gate = DeltaGate::none;
   expect_error(o, p.beta.view, p.g.view, "g is given");
   o = p.options();

@@ -1,5 +1,8 @@
 #include "distributed/checks.hpp"
 
+#include <cmath>
+#include <utility>
+
 #include "linattn/error.hpp"
 
 namespace linattn::distributed::detail {
@@ -33,6 +36,34 @@ void check_view(const char* op, const char* name, ConstTensorView x) {
   const int64_t count = x.extent[0] * x.extent[1] * x.extent[2] * x.extent[3];
   if (count > 0 && x.data == nullptr)
     fail(op, std::string(name) + ".data is null, expected " + std::to_string(count) + " elements");
+}
+
+namespace {
+const char* const kLikeQ[] = {"q's batch", "q's sequence", "q's heads", "q's head dim"};
+}  // namespace
+
+void check_qkv(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v) {
+  for (auto [name, x] : {std::pair{"q", q}, {"k", k}, {"v", v}}) check_view(op, name, x);
+  for (int a = 0; a < 4; ++a) check_extent(op, "k", k, a, q.extent[a], kLikeQ[a]);
+  for (int a = 0; a < 3; ++a) check_extent(op, "v", v, a, q.extent[a], kLikeQ[a]);
+}
+
+void check_gate(const char* op, ConstTensorView g, ConstTensorView q, int64_t cols, const std::string& no_gate) {
+  if (cols == 0) {
+    if (g.data != nullptr) fail(op, "g is given, expected an empty view (" + no_gate + ")");
+    return;
+  }
+  check_view(op, "g", g);
+  for (int a = 0; a < 3; ++a) check_extent(op, "g", g, a, q.extent[a], kLikeQ[a]);
+  check_extent(op, "g", g, 3, cols, cols == 1 ? "a gate per token" : "q's head dim");
+}
+
+void check_scan_options(const char* op, size_t cu_seqlens_entries, int64_t chunk_size, std::optional<float> scale) {
+  if (cu_seqlens_entries != 0)
+    fail(op, "options.cu_seqlens has " + std::to_string(cu_seqlens_entries) +
+                 " entries, expected none (a shard is one piece of each batch row)");
+  if (chunk_size < 1) fail(op, "options.chunk_size is " + std::to_string(chunk_size) + ", expected ≥ 1");
+  if (scale && !std::isfinite(*scale)) fail(op, "options.scale is " + std::to_string(*scale) + ", expected finite");
 }
 
 int64_t name_hash(const std::string& name) {

@@ -34,28 +34,12 @@ Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView
                ConstTensorView g, const DecayedAttentionOptions& options, const std::function<void()>& more) {
   Signature s;
   run_local_checks(s, [&] {
-    for (auto [name, x] : {std::pair{"q", q}, {"k", k}, {"v", v}}) check_view(op, name, x);
-    static const char* axes[] = {"q's batch", "q's sequence", "q's heads", "q's head dim"};
-    for (int a = 0; a < 4; ++a) check_extent(op, "k", k, a, q.extent[a], axes[a]);
-    for (int a = 0; a < 3; ++a) check_extent(op, "v", v, a, q.extent[a], axes[a]);
-    const int64_t cols = gate_cols(options.decay, q.dim());
-    if (cols == 0 && g.data != nullptr)
-      fail(op, "g is given, expected an empty view (" + decay_name(options.decay) + " has no gate tensor)");
-    if (cols > 0) {
-      check_view(op, "g", g);
-      for (int a = 0; a < 3; ++a) check_extent(op, "g", g, a, q.extent[a], axes[a]);
-      check_extent(op, "g", g, 3, cols, options.decay == Decay::token ? "1 (a gate per token)" : "q's head dim");
-    }
+    check_qkv(op, q, k, v);
+    check_gate(op, g, q, gate_cols(options.decay, q.dim()), decay_name(options.decay) + " has no gate tensor");
     if (options.decay == Decay::head && int64_t(options.g_gamma.size()) != q.heads())
       fail(op, "options.g_gamma has " + std::to_string(options.g_gamma.size()) + " entries, expected " +
                    std::to_string(q.heads()) + " (q's heads)");
-    if (!options.cu_seqlens.empty())
-      fail(op, "options.cu_seqlens has " + std::to_string(options.cu_seqlens.size()) +
-                   " entries, expected none (a shard is one piece of each batch row)");
-    if (options.chunk_size < 1)
-      fail(op, "options.chunk_size is " + std::to_string(options.chunk_size) + ", expected ≥ 1");
-    if (options.scale && !std::isfinite(*options.scale))
-      fail(op, "options.scale is " + std::to_string(*options.scale) + ", expected finite");
+    check_scan_options(op, options.cu_seqlens.size(), options.chunk_size, options.scale);
     more();
   });
   int64_t gamma_hash = 0;

@@ -40,26 +40,17 @@ Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView
                const std::function<void()>& more) {
   Signature s;
   run_local_checks(s, [&] {
-    for (auto [name, x] : {std::pair{"q", q}, {"k", k}, {"v", v}, {"beta", beta}}) check_view(op, name, x);
-    static const char* axes[] = {"q's batch", "q's sequence", "q's heads", "q's head dim"};
-    for (int a = 0; a < 4; ++a) check_extent(op, "k", k, a, q.extent[a], axes[a]);
-    for (int a = 0; a < 3; ++a) check_extent(op, "v", v, a, q.extent[a], axes[a]);
+    check_qkv(op, q, k, v);
+    check_view(op, "beta", beta);
+    static const char* axes[] = {"q's batch", "q's sequence", "q's heads"};
     for (int a = 0; a < 3; ++a) check_extent(op, "beta", beta, a, q.extent[a], axes[a]);
-    check_extent(op, "beta", beta, 3, 1, "1 (one β per token)");
-    const int64_t cols = options.gate == DeltaGate::token ? 1 : options.gate == DeltaGate::key ? q.dim() : 0;
-    if (cols == 0 && g.data != nullptr) fail(op, "g is given, expected an empty view (DeltaNet has no gate)");
-    if (cols > 0) {
-      check_view(op, "g", g);
-      for (int a = 0; a < 3; ++a) check_extent(op, "g", g, a, q.extent[a], axes[a]);
-      check_extent(op, "g", g, 3, cols, cols == 1 ? "1 (a gate per token)" : "q's head dim");
-    }
-    if (!options.cu_seqlens.empty())
-      fail(op, "options.cu_seqlens has " + std::to_string(options.cu_seqlens.size()) +
-                   " entries, expected none (a shard is one piece of each batch row)");
-    if (options.chunk_size < 1)
-      fail(op, "options.chunk_size is " + std::to_string(options.chunk_size) + ", expected ≥ 1");
-    if (options.scale && !std::isfinite(*options.scale))
-      fail(op, "options.scale is " + std::to_string(*options.scale) + ", expected finite");
+    check_extent(op, "beta", beta, 3, 1, "one β per token");
+    check_gate(op, g, q,
+               options.gate == DeltaGate::token ? 1
+               : options.gate == DeltaGate::key ? q.dim()
+                                                : 0,
+               "DeltaNet has no gate");
+    check_scan_options(op, options.cu_seqlens.size(), options.chunk_size, options.scale);
     more();
   });
   s.shared("gate", static_cast<int64_t>(options.gate));

@@ -2,6 +2,7 @@
 // oracle, for the rank count mpiexec gave (CTest runs P = 1..4).
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <string>
 
@@ -153,6 +154,50 @@ TEST(DistributedDecayErrors, DecaysThatDisagreeAreFoundBeforeAnyArithmetic) {
   }
   EXPECT_NE(what.find("rank " + std::to_string(last) + "'s options.g_gamma (hash) is "), std::string::npos) << what;
   EXPECT_EQ(out.data, std::vector<float>(out.data.size(), 0.0f)) << "no output was written";
+}
+
+::testing::AssertionResult contains(const std::string& what, const std::string& part) {
+  if (what.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << what << "\" does not say \"" << part << "\"";
+}
+
+// What a shard cannot take, given alike on every rank, is refused by name before any arithmetic.
+TEST(DistributedDecayErrors, WhatAShardCannotTakeIsRefusedByName) {
+  const Inputs in = inputs(Decay::key, 5);
+  const std::vector<int64_t> offsets = even_offsets(N, world_size());
+  const int r = world_rank();
+  const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
+  auto refusal = [&](ConstTensorView g, const DecayedAttentionOptions& options) {
+    Gathered out({B, N, H, V});
+    std::string what;
+    try {
+      distributed::decayed_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), seq_slice(in.q.view, begin, n),
+                                             seq_slice(in.k.view, begin, n), seq_slice(in.v.view, begin, n), g,
+                                             options);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    EXPECT_EQ(out.data, std::vector<float>(out.data.size(), 0.0f)) << "no output was written";
+    return what;
+  };
+  const ConstTensorView g = seq_slice(in.g.view, begin, n);
+  const int64_t packed[] = {0, N};
+  DecayedAttentionOptions options = options_for(Decay::key);
+  options.cu_seqlens = packed;
+  EXPECT_TRUE(contains(refusal(g, options),
+                       "options.cu_seqlens has 2 entries, expected none (a shard is one piece of each "
+                       "batch row)"));
+  options = options_for(Decay::key);
+  options.chunk_size = 0;
+  EXPECT_TRUE(contains(refusal(g, options), "options.chunk_size is 0, expected ≥ 1"));
+  options = options_for(Decay::key);
+  options.scale = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(contains(refusal(g, options), "options.scale is nan, expected finite"));
+  EXPECT_TRUE(contains(refusal(g, options_for(Decay::retention)),
+                       "g is given, expected an empty view (retention has no gate tensor)"));
+  EXPECT_TRUE(
+      contains(refusal(g, options_for(Decay::token)), "g.extent[3] (head dim) is 8, expected 1 (a gate per token)"));
+  EXPECT_TRUE(contains(refusal({}, options_for(Decay::key)), "g.extent[0] (batch) is 0, expected 2 (q's batch)"));
 }
 
 }  // namespace

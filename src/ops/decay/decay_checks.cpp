@@ -52,7 +52,7 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
     check_view(op, "g", g);
     const char* because[] = {"q's batch", "q's sequence length", "q's heads",
                              o.decay == Decay::key ? "q's head dim (GLA: one log decay per key dimension)"
-                                                   : "1 (simple GLA: one log decay per head and token)"};
+                                                   : "simple GLA: one log decay per head and token"};
     const int64_t want[] = {p.B, p.T, p.H, p.gate_cols()};
     for (int axis = 0; axis < 4; ++axis) check_extent(op, "g", g, axis, want[axis], because[axis]);
   } else if (g.data) {

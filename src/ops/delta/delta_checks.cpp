@@ -32,13 +32,13 @@ DeltaProblem check_delta_arguments(const char* op, ConstTensorView q, ConstTenso
   const int64_t want[] = {p.B, p.T, p.H};
   check_view(op, "beta", beta);
   for (int axis = 0; axis < 3; ++axis) check_extent(op, "beta", beta, axis, want[axis], axes[axis]);
-  check_extent(op, "beta", beta, 3, 1, "1 (one β per head and token)");
+  check_extent(op, "beta", beta, 3, 1, "one β per head and token");
   if (p.gate_cols() > 0) {
     check_view(op, "g", g);
     for (int axis = 0; axis < 3; ++axis) check_extent(op, "g", g, axis, want[axis], axes[axis]);
     check_extent(op, "g", g, 3, p.gate_cols(),
                  o.gate == DeltaGate::key ? "q's head dim (KDA: one log decay per key dimension)"
-                                          : "1 (gated delta rule: one log decay per head and token)");
+                                          : "gated delta rule: one log decay per head and token");
   } else if (g.data) {
     fail_with(op, "g is given for '", delta_name(o.gate),
               "', expected an empty view (only gated_delta_rule and kda take a gate tensor)");
