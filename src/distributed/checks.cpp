@@ -48,14 +48,15 @@ void check_qkv(const char* op, ConstTensorView q, ConstTensorView k, ConstTensor
   for (int a = 0; a < 3; ++a) check_extent(op, "v", v, a, q.extent[a], kLikeQ[a]);
 }
 
-void check_gate(const char* op, ConstTensorView g, ConstTensorView q, int64_t cols, const std::string& no_gate) {
+void check_gate(const char* op, ConstTensorView g, ConstTensorView q, int64_t cols, bool per_token,
+                const std::string& no_gate) {
   if (cols == 0) {
     if (g.data != nullptr) fail(op, "g is given, expected an empty view (" + no_gate + ")");
     return;
   }
   check_view(op, "g", g);
   for (int a = 0; a < 3; ++a) check_extent(op, "g", g, a, q.extent[a], kLikeQ[a]);
-  check_extent(op, "g", g, 3, cols, cols == 1 ? "a gate per token" : "q's head dim");
+  check_extent(op, "g", g, 3, cols, per_token ? "a gate per token" : "q's head dim");
 }
 
 void check_scan_options(const char* op, size_t cu_seqlens_entries, int64_t chunk_size, std::optional<float> scale) {

@@ -22,8 +22,9 @@ void check_view(const char* op, const char* name, ConstTensorView x);
 // k [B, n, H, K] and v [B, n, H, ·] against q [B, n, H, K], and each view itself (q, k, v).
 void check_qkv(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v);
 // The gate g: with cols = 0 absent (an empty view; `no_gate` says why, "DeltaNet has no gate"), else
-// [B, n, H, cols] as q's first three extents; cols is 1 (a gate per token) or q's head dim.
-void check_gate(const char* op, ConstTensorView g, ConstTensorView q, int64_t cols, const std::string& no_gate);
+// [B, n, H, cols] as q's first three extents; per_token: cols is 1, a gate per token (else q's head dim).
+void check_gate(const char* op, ConstTensorView g, ConstTensorView q, int64_t cols, bool per_token,
+                const std::string& no_gate);
 // The chunked scans' shared options: no cu_seqlens (a shard is one piece of each batch row), a chunk
 // size ≥ 1, a finite scale when one is given.
 void check_scan_options(const char* op, size_t cu_seqlens_entries, int64_t chunk_size, std::optional<float> scale);

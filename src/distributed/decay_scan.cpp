@@ -35,7 +35,8 @@ Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView
   Signature s;
   run_local_checks(s, [&] {
     check_qkv(op, q, k, v);
-    check_gate(op, g, q, gate_cols(options.decay, q.dim()), decay_name(options.decay) + " has no gate tensor");
+    check_gate(op, g, q, gate_cols(options.decay, q.dim()), options.decay == Decay::token,
+               decay_name(options.decay) + " has no gate tensor");
     if (options.decay == Decay::head && int64_t(options.g_gamma.size()) != q.heads())
       fail(op, "options.g_gamma has " + std::to_string(options.g_gamma.size()) + " entries, expected " +
                    std::to_string(q.heads()) + " (q's heads)");

@@ -45,11 +45,9 @@ Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView
     static const char* axes[] = {"q's batch", "q's sequence", "q's heads"};
     for (int a = 0; a < 3; ++a) check_extent(op, "beta", beta, a, q.extent[a], axes[a]);
     check_extent(op, "beta", beta, 3, 1, "one β per token");
-    check_gate(op, g, q,
-               options.gate == DeltaGate::token ? 1
-               : options.gate == DeltaGate::key ? q.dim()
-                                                : 0,
-               "DeltaNet has no gate");
+    const bool per_token = options.gate == DeltaGate::token;
+    const int64_t cols = per_token ? 1 : options.gate == DeltaGate::key ? q.dim() : 0;
+    check_gate(op, g, q, cols, per_token, "DeltaNet has no gate");
     check_scan_options(op, options.cu_seqlens.size(), options.chunk_size, options.scale);
     more();
   });

@@ -164,5 +164,35 @@ TEST(DistributedDeltaErrors, ABadBetaOnOneRankIsNamedOnEveryRank) {
                       "expected 2 (q's heads)");
 }
 
+// A β or gate of the wrong width, alike on every rank, is refused by name before any arithmetic.
+TEST(DistributedDeltaErrors, WidthsArePerTokenOrPerKeyDimension) {
+  const Inputs in = inputs(DeltaGate::key, 4);
+  const std::vector<int64_t> offsets = even_offsets(N, world_size());
+  const int r = world_rank();
+  const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
+  auto refusal = [&](ConstTensorView beta, ConstTensorView g, DeltaGate gate) {
+    Gathered out({B, N, H, V});
+    std::string what;
+    try {
+      distributed::delta_rule_forward(MPI_COMM_WORLD, out.shard(offsets, r), seq_slice(in.q.view, begin, n),
+                                      seq_slice(in.k.view, begin, n), seq_slice(in.v.view, begin, n), beta, g,
+                                      options_for(gate, false));
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    return what;
+  };
+  const ConstTensorView beta = seq_slice(in.beta.view, begin, n), g = seq_slice(in.g.view, begin, n);
+  // The per-key gate (K columns) where β (one column) is expected.
+  EXPECT_NE(refusal(g, g, DeltaGate::key).find("beta.extent[3] (head dim) is 8, expected 1 (one β per token)"),
+            std::string::npos);
+  EXPECT_NE(refusal(beta, g, DeltaGate::token).find("g.extent[3] (head dim) is 8, expected 1 (a gate per token)"),
+            std::string::npos);
+  EXPECT_NE(refusal(beta, beta, DeltaGate::key).find("g.extent[3] (head dim) is 1, expected 8 (q's head dim)"),
+            std::string::npos);
+  EXPECT_NE(refusal(beta, g, DeltaGate::none).find("g is given, expected an empty view (DeltaNet has no gate)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace linattn::test
