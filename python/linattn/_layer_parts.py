@@ -2,6 +2,8 @@
 cache, the short causal convolution with its cache, the gated RMS norm, the activations by name, and
 the removal of padding (attention_mask) into packed sequences (cu_seqlens) and back."""
 
+import math
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -48,6 +50,21 @@ def update_layer_cache(module, past_key_values, **state):
         past_key_values.update(layer_idx=module.layer_idx, **state)
 
 
+def key_value_dims(hidden_size, expand_k, expand_v, num_heads):
+    """(key_dim, value_dim) = hidden_size·expand_k, hidden_size·expand_v, each refused unless whole and a
+    multiple of num_heads."""
+    dims = []
+    for name, expand in (("expand_k", expand_k), ("expand_v", expand_v)):
+        dim = round(hidden_size * expand)
+        if not math.isclose(hidden_size * expand, dim):
+            raise ValueError(f"{name}: hidden_size·{name} = {hidden_size * expand} is not an integer; pick {name} "
+                             "so that it is whole")
+        if dim % num_heads:
+            raise ValueError(f"{name}: hidden_size·{name} = {dim} is not a multiple of num_heads ({num_heads})")
+        dims.append(dim)
+    return tuple(dims)
+
+
 def elu_plus_one(x):
     return F.elu(x) + 1
 
@@ -87,6 +104,8 @@ class ShortConvolution(nn.Conv1d):
         W = self.kernel_size[0]
         if cache is None:
             cache = x.new_zeros(x.shape[0], self.hidden_size, W)
+        if x.shape[1] == 0:  # no token (T = 0, or a sequence that is all padding): the window stays as it was
+            return x, cache.to(x.dtype)
         whole = torch.cat([cache.to(x.dtype), x.transpose(1, 2)], dim=-1)  # [N, D, W + T]
         y = F.conv1d(whole[..., 1:], self.weight, self.bias, groups=self.hidden_size)
         return y.transpose(1, 2), whole[..., -W:]
@@ -116,6 +135,16 @@ class ShortConvolution(nn.Conv1d):
         return y, (final if output_final_state else None)
 
 
+def short_convolve(module, q, k, v, last, use_cache, cu_seqlens):
+    """q, k, v through the module's q_conv1d, k_conv1d, v_conv1d, continuing the windows in the layer's
+    cache entry last (or from zeros); returns q, k, v and the new windows (a tuple, None without use_cache)."""
+    states = last["conv_state"] if last is not None and last["conv_state"] is not None else (None,) * 3
+    (q, cq), (k, ck), (v, cv) = [conv(x, cache=c, output_final_state=use_cache, cu_seqlens=cu_seqlens)
+                                 for conv, x, c in zip((module.q_conv1d, module.k_conv1d, module.v_conv1d), (q, k, v),
+                                                       states)]
+    return q, k, v, (cq, ck, cv)
+
+
 class FusedRMSNormGated(nn.Module):
     """fla.modules.FusedRMSNormGated: rmsnorm(x)·weight, times the gate's activation: g·sigmoid(g)
     ("swish", "silu") or sigmoid(g)."""
@@ -138,9 +167,21 @@ class FusedRMSNormGated(nn.Module):
         return (out, x) if prenorm else out
 
 
-def unpad(hidden_states, attention_mask, cu_seqlens):
+def cache_seen(module, past_key_values):
+    """The tokens the cache has seen before this call for the module's layer (0 without a cache), or
+    None where the cache cannot say (it has no get_seq_length)."""
+    if past_key_values is None:
+        return 0
+    if not hasattr(past_key_values, "get_seq_length"):
+        return None
+    return int(past_key_values.get_seq_length(module.layer_idx))
+
+
+def unpad(hidden_states, attention_mask, cu_seqlens, seen=0):
     """hidden_states [B, T, D] with attention_mask [B, T_total] (1 where a token is real; its last T
-    columns are this call's) -> ([1, tokens, D], indices, cu_seqlens); without a mask: unchanged."""
+    columns are this call's) -> ([1, tokens, D], indices, cu_seqlens); without a mask: unchanged.
+    T_total is T, or with a cache the tokens seen before (seen; None: not known) plus T: any other
+    length would pick the wrong tokens, so it is refused."""
     if attention_mask is None:
         return hidden_states, None, cu_seqlens
     if attention_mask.dim() != 2:
@@ -148,7 +189,15 @@ def unpad(hidden_states, attention_mask, cu_seqlens):
                          f"(0 marks padding), got shape {list(attention_mask.shape)}")
     if cu_seqlens is not None:
         raise ValueError("attention_mask and cu_seqlens cannot be given together")
-    mask = attention_mask[:, -hidden_states.shape[1]:].bool()
+    batch_size, q_len = hidden_states.shape[:2]
+    mask_batch, mask_len = attention_mask.shape
+    lengths = {q_len} if seen is None or seen == 0 else {q_len, seen + q_len}
+    if mask_batch != batch_size or not (mask_len in lengths or (seen is None and mask_len >= q_len)):
+        allowed = " or ".join(str(n) for n in sorted(lengths)) + (" or more" if seen is None else "")
+        raise ValueError(f"attention_mask: expected shape [batch_size, seq_len] = [{batch_size}, {allowed}] "
+                         f"(this call's {q_len} tokens" + (f" after the cache's {seen}" if seen else "") +
+                         f"), got {list(attention_mask.shape)}; pass the mask of the tokens given")
+    mask = attention_mask[:, -q_len:].bool() if q_len else attention_mask[:, :0].bool()
     indices = mask.flatten().nonzero().squeeze(-1)
     lengths = mask.sum(-1)
     cu = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
@@ -156,12 +205,32 @@ def unpad(hidden_states, attention_mask, cu_seqlens):
     return packed, indices, cu
 
 
+def recurrence(run, q, k, v, *args, state_shapes, **options):
+    """run(q, k, v, *args, **options), one of linattn.fla's functions. With no token at all (T = 0, or
+    every row padding) linattn's operators refuse and there is nothing to compute: o is empty and the
+    state passes through (zeros, as an empty run leaves them, where none was given). state_shapes: the
+    per-sequence shape of the state, or of each of its parts (a tuple of shapes)."""
+    if q.shape[1] > 0:
+        return run(q, k, v, *args, **options)
+    state = None
+    if options.get("output_final_state"):
+        state = options.get("initial_state")
+        if state is None:
+            cu = options.get("cu_seqlens")
+            n = q.shape[0] if cu is None else len(cu) - 1
+            if isinstance(state_shapes[0], int):
+                state = q.new_zeros(n, *state_shapes)
+            else:
+                state = tuple(q.new_zeros(n, *shape) for shape in state_shapes)
+    return v.new_zeros(v.shape), state
+
+
 def repad(o, indices, batch_size, seq_len):
     """The inverse of unpad: [1, tokens, D] -> [B, T, D], zeros at the padding."""
     if indices is None:
         return o
-    out = o.new_zeros(batch_size * seq_len, o.shape[-1])
-    return out.index_copy(0, indices, o.squeeze(0)).view(batch_size, seq_len, -1)
+    out = o.new_zeros(batch_size * seq_len, *o.shape[2:])
+    return out.index_copy(0, indices, o.squeeze(0)).view(batch_size, seq_len, *o.shape[2:])
 
 
 def heads(x, head_dim):

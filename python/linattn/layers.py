@@ -10,21 +10,26 @@ A Cache holds, per layer, the recurrent state, the short convolutions' windows a
 tokens seen: decoding token by token keeps constant memory (nothing grows with the sequence). The
 layers: LinearAttention (feature maps "elu", "relu", "identity" and "elementwise_product", fla's
 default: two learnt linear maps multiplied; fla's "hedgehog", "t2r" and "dpfp" are refused by name),
-GatedLinearAttention, DeltaNet and GatedDeltaNet. Their submodules and parameters carry fla's names,
-so a state_dict of fla's layer loads into linattn's.
+GatedLinearAttention, DeltaNet, GatedDeltaNet, KimiDeltaAttention and MultiScaleRetention. Their
+submodules and parameters carry fla's names, so a state_dict of fla's layer loads into linattn's.
+attention_mask [B, T_total] marks padding (1 = a real token); its last T columns are this call's, and
+T_total is T, or the cache's tokens plus T: any other shape is refused. Padding is removed before the
+layer computes (packed sequences, cu_seqlens), so it never reaches a state, a normaliser or a
+convolution window; cu_seqlens (B = 1) packs sequences that never mix.
 """
 
-import torch
 from torch import nn
-from torch.nn import functional as F
 
 from . import fla
 from ._delta_layers import DeltaNet, GatedDeltaNet
 from ._gla_layer import GatedLinearAttention
-from ._layer_parts import Cache, FusedRMSNormGated, ShortConvolution
+from ._kda_layer import KimiDeltaAttention
+from ._layer_parts import (Cache, FusedRMSNormGated, ShortConvolution, cache_seen, elu_plus_one, heads,
+                           key_value_dims, layer_cache, recurrence, repad, repeat_heads, unpad, update_layer_cache)
+from ._retention_layer import MultiScaleRetention
 
-__all__ = ["Cache", "LinearAttention", "GatedLinearAttention", "DeltaNet", "GatedDeltaNet", "ShortConvolution",
-           "FusedRMSNormGated"]
+__all__ = ["Cache", "LinearAttention", "GatedLinearAttention", "DeltaNet", "GatedDeltaNet", "KimiDeltaAttention",
+           "MultiScaleRetention", "ShortConvolution", "FusedRMSNormGated"]
 
 
 class _Hadamard(nn.Module):
@@ -38,14 +43,10 @@ class _Hadamard(nn.Module):
         return self.layer1(x) * self.layer2(x)
 
 
-def _elu_plus_one(x):
-    return F.elu(x) + 1
-
-
 def _feature_map(name, head_dim):
     if name == "elementwise_product":
         return _Hadamard(head_dim)
-    maps = {"elu": _elu_plus_one, "relu": nn.ReLU(), "identity": nn.Identity()}
+    maps = {"elu": elu_plus_one, "relu": nn.ReLU(), "identity": nn.Identity()}
     if name not in maps:
         raise NotImplementedError(f"feature_map: {name!r} is not in linattn.layers (expected one of "
                                   f"'elementwise_product', 'elu', 'relu', 'identity')")
@@ -66,11 +67,10 @@ class LinearAttention(nn.Module):
             raise ValueError(f"mode: expected 'chunk', 'fused_chunk' or 'fused_recurrent', got {mode!r}")
         self.mode, self.hidden_size, self.num_heads, self.layer_idx = mode, hidden_size, num_heads, layer_idx
         self.num_kv_heads = num_kv_heads if num_kv_heads is not None else num_heads
+        if num_heads % self.num_kv_heads:
+            raise ValueError(f"num_kv_heads: {self.num_kv_heads} does not divide num_heads ({num_heads})")
         self.num_kv_groups = num_heads // self.num_kv_heads
-        self.key_dim, self.value_dim = int(hidden_size * expand_k), int(hidden_size * expand_v)
-        for name, dim in (("key", self.key_dim), ("value", self.value_dim)):
-            if dim % num_heads:
-                raise ValueError(f"{name} dim: {dim} is not a multiple of num_heads ({num_heads})")
+        self.key_dim, self.value_dim = key_value_dims(hidden_size, expand_k, expand_v, num_heads)
         self.head_k_dim, self.head_v_dim = self.key_dim // num_heads, self.value_dim // num_heads
         self.do_feature_map_norm, self.norm_q, self.norm_k = do_feature_map_norm, norm_q, norm_k
         self.feature_map_q = _feature_map(feature_map, self.head_k_dim)
@@ -87,35 +87,28 @@ class LinearAttention(nn.Module):
             raise NotImplementedError(f"output_norm: expected 'rmsnorm' or 'identity', got {output_norm!r}")
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
 
-    def _heads(self, x, head_dim):
-        """[B, T, n·head_dim] -> [B, T, H, head_dim], each kv head repeated for its group of query heads."""
-        x = x.unflatten(-1, (-1, head_dim))
-        return x.repeat_interleave(self.num_kv_groups, dim=-2) if x.shape[-2] != self.num_heads else x
-
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
                 output_attentions=False, **kwargs):
-        if past_key_values is not None and self.layer_idx is None:
-            raise ValueError("layer_idx: expected an int when past_key_values is given, got None")
-        mode = "fused_recurrent" if hidden_states.shape[1] <= 64 else self.mode
-        last = past_key_values[self.layer_idx] if past_key_values is not None and len(
-            past_key_values) > self.layer_idx else None
-        q = self.q_proj(hidden_states)
-        k = self.k_proj(hidden_states)
-        v = self.v_proj(hidden_states)
-        if attention_mask is not None:  # [B, T_total] padding mask, 1 where a token is real
-            v = v.mul(attention_mask[:, -v.shape[-2]:, None].to(v.dtype))
-        q = self.feature_map_q(q.unflatten(-1, (-1, self.head_k_dim)))
-        k = self.feature_map_k(self._heads(k, self.head_k_dim))
-        v = self._heads(v, self.head_v_dim)
+        batch_size, q_len, _ = hidden_states.shape
+        mode = "fused_recurrent" if q_len <= 64 else self.mode
+        last = layer_cache(self, past_key_values)
+        # Padding is removed (not zeroed): a padded key would otherwise enter the normaliser and the state.
+        hidden_states, indices, cu_seqlens = unpad(hidden_states, attention_mask, kwargs.get("cu_seqlens"),
+                                                   cache_seen(self, past_key_values))
+        q = self.feature_map_q(heads(self.q_proj(hidden_states), self.head_k_dim))
+        k = self.feature_map_k(repeat_heads(self.k_proj(hidden_states), self.head_k_dim, self.num_kv_groups))
+        v = repeat_heads(self.v_proj(hidden_states), self.head_v_dim, self.num_kv_groups)
         if self.norm_q:
             q = q / (q.sum(-1, True) + 1e-4)
         if self.norm_k:
             k = k / (k.sum(-1, True) + 1e-4)
-        initial = last["recurrent_state"] if last is not None else None
+        shapes = (self.num_heads, self.head_k_dim, self.head_v_dim)
+        if self.do_feature_map_norm:  # the state is (S, z): z [N, 1, H, K] the running sum of the keys
+            shapes = (shapes, (1, self.num_heads, self.head_k_dim))
         run = fla.fused_recurrent_linear_attn if mode == "fused_recurrent" else fla.chunk_linear_attn
-        o, final = run(q, k, v, initial_state=initial, output_final_state=use_cache,
-                       normalize=self.do_feature_map_norm)
-        if past_key_values is not None:
-            past_key_values.update(recurrent_state=final, layer_idx=self.layer_idx, offset=q.shape[1])
+        o, final = recurrence(run, q, k, v, initial_state=last["recurrent_state"] if last is not None else None,
+                              output_final_state=use_cache, normalize=self.do_feature_map_norm,
+                              cu_seqlens=cu_seqlens, state_shapes=shapes)
+        update_layer_cache(self, past_key_values, recurrent_state=final, offset=q_len)
         o = self.o_proj(self.norm(o).flatten(-2))
-        return o, None, past_key_values
+        return repad(o, indices, batch_size, q_len), None, past_key_values

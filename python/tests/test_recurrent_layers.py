@@ -39,8 +39,8 @@ def l2(x):
     return x / (x.pow(2).sum(-1, keepdim=True) + 1e-6).sqrt()
 
 
-def gated_norm(norm, o, g):
-    return F.rms_norm(o, (o.shape[-1],), norm.weight, norm.eps) * F.silu(g)
+def gated_norm(norm, o, g, gate=F.silu):
+    return F.rms_norm(o, (o.shape[-1],), norm.weight, norm.eps) * gate(g)
 
 
 def gla_formula(layer, x):
@@ -68,7 +68,7 @@ def deltanet_formula(layer, x):
     return layer.o_proj(layer.o_norm(o).flatten(-2))
 
 
-def gated_deltanet_formula(layer, x):
+def gated_deltanet_formula(layer, x, gate=F.silu):
     B, T, _ = x.shape
     H, HV, K, V = layer.num_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
     group = HV // H
@@ -77,7 +77,7 @@ def gated_deltanet_formula(layer, x):
     v = conv_formula(layer.v_conv1d, layer.v_proj(x)).view(B, T, HV, V)
     g = -layer.A_log.exp() * F.softplus(layer.a_proj(x) + layer.dt_bias)  # [B, T, HV]
     o = recurrence(q, k, v, g[..., None].expand(B, T, HV, K), layer.b_proj(x).sigmoid())
-    return layer.o_proj(gated_norm(layer.o_norm, o, layer.g_proj(x).view(B, T, HV, V)).flatten(-2))
+    return layer.o_proj(gated_norm(layer.o_norm, o, layer.g_proj(x).view(B, T, HV, V), gate).flatten(-2))
 
 
 LAYERS = {
@@ -140,14 +140,19 @@ def test_decoding_with_a_cache_is_the_whole_sequence_at_constant_memory(name):
 def test_padding_mask_is_each_sequence_alone(name):
     """attention_mask [B, T] (left padding): each sequence's real tokens give what they give alone."""
     torch.manual_seed(3)
-    layer = LAYERS[name][0](layer_idx=0).eval()
-    x = torch.randn(2, 9, 32)
-    mask = torch.ones(2, 9, dtype=torch.long)
-    mask[1, :4] = 0
+    assert_left_padding_is_each_sequence_alone(LAYERS[name][0](layer_idx=0).eval(), 9, 4)
+
+
+def assert_left_padding_is_each_sequence_alone(layer, T, pad):
+    """Two rows of T tokens, the second's first pad tokens padding: each row's real tokens give what they
+    give alone, and the padding gives zeros."""
+    x = torch.randn(2, T, layer.hidden_size)
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[1, :pad] = 0
     o = layer(x, attention_mask=mask)[0]
     torch.testing.assert_close(o[0], layer(x[:1])[0][0], atol=5e-5, rtol=1e-4)
-    torch.testing.assert_close(o[1, 4:], layer(x[1:, 4:])[0][0], atol=5e-5, rtol=1e-4)
-    assert (o[1, :4] == 0).all()
+    torch.testing.assert_close(o[1, pad:], layer(x[1:, pad:])[0][0], atol=5e-5, rtol=1e-4)
+    assert (o[1, :pad] == 0).all()
 
 
 def test_parameter_names_are_flas():
