@@ -1,0 +1,322 @@
+"""One call that makes Hugging Face transformers' linear-attention models run through linattn on the CPU.
+
+    import linattn.integrations.transformers as lt
+    lt.enable()    # before or after the model's modeling module was imported
+    ...            # build, load, train, generate as usual
+    lt.disable()   # transformers' own code paths again, exactly as before
+
+The hook. transformers (5.25) decorates each function a fast package can replace with
+`use_kernel_func_from_hub_with_fallback(func_name, package)` (transformers.integrations): the torch
+fallback `torch_chunk_gated_delta_rule` is published as "chunk_gated_delta_rule" of "fla", the short
+convolution as "causal_conv1d_fn" / "causal_conv1d_update" of "causal_conv1d". That decorator is where
+transformers chooses an implementation by kernel name and input device; on a CPU it always chooses its
+torch fallback (and refuses packed sequences there). enable() works at exactly that point, by the public
+names: every function the decorator made for a kernel name linattn has gets, for CPU inputs, linattn's
+implementation of that name; inputs on any other device still go where transformers sent them. It
+wraps the decorator itself, so modeling modules imported later are covered, and it re-wraps the
+decorated functions of modeling modules already imported (found by the decorator's own code object,
+their kernel name read from it), so existing models are covered too. Nothing else of transformers
+changes, and disable() puts back every object it replaced.
+
+What is routed (CPU tensors only):
+- chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, chunk_kda, fused_recurrent_kda: linattn.fla's
+  functions of the same names (flash-linear-attention's semantics). Keywords are passed as transformers
+  passes them to flash-linear-attention (those the function names); packed sequences given as
+  transformers' `cu_seq_lens_q` become `cu_seqlens` where the model did not pass it (the KDA families).
+- causal_conv1d_fn, causal_conv1d_update: linattn.integrations.causal_conv1d (causal-conv1d's semantics),
+  which keeps packed sequences apart (seq_idx, or transformers' `cu_seq_lens_q`).
+- the "sdpa" attention function (AttentionInterface): with transformers' packed-batch keywords
+  (`cu_seq_lens_q` / `cu_seq_lens_k`, batch 1, CPU) each sequence is attended separately with torch's
+  scaled_dot_product_attention; every other call goes to transformers' own sdpa_attention_forward.
+Not routed: the gated RMS norm (transformers reaches it only through the `kernels` package's layer
+mapping, "RMSNormGated"; its torch module runs, as without linattn).
+
+Tested with transformers 5.25.0 (without the `kernels` package); enable() refuses other minor versions.
+"""
+
+import functools
+import inspect
+import re
+import sys
+
+import torch
+
+__all__ = ["enable", "disable", "is_enabled", "routed_kernel", "SUPPORTED_VERSIONS"]
+
+# The transformers versions the hook was read and tested in: [5.25.0, 5.26.0).
+SUPPORTED_VERSIONS = ((5, 25), (5, 26))
+
+_TORCH_FALLBACK = "__linattn_original__"  # set on each routed function: what it replaced
+_state = {}  # while enabled: the replaced decorator and attention function
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError("linattn.integrations.transformers needs transformers (pip install transformers==5.25.0)") \
+            from e
+    found = re.match(r"(\d+)\.(\d+)", transformers.__version__)
+    version = tuple(int(x) for x in found.groups()) if found else None
+    low, high = SUPPORTED_VERSIONS
+    if version is None or not low <= version < high:
+        raise RuntimeError(f"transformers {transformers.__version__}: linattn.integrations.transformers supports "
+                           f"transformers >= {low[0]}.{low[1]}, < {high[0]}.{high[1]} (tested with 5.25.0), whose "
+                           "kernel hook it plugs into; install transformers==5.25.0")
+    from transformers.integrations import hub_kernels
+    return transformers, hub_kernels
+
+
+# ------------------------------------------------------------------------------------------------
+# The CPU implementations, by kernel name.
+
+
+def _fla_op(name, torch_function):
+    """linattn.fla.<name> called as transformers calls flash-linear-attention: arguments bound by the torch
+    fallback's own signature (query, key, value, ... ) and given to linattn by flash-linear-attention's
+    names, those it does not name dropped (as transformers drops them for flash-linear-attention)."""
+    from .. import fla
+    op = getattr(fla, name)
+    names = {p.name for p in inspect.signature(op).parameters.values() if p.kind is not p.VAR_KEYWORD}
+    signature = inspect.signature(torch_function)
+    var_keyword = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    renamed = {"query": "q", "key": "k", "value": "v"}
+
+    def run(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs).arguments
+        extra = bound.pop(var_keyword, {})
+        given = {renamed.get(k, k): v for k, v in {**bound, **extra}.items()}
+        if given.get("cu_seqlens") is None and given.get("cu_seq_lens_q") is not None:
+            given["cu_seqlens"] = given["cu_seq_lens_q"]  # a packed batch the model did not pass on
+        return op(**{k: v for k, v in given.items() if k in names})
+
+    return run
+
+
+def _conv_fn(torch_function):
+    from .causal_conv1d import causal_conv1d_fn
+
+    def run(hidden_states, weight, bias=None, activation=None, seq_idx=None, cu_seqlens=None, cu_seq_lens_q=None,
+            **kwargs):
+        if seq_idx is None and cu_seqlens is None and cu_seq_lens_q is not None and hidden_states.shape[0] == 1:
+            cu = torch.as_tensor(cu_seq_lens_q).to(torch.long)
+            # The cache may put earlier inputs (or zeros) before the batch's tokens: they precede the first sequence.
+            extra = hidden_states.shape[-1] - int(cu[-1])
+            cu_seqlens = torch.cat([cu[:1], cu[1:] + extra]) if extra > 0 else cu
+        return causal_conv1d_fn(hidden_states, weight, bias, seq_idx=seq_idx, activation=activation,
+                                cu_seqlens=cu_seqlens)
+
+    return run
+
+
+def _conv_update(torch_function):
+    from .causal_conv1d import causal_conv1d_update
+
+    def run(hidden_states, conv_state, weight, bias=None, activation=None, **kwargs):
+        return causal_conv1d_update(hidden_states, conv_state, weight, bias, activation=activation)
+
+    return run
+
+
+_ROUTES = {
+    ("chunk_gated_delta_rule", "fla"): functools.partial(_fla_op, "chunk_gated_delta_rule"),
+    ("fused_recurrent_gated_delta_rule", "fla"): functools.partial(_fla_op, "fused_recurrent_gated_delta_rule"),
+    ("chunk_kda", "fla"): functools.partial(_fla_op, "chunk_kda"),
+    ("fused_recurrent_kda", "fla"): functools.partial(_fla_op, "fused_recurrent_kda"),
+    ("causal_conv1d_fn", "causal_conv1d"): _conv_fn,
+    ("causal_conv1d_update", "causal_conv1d"): _conv_update,
+}
+
+
+def _device_type(args, kwargs):
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, torch.Tensor):
+            return x.device.type
+    return None
+
+
+def _routed(decorated, func_name, package, torch_function):
+    """decorated (what transformers' decorator made of torch_function) with CPU inputs sent to linattn, made
+    into what the decorator makes (a `kernels` function module where that package is installed), so that
+    transformers' use_kernelized_func still accepts it."""
+    from transformers.integrations import hub_kernels
+    cpu = _ROUTES[(func_name, package)](torch_function)
+
+    @functools.wraps(torch_function)
+    def routed(*args, **kwargs):
+        if _device_type(args, kwargs) == "cpu" and not torch.compiler.is_exporting():
+            return cpu(*args, **kwargs)
+        return decorated(*args, **kwargs)
+
+    setattr(routed, _TORCH_FALLBACK, decorated)
+    routed.linattn_kernel = func_name
+    return hub_kernels.use_kernel_forward_from_hub(func_name)(routed)
+
+
+def routed_kernel(obj):
+    """The kernel name (e.g. "chunk_gated_delta_rule") under which linattn runs obj, a function of a
+    modeling module, or None when obj is not routed to linattn."""
+    return getattr(_inner(obj), "linattn_kernel", None) if _function_like(obj) else None
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding and replacing the decorated functions.
+
+
+def _function_like(obj):
+    """Whether obj may be a decorated function: a function or a module instance (not a class, nor one of
+    transformers' placeholder objects, which raise on any attribute)."""
+    return inspect.isfunction(obj) or isinstance(obj, torch.nn.Module)
+
+
+def _inner(obj):
+    """transformers' decorated function inside obj: obj itself, or, where the `kernels` package is installed
+    (its use_kernel_forward_from_hub turns functions into callable modules), the function that module calls."""
+    if isinstance(obj, torch.nn.Module):
+        forward = type(obj).forward
+        return inspect.getclosurevars(forward).nonlocals.get("func") if forward.__closure__ else None
+    return obj
+
+
+def _decorated_code(decorator):
+    """The code object of the functions the decorator makes (each is a closure over one code)."""
+    return _inner(decorator("linattn_probe", "_linattn_no_such_package")(lambda *args, **kwargs: None)).__code__
+
+
+def _kernel_name(obj, code):
+    """(func_name, package, torch_function) of what transformers' decorator made, else None."""
+    if not _function_like(obj):
+        return None
+    fn = _inner(obj)
+    if getattr(fn, "__code__", None) is not code:
+        return None
+    found = inspect.getclosurevars(fn).nonlocals
+    if not {"func_name", "package", "torch_function"} <= found.keys():
+        return None
+    return found["func_name"], found["package"], found["torch_function"]
+
+
+def _transformers_modules():
+    return [m for name, m in list(sys.modules.items()) if m is not None and name.startswith("transformers.")]
+
+
+def _route_loaded(code):
+    for module in _transformers_modules():
+        for attr, fn in list(vars(module).items()):
+            named = _kernel_name(fn, code)
+            if named is not None and (named[0], named[1]) in _ROUTES:
+                setattr(module, attr, _routed(fn, *named))
+
+
+def _unroute_loaded():
+    for module in _transformers_modules():
+        for attr, fn in list(vars(module).items()):
+            original = getattr(_inner(fn), _TORCH_FALLBACK, None) if routed_kernel(fn) else None
+            if original is not None:
+                setattr(module, attr, original)
+
+
+def _routing_decorator(decorator):
+    @functools.wraps(decorator)
+    def use_kernel_func_from_hub_with_fallback(func_name, package, internal_path=None):
+        make = decorator(func_name, package, internal_path)
+        if (func_name, package) not in _ROUTES:
+            return make
+        return lambda torch_function: _routed(make(torch_function), func_name, package, torch_function)
+
+    return use_kernel_func_from_hub_with_fallback
+
+
+# ------------------------------------------------------------------------------------------------
+# Full attention over packed sequences.
+
+
+def _packed_sdpa(sdpa):
+    """transformers' "sdpa" attention function, except that a CPU call with packed sequences (batch 1,
+    cu_seq_lens_q and cu_seq_lens_k covering the tokens) attends each sequence to its own keys only, within
+    the model's own mask where it gives one."""
+
+    @functools.wraps(sdpa)
+    def sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
+                               **kwargs):
+        cu_q = kwargs.get("cu_seq_lens_q")
+        cu_k = kwargs.get("cu_seq_lens_k", cu_q)
+        cu_k = cu_q if cu_k is None else cu_k
+        plain = (query.device.type != "cpu" or cu_q is None or query.shape[0] != 1
+                 or int(cu_q[-1]) != query.shape[2] or int(cu_k[-1]) != key.shape[2]
+                 or any(kwargs.get(name) is not None for name in ("softcap", "s_aux", "position_bias")))
+        if plain:
+            return sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                        is_causal=is_causal, **kwargs)
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        window = kwargs.get("sliding_window")
+        groups = query.shape[1] // key.shape[1]
+        outs = []
+        for n in range(len(cu_q) - 1):
+            qa, qb, ka, kb = int(cu_q[n]), int(cu_q[n + 1]), int(cu_k[n]), int(cu_k[n + 1])
+            q = query[:, :, qa:qb]
+            if qb == qa:
+                outs.append(query.new_zeros(1, query.shape[1], 0, value.shape[-1]))
+                continue
+            k = key[:, :, ka:kb].repeat_interleave(groups, dim=1)
+            v = value[:, :, ka:kb].repeat_interleave(groups, dim=1)
+            # Query i sits at key position i + (keys - queries): the last query sees the last key.
+            pos_q = torch.arange(qb - qa).unsqueeze(1) + (kb - ka) - (qb - qa)
+            pos_k = torch.arange(kb - ka).unsqueeze(0)
+            allowed = torch.ones(qb - qa, kb - ka, dtype=torch.bool)
+            if causal:
+                allowed &= pos_k <= pos_q
+            if window is not None:
+                allowed &= pos_k > pos_q - window
+            mask = allowed
+            if attention_mask is not None:  # the model's own mask (e.g. a sparse top-k one) still applies inside
+                block = attention_mask[:, :, qa:qb, ka:kb]
+                mask = allowed & block if block.dtype == torch.bool else block.masked_fill(~allowed, float("-inf"))
+            outs.append(torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                                         scale=scaling))
+        return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
+
+    sdpa_attention_forward.linattn_packed = True
+    return sdpa_attention_forward
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def is_enabled():
+    """Whether enable() is in effect."""
+    return bool(_state)
+
+
+def enable():
+    """Route transformers' linear-attention kernels (and packed full attention) on CPU tensors through
+    linattn, for models already built and models built later. Calling it again changes nothing."""
+    if _state:
+        return
+    transformers, hub_kernels = _transformers()
+    import transformers.integrations as integrations
+    from transformers.modeling_utils import AttentionInterface
+    decorator = hub_kernels.use_kernel_func_from_hub_with_fallback
+    code = _decorated_code(decorator)
+    sdpa = AttentionInterface._global_mapping["sdpa"]
+    routing = _routing_decorator(decorator)
+    hub_kernels.use_kernel_func_from_hub_with_fallback = routing
+    integrations.use_kernel_func_from_hub_with_fallback = routing
+    AttentionInterface.register("sdpa", _packed_sdpa(sdpa))
+    _state.update(decorator=decorator, sdpa=sdpa)
+    _route_loaded(code)
+
+
+def disable():
+    """Undo enable(): transformers' own decorator, attention function and decorated functions again, in
+    every modeling module (also those imported while enabled). Calling it when not enabled changes nothing."""
+    if not _state:
+        return
+    import transformers.integrations as integrations
+    from transformers.integrations import hub_kernels
+    from transformers.modeling_utils import AttentionInterface
+    hub_kernels.use_kernel_func_from_hub_with_fallback = _state["decorator"]
+    integrations.use_kernel_func_from_hub_with_fallback = _state["decorator"]
+    AttentionInterface.register("sdpa", _state["sdpa"])
+    _unroute_loaded()
+    _state.clear()

@@ -1,0 +1,287 @@
+"""linattn.integrations.transformers: the nine linear-attention families of transformers 5.25 (tiny random
+models built from their config classes, no downloads) with linattn against transformers' own CPU path:
+logits, gradients, greedy generation with the cache, a padded batch, a packed batch against its
+sequences run alone (which transformers' CPU path refuses), bf16; enable() before and after the modeling
+module's import; disable() restoring every object."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the transformers integration runs torch models")
+transformers = pytest.importorskip("transformers", reason="linattn.integrations.transformers plugs into transformers")
+
+import linattn.integrations.transformers as lt  # noqa: E402
+
+if not lt.SUPPORTED_VERSIONS[0] <= tuple(int(x) for x in transformers.__version__.split(".")[:2]) \
+        < lt.SUPPORTED_VERSIONS[1]:
+    pytest.skip(f"transformers {transformers.__version__} is outside the tested range", allow_module_level=True)
+
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.set_verbosity_error()  # transformers' "falling back" notices, once per kernel
+
+VOCAB = 64
+_COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+               intermediate_size=48, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+_HYBRID = ["linear_attention", "full_attention"]  # one linear-attention layer, one full-attention layer
+# The gated delta rule families: 2 key heads of 16, 4 value heads of 8 (grouped value attention).
+_GDN = dict(head_dim=16, linear_key_head_dim=16, linear_value_head_dim=8, linear_num_key_heads=2,
+            linear_num_value_heads=4, layer_types=_HYBRID)
+_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
+# The KDA families (multi-head latent attention in their full-attention layers).
+_KDA = dict(num_key_value_heads=2, kv_lora_rank=16, q_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+            v_head_dim=8, moe_intermediate_size=16, num_experts_per_tok=2, n_shared_experts=1, linear_head_dim=8, linear_num_heads=4,
+            layer_types=_HYBRID)
+
+FAMILIES = {
+    "qwen3_next": ("Qwen3NextConfig", {**_GDN, **_MOE}),
+    "qwen3_5": ("Qwen3_5TextConfig", _GDN),
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", {**_GDN, **_MOE}),
+    "olmo_hybrid": ("OlmoHybridConfig", dict(_GDN, head_dim=None)),
+    "lara_mini": ("LaraMiniConfig", {**_GDN, **_MOE}),
+    "qwen4_exp": ("Qwen4ExpTextConfig", {**_GDN, **_MOE, "hc_count": 2, "hc_lowrank": 8, "indexer_n_heads": 2,
+                                         "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
+                                         "indexer_compress_ratio": 4, "ngram_vocab_size_base": VOCAB,
+                                         "heads_per_ngram": 2, "split_ngram_parts": 2}),
+    "kimi_linear": ("KimiLinearConfig", {**_KDA, "num_local_experts": 4}),
+    "bailing_hybrid": ("BailingHybridConfig", {**_KDA, "num_local_experts": 4}),
+    # index_topk covers every test sequence: the top-k indexer is transformers' torch code over the whole
+    # packed row, so a sparser choice would differ between packed and separate sequences.
+    "glm5_next": ("Glm5NextTextConfig", {**_KDA, "qk_rope_head_dim": 0, "qk_nope_head_dim": 16, "n_routed_experts": 4,
+                                         "index_topk": 16, "index_kpool": 1, "index_head_dim": 8, "index_n_heads": 2}),
+}
+# The modeling functions each family publishes under a kernel name linattn routes.
+_CHUNK_OP = {"kimi_linear": "chunk_kimi_delta_attention", "bailing_hybrid": "chunk_kimi_delta_attention",
+             "glm5_next": "chunk_kimi_delta_attention"}
+
+
+def _config(name):
+    cls, options = FAMILIES[name]
+    options = {k: v for k, v in options.items() if v is not None}
+    return getattr(transformers, cls)(**{**_COMMON, **options})
+
+
+def build(name, dtype=torch.float32):
+    config = _config(name)
+    torch.manual_seed(0)
+    if name == "glm5_next":  # no text-only causal LM class: the multimodal one, run on text
+        config = transformers.Glm5NextConfig(text_config=config.to_dict(), vision_config=dict(
+            depth=1, hidden_size=16, num_heads=2, intermediate_size=16, out_hidden_size=32,
+            projection_intermediate_size=16))
+        model = transformers.Glm5NextForConditionalGeneration(config)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return model.to(dtype).eval()
+
+
+def modeling(name):
+    return sys.modules[f"transformers.models.{name}.modeling_{name}"]
+
+
+# Every family's modeling module is imported before enable() here: the "after import" case (the
+# "before import" case runs in a fresh interpreter, test_enable_before_import).
+for _name in FAMILIES:
+    build(_name)
+
+
+@pytest.fixture
+def enabled():
+    lt.enable()
+    yield
+    lt.disable()
+
+
+def both(fn):
+    """fn() with transformers' own CPU path, then with linattn."""
+    lt.disable()
+    reference = fn()
+    lt.enable()
+    return reference, fn()
+
+
+def assert_close(got, want, tol, what):
+    scale = want.abs().max().item()
+    err = (got.float() - want.float()).abs().max().item()
+    assert err <= tol * max(scale, 1e-3), f"{what}: max error {err:.3g} at scale {scale:.3g} (tolerance {tol:g})"
+
+
+def tokens(batch, length, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, length), generator=generator)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_logits_and_gradients(enabled, name):
+    model = build(name)
+    x = tokens(2, 23)
+    weights = torch.randn(2, 23, VOCAB, generator=torch.Generator().manual_seed(2))
+
+    def run():
+        model.zero_grad()
+        logits = model(x, use_cache=False).logits
+        (logits * weights).sum().backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    (want, want_grads), (got, got_grads) = both(run)
+    assert_close(got, want, 1e-5, f"{name} logits")
+    assert got_grads.keys() == want_grads.keys()
+    for n in want_grads:
+        assert_close(got_grads[n], want_grads[n], 1e-3, f"{name} gradient of {n}")
+    chunk = getattr(modeling(name), _CHUNK_OP.get(name, "torch_chunk_gated_delta_rule"))
+    assert lt.routed_kernel(chunk) in ("chunk_gated_delta_rule", "chunk_kda")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_generate_with_cache(enabled, name):
+    model = build(name)
+    prompt = tokens(1, 7, seed=3)
+
+    def run():
+        return model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+
+    want, got = both(run)
+    assert torch.equal(got, want), f"{name}: {got.tolist()} != {want.tolist()}"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_padded_batch(enabled, name):
+    model = build(name)
+    x = tokens(2, 13, seed=4)
+    mask = torch.ones_like(x)
+    mask[1, :5] = 0  # left padding of the second row
+    x[1, :5] = 0
+
+    def run():
+        return model(x, attention_mask=mask, use_cache=False).logits.detach()
+
+    want, got = both(run)
+    assert_close(got[mask.bool()], want[mask.bool()], 1e-5, f"{name} padded logits")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_packed_batch_equals_separate_sequences(enabled, name):
+    """transformers' packed format (DataCollatorWithFlattening's): one row, positions restarting, and
+    cu_seq_lens_q / cu_seq_lens_k; the convolution, the recurrences and the full attention all keep the
+    sequences apart, so each equals the sequence run alone."""
+    model = build(name)
+    lengths = [6, 1, 9]
+    parts = [tokens(1, n, seed=10 + i) for i, n in enumerate(lengths)]
+    cu = torch.tensor([0, 6, 7, 16], dtype=torch.int32)
+    packed = model(torch.cat(parts, 1), position_ids=torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0),
+                   cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths),
+                   use_cache=False).logits.detach()
+    for i, part in enumerate(parts):
+        alone = model(part, use_cache=False).logits.detach()
+        assert_close(packed[:, int(cu[i]):int(cu[i + 1])], alone, 1e-5, f"{name} packed sequence {i}")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_bfloat16(enabled, name):
+    """A bf16 model: linattn's logits are as close to the fp32 model's as transformers' bf16 CPU path is."""
+    x = tokens(2, 17, seed=5)
+    exact = build(name)(x, use_cache=False).logits.detach()
+    model = build(name, torch.bfloat16)
+
+    def run():
+        return model(x, use_cache=False).logits.detach()
+
+    want, got = both(run)
+    assert got.dtype == torch.bfloat16
+    fallback_err = (want.float() - exact).abs().max().item()
+    linattn_err = (got.float() - exact).abs().max().item()
+    assert linattn_err <= max(2 * fallback_err, 1e-2 * exact.abs().max().item()), (linattn_err, fallback_err)
+
+
+def test_disable_restores_everything():
+    from transformers.integrations import hub_kernels
+    from transformers.modeling_utils import AttentionInterface
+    module = modeling("qwen3_5")
+    names = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+             "causal_conv1d_update")
+    before = {n: getattr(module, n) for n in names}
+    decorator, sdpa = hub_kernels.use_kernel_func_from_hub_with_fallback, AttentionInterface._global_mapping["sdpa"]
+    lt.enable()
+    lt.enable()  # twice: no double wrapping
+    try:
+        assert lt.is_enabled()
+        for n in names:
+            routed = getattr(module, n)
+            assert routed is not before[n] and getattr(lt._inner(routed), lt._TORCH_FALLBACK) is before[n]
+            assert lt.routed_kernel(routed) is not None and lt.routed_kernel(before[n]) is None
+        assert AttentionInterface._global_mapping["sdpa"] is not sdpa
+    finally:
+        lt.disable()
+    assert not lt.is_enabled()
+    assert {n: getattr(module, n) for n in names} == before
+    assert hub_kernels.use_kernel_func_from_hub_with_fallback is decorator
+    assert AttentionInterface._global_mapping["sdpa"] is sdpa
+    # transformers' own CPU path again: it refuses packed sequences in the gated delta rule.
+    q = torch.randn(1, 4, 1, 8)
+    with pytest.raises(ValueError, match="packed sequences"):
+        module.torch_chunk_gated_delta_rule(q, q, q, g=q[..., 0], beta=q[..., 0].sigmoid(),
+                                            cu_seqlens=torch.tensor([0, 2, 4]))
+
+
+def test_enable_before_import():
+    """enable() before the modeling module is imported: the module's functions are routed as it is
+    imported, and disable() gives back what transformers made."""
+    script = (
+        "import sys, torch\n"
+        "import linattn.integrations.transformers as lt\n"
+        "lt.enable()\n"
+        "assert 'transformers.models.kimi_linear.modeling_kimi_linear' not in sys.modules\n"
+        "import transformers.models.kimi_linear.modeling_kimi_linear as m\n"
+        "routed = m.chunk_kimi_delta_attention\n"
+        "assert lt.routed_kernel(routed) == 'chunk_kda', routed\n"
+        "q = torch.randn(1, 5, 2, 8)\n"
+        "o, _ = routed(q, q, q, g=-q.abs(), beta=q[..., 0].sigmoid(), cu_seq_lens_q=torch.tensor([0, 2, 5]))\n"
+        "o0, _ = routed(q[:, :2], q[:, :2], q[:, :2], g=-q[:, :2].abs(), beta=q[:, :2, :, 0].sigmoid())\n"
+        "assert torch.allclose(o[:, :2], o0, atol=1e-6)\n"
+        "lt.disable()\n"
+        "assert m.chunk_kimi_delta_attention is lt._inner(routed).__linattn_original__\n"
+        "assert lt.routed_kernel(m.chunk_kimi_delta_attention) is None\n"
+        "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_version_outside_the_range_is_refused(monkeypatch):
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "5.30.0")
+    with pytest.raises(RuntimeError, match=r"transformers 5\.30\.0.*5\.25"):
+        lt.enable()
+    assert not lt.is_enabled()
+
+
+def test_conv_keeps_packed_sequences_apart():
+    """causal_conv1d_fn with seq_idx or cu_seqlens against each sequence convolved alone (F.conv1d with
+    left zero padding, written here from the definition), and causal_conv1d_update token by token
+    against the whole sequence."""
+    from linattn.integrations.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+    torch.manual_seed(0)
+    D, W, lengths = 5, 4, [3, 0, 1, 7]
+    x = torch.randn(1, D, sum(lengths), dtype=torch.float64)
+    weight, bias = torch.randn(D, W, dtype=torch.float64), torch.randn(D, dtype=torch.float64)
+    cu = torch.tensor([0, 3, 3, 4, 11])
+
+    def alone(part):
+        padded = torch.nn.functional.pad(part, (W - 1, 0))
+        return torch.stack([sum(weight[:, j] * padded[:, :, j + t] for j in range(W))
+                            for t in range(part.shape[-1])], -1) + bias[:, None] if part.shape[-1] else part
+
+    want = torch.cat([alone(x[..., int(cu[i]):int(cu[i + 1])]) for i in range(len(lengths))], -1)
+    assert_close(causal_conv1d_fn(x, weight, bias, cu_seqlens=cu), want, 1e-12, "cu_seqlens")
+    seq_idx = torch.bucketize(torch.arange(x.shape[-1]), cu[1:], right=True).unsqueeze(0)
+    got = causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation="silu")
+    assert_close(got, torch.nn.functional.silu(want), 1e-12, "seq_idx")
+    whole = alone(x[..., 4:])
+    state = torch.zeros(1, D, W, dtype=torch.float64)
+    steps = [causal_conv1d_update(x[..., t], state, weight, bias) for t in range(4, 11)]
+    assert_close(torch.stack(steps, -1), whole, 1e-12, "causal_conv1d_update")
+    with pytest.raises(ValueError, match="activation"):
+        causal_conv1d_fn(x, weight, activation="gelu")
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        causal_conv1d_fn(x, weight, cu_seqlens=torch.tensor([0, 5]))
