@@ -23,11 +23,15 @@ class Cache:
         return self.states[layer_idx]
 
     def update(self, recurrent_state=None, conv_state=None, layer_idx=0, offset=1, **kwargs):
+        """As fla's Cache: a state given replaces the layer's, None keeps it (a call without use_cache
+        leaves the states as they were); the tokens seen grow by offset either way."""
         while len(self.states) <= layer_idx:
             self.states.append({"recurrent_state": None, "conv_state": None, "offset": 0})
         entry = self.states[layer_idx]
-        entry["recurrent_state"] = recurrent_state
-        entry["conv_state"] = conv_state
+        if recurrent_state is not None:
+            entry["recurrent_state"] = recurrent_state
+        if conv_state is not None and not all(c is None for c in conv_state):
+            entry["conv_state"] = conv_state
         entry["offset"] += offset
         return entry
 
@@ -159,12 +163,15 @@ class FusedRMSNormGated(nn.Module):
         self.register_parameter("bias", None)
 
     def forward(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
-        if residual is not None:
-            x = x + residual
-        y = F.rms_norm(x.float(), (self.hidden_size,), None if self.weight is None else self.weight.float(), self.eps)
+        """The output in x's dtype; with prenorm also x + residual, kept in the residual's dtype (float32
+        with residual_in_fp32 and no residual, else x's), as fla's kernel stores it."""
+        out_dtype = x.dtype
+        residual_dtype = residual.dtype if residual is not None else (torch.float32 if residual_in_fp32 else x.dtype)
+        x = x.float() if residual is None else x.float() + residual.float()
+        y = F.rms_norm(x, (self.hidden_size,), None if self.weight is None else self.weight.float(), self.eps)
         gate = F.silu(g.float()) if self.activation in ("swish", "silu") else torch.sigmoid(g.float())
-        out = (y * gate).to(x.dtype)
-        return (out, x) if prenorm else out
+        out = (y * gate).to(out_dtype)
+        return (out, x.to(residual_dtype)) if prenorm else out
 
 
 def cache_seen(module, past_key_values):

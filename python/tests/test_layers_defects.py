@@ -126,3 +126,29 @@ def test_empty_call_gives_an_empty_output_and_keeps_the_cache(name):
     expected = torch.cat([layer(x[:, :4], past_key_values=straight, use_cache=True)[0],
                           layer(x[:, 4:], past_key_values=straight, use_cache=True)[0]], 1)
     torch.testing.assert_close(torch.cat([first, rest], 1), expected, atol=5e-5, rtol=1e-4)
+
+
+def test_fused_rms_norm_gated_honours_residual_in_fp32():
+    """prenorm returns x + residual in the residual's dtype, float32 with residual_in_fp32 (it was ignored),
+    and the output stays in x's dtype."""
+    norm = layers.FusedRMSNormGated(8)
+    x, g = torch.randn(3, 8, dtype=torch.bfloat16), torch.randn(3, 8, dtype=torch.bfloat16)
+    out, summed = norm(x, g, prenorm=True, residual_in_fp32=True)
+    assert out.dtype == torch.bfloat16 and summed.dtype == torch.float32
+    torch.testing.assert_close(summed, x.float())
+    residual = torch.randn(3, 8)
+    out, summed = norm(x, g, residual=residual, prenorm=True)
+    assert out.dtype == torch.bfloat16 and summed.dtype == torch.float32
+    torch.testing.assert_close(summed, x.float() + residual)
+
+
+def test_cache_keeps_the_states_through_a_call_without_use_cache():
+    """As fla's Cache: a call with the cache but use_cache=False counts its tokens and keeps the states
+    (they were replaced by None, so the next call started from zeros)."""
+    layer = make("DeltaNet")
+    cache = layers.Cache()
+    layer(torch.randn(2, 5, HIDDEN), past_key_values=cache, use_cache=True)
+    kept = cache[0]["recurrent_state"].clone()
+    layer(torch.randn(2, 1, HIDDEN), past_key_values=cache, use_cache=False)
+    assert torch.equal(cache[0]["recurrent_state"], kept) and cache[0]["conv_state"][0] is not None
+    assert cache.get_seq_length(0) == 6
