@@ -152,3 +152,15 @@ def test_cache_keeps_the_states_through_a_call_without_use_cache():
     layer(torch.randn(2, 1, HIDDEN), past_key_values=cache, use_cache=False)
     assert torch.equal(cache[0]["recurrent_state"], kept) and cache[0]["conv_state"][0] is not None
     assert cache.get_seq_length(0) == 6
+
+
+def test_short_convolution_of_no_token_keeps_its_window():
+    """T = 0, or an empty packed sequence, crashed F.conv1d (the window was shorter than the kernel)."""
+    conv = layers.ShortConvolution(6, 4)
+    window = torch.randn(2, 6, 4)
+    y, final = conv(torch.randn(2, 0, 6), cache=window, output_final_state=True)
+    assert y.shape == (2, 0, 6) and torch.equal(final, window)
+    x = torch.randn(1, 5, 6)
+    y, final = conv(x, cu_seqlens=torch.tensor([0, 0, 5]), output_final_state=True)
+    torch.testing.assert_close(y, conv(x)[0])
+    assert (final[0] == 0).all() and torch.equal(final[1, :, -4:], x[0, -4:].T)
