@@ -214,10 +214,19 @@ def test_chunk_and_fused_recurrent_agree(name):
     torch.testing.assert_close(layer(x)[0], chunked, atol=2e-5, rtol=1e-4)
 
 
+def make_cache(kind):
+    if kind == "linattn":
+        return Cache()
+    return pytest.importorskip("fla.models.cache_utils", reason="flash-linear-attention is not installed").Cache()
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_decoding_with_a_cache_is_the_whole_forward(name):
+@pytest.mark.parametrize("cache_kind", ["linattn", "fla"])
+def test_decoding_with_a_cache_is_the_whole_forward(name, cache_kind):
     """Two layers; a left-padded batch: prefill 67 tokens (chunked), then 5 token by token with the
-    growing mask; equal to the whole forward, the state's size constant."""
+    growing mask; equal to the whole forward, the state's size constant; with linattn's Cache and with
+    fla's own where flash-linear-attention is installed."""
+    cache = make_cache(cache_kind)
     _, first = pair(name, seed=7)
     _, second = pair(name, seed=8)
     second.layer_idx = 1
@@ -225,7 +234,6 @@ def test_decoding_with_a_cache_is_the_whole_forward(name):
     mask = torch.ones(2, 72, dtype=torch.long)
     mask[1, :9] = 0
     whole = second(first(x, attention_mask=mask)[0], attention_mask=mask)[0]
-    cache = Cache()
     h = x[:, :67]
     for layer in (first, second):
         h, _, cache = layer(h, attention_mask=mask[:, :67], past_key_values=cache, use_cache=True)
