@@ -28,3 +28,16 @@ def test_bitwise_identical_for_any_thread_count(restore_threads, causal):
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [100000, -1, "2", 2.0, True, None])
+def test_refused_set_num_threads_changes_nothing(restore_threads, bad):
+    """A refused count (too many, negative, a string, a float, a bool) raises, naming threads, and leaves
+    the remembered count as it was: linattn.torch and linattn.fla calls that follow still run with it (issue
+    42 item 10: the count was stored before the library refused it)."""
+    from linattn import _threads
+    linattn.set_num_threads(2)
+    with pytest.raises((ValueError, TypeError), match="threads"):
+        linattn.set_num_threads(bad)
+    assert _threads.explicit[0] == 2
+    assert linattn.num_threads() == 2
