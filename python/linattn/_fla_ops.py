@@ -19,15 +19,10 @@ import torch
 from torch import Tensor
 
 from . import _linattn
-from ._torch_ops import _backend  # float32: the fast module; float64: the fp64 oracle
+from ._tensor_arrays import array as _array, backend as _backend
 from ._torch_threads import torch_threads
 
 _HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
-
-
-def _array(x):
-    """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
-    return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
 
 
 def _states(q, cu_seqlens):

@@ -18,12 +18,8 @@ import torch
 from torch import Tensor
 
 from . import _linattn
+from ._tensor_arrays import array as _array, backend as _backend
 from ._torch_threads import torch_threads
-
-
-def _array(x):
-    """The tensor's memory as a numpy array, strides and all (no copy); None stays None."""
-    return None if x is None else x.detach().resolve_conj().resolve_neg().numpy()
 
 
 def _lengths(key_lengths):
@@ -40,10 +36,6 @@ def _bits(x):
 
 def _from_bits(a, dtype):
     return torch.from_numpy(a.view(np.int16)).view(dtype)
-
-
-def _backend(q):
-    return _linattn if q.dtype == torch.float32 else _linattn.reference
 
 
 def _out_shape(q, v):

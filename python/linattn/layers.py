@@ -18,6 +18,10 @@ layer computes (packed sequences, cu_seqlens), so it never reaches a state, a no
 convolution window; cu_seqlens (B = 1) packs sequences that never mix.
 """
 
+from ._torch_version import require_torch
+
+require_torch("linattn.layers", (2, 4), "torch.nn.functional.rms_norm")
+
 from torch import nn
 
 from . import fla
