@@ -38,6 +38,7 @@ with LINATTN_MPI (the _distributed module) and mpi4py built against the same MPI
 python3-mpi4py with libopenmpi-dev).
 """
 
+import contextlib
 import functools
 
 try:
@@ -60,10 +61,22 @@ def _handle(comm):
     return int(py2f())
 
 
+@contextlib.contextmanager
+def _local(comm, operation):
+    """This rank's own conversion of its arguments before the collective `operation` (the C++ name,
+    e.g. "decayed_attention_forward"): a failure there joins the operation's agreement as this rank's
+    failed checks, so that every rank raises ValueError naming this one; raised here alone it would
+    leave the other ranks waiting in their agreement (docs/distributed.md)."""
+    try:
+        yield
+    except Exception as e:
+        _distributed.fail_collective(_handle(comm), operation, f"{type(e).__name__}: {e}")
+
+
 def linear_attention(comm, q, k, v, *, feature_map="elu", causal=False, eps=1e-6, n_features=None, seed=0):
     """This rank's out [B, n_r, H, E]: linattn.linear_attention over the whole sharded sequence."""
-    return _distributed.linear_attention(_handle(comm), q, k, v, feature_map=feature_map, causal=bool(causal),
-                                         eps=float(eps), n_features=n_features, seed=int(seed))
+    return _distributed.linear_attention(_handle(comm), q, k, v, feature_map=feature_map, causal=causal, eps=eps,
+                                         n_features=n_features, seed=seed)
 
 
 def linear_attention_backward(comm, q, k, v, dout, *, feature_map="elu", causal=False, eps=1e-6, n_features=None,
@@ -71,8 +84,7 @@ def linear_attention_backward(comm, q, k, v, dout, *, feature_map="elu", causal=
     """This rank's (dq, dk, dv) for its dout [B, n_r, H, E]; the other ranks' gradients reach it through
     the reverse scan, so every rank must call it."""
     return _distributed.linear_attention_backward(_handle(comm), q, k, v, dout, feature_map=feature_map,
-                                                  causal=bool(causal), eps=float(eps), n_features=n_features,
-                                                  seed=int(seed))
+                                                  causal=causal, eps=eps, n_features=n_features, seed=seed)
 
 
 def comm_stats():
@@ -89,27 +101,27 @@ def decayed_attention(comm, q, k, v, g=None, *, decay, g_gamma=None, scale=None,
     starts from the zero state on rank 0 (q, k [B, n_r, H, K], g [B, n_r, H] or [B, n_r, H, 1] for
     simple_gla, [B, n_r, H, K] for gla, None for linear, retention and lightning's g_gamma [H])."""
     return _distributed.decayed_attention(_handle(comm), q, k, v, g, decay=decay, g_gamma=g_gamma, scale=scale,
-                                          chunk_size=int(chunk_size))
+                                          chunk_size=chunk_size)
 
 
 def decayed_attention_backward(comm, q, k, v, g, dout, *, decay, g_gamma=None, scale=None, chunk_size=64):
     """This rank's (dq, dk, dv, dg) (dg None without g)."""
     return _distributed.decayed_attention_backward(_handle(comm), q, k, v, g, dout, decay=decay, g_gamma=g_gamma,
-                                                   scale=scale, chunk_size=int(chunk_size))
+                                                   scale=scale, chunk_size=chunk_size)
 
 
 def delta_rule(comm, q, k, v, beta, g=None, *, gate="delta_rule", scale=None, use_qk_l2norm=False, chunk_size=64):
     """This rank's o [B, n_r, H, V]: linattn.delta_rule over the whole sharded sequence (beta
     [B, n_r, H]; g [B, n_r, H] for gated_delta_rule, [B, n_r, H, K] for kda, None for delta_rule)."""
     return _distributed.delta_rule(_handle(comm), q, k, v, beta, g, gate=gate, scale=scale,
-                                   use_qk_l2norm=bool(use_qk_l2norm), chunk_size=int(chunk_size))
+                                   use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size)
 
 
 def delta_rule_backward(comm, q, k, v, beta, g, dout, *, gate="delta_rule", scale=None, use_qk_l2norm=False,
                         chunk_size=64):
     """This rank's (dq, dk, dv, dbeta, dg) (dg None without g)."""
     return _distributed.delta_rule_backward(_handle(comm), q, k, v, beta, g, dout, gate=gate, scale=scale,
-                                            use_qk_l2norm=bool(use_qk_l2norm), chunk_size=int(chunk_size))
+                                            use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size)
 
 
 def ring_attention(comm, q, k, v, *, scale=None, causal=False, layout="contiguous", early_length=-1,
@@ -117,15 +129,15 @@ def ring_attention(comm, q, k, v, *, scale=None, causal=False, layout="contiguou
     """This rank's (out [B, n_r, H, E], lse [B, H, n_r]) of softmax attention over the whole sharded
     sequence (linattn.softmax_attention's, with key_lengths over global positions); lse is what the
     backward takes."""
-    return _distributed.ring_attention(_handle(comm), q, k, v, scale=scale, causal=bool(causal), layout=layout,
-                                       early_length=int(early_length), key_lengths=key_lengths)
+    return _distributed.ring_attention(_handle(comm), q, k, v, scale=scale, causal=causal, layout=layout,
+                                       early_length=early_length, key_lengths=key_lengths)
 
 
 def ring_attention_backward(comm, q, k, v, out, lse, dout, *, scale=None, causal=False, layout="contiguous",
                             early_length=-1, key_lengths=None):
     """This rank's (dq, dk, dv) of ring_attention, from its out and lse."""
     return _distributed.ring_attention_backward(_handle(comm), q, k, v, out, lse, dout, scale=scale,
-                                                causal=bool(causal), layout=layout, early_length=int(early_length),
+                                                causal=causal, layout=layout, early_length=early_length,
                                                 key_lengths=key_lengths)
 
 
@@ -154,7 +166,9 @@ def _ring():
     class Ring(torch.autograd.Function):
         @staticmethod
         def forward(ctx, comm, options, q, k, v):
-            out, lse = ring_attention(comm, _array(q), _array(k), _array(v), **options)
+            with _local(comm, "ring_attention_forward"):
+                arrays = [_array(x) for x in (q, k, v)]
+            out, lse = ring_attention(comm, *arrays, **options)
             out, lse = torch.from_numpy(out), torch.from_numpy(lse)
             ctx.comm, ctx.options = comm, options
             ctx.save_for_backward(q, k, v, out, lse)
@@ -165,8 +179,9 @@ def _ring():
         @once_differentiable
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
-            grads = ring_attention_backward(ctx.comm, *(_array(x) for x in (q, k, v, out, lse)),
-                                            _array(dout.to(torch.float32).contiguous()), **ctx.options)
+            with _local(ctx.comm, "ring_attention_backward"):
+                arrays = [_array(x) for x in (q, k, v, out, lse, dout.to(torch.float32).contiguous())]
+            grads = ring_attention_backward(ctx.comm, *arrays, **ctx.options)
             return (None, None, *(torch.from_numpy(g) for g in grads))
 
     return Ring
@@ -175,6 +190,12 @@ def _ring():
 _FORWARD = {"linear": linear_attention, "decayed": decayed_attention, "delta": delta_rule}
 _BACKWARD = {"linear": linear_attention_backward, "decayed": decayed_attention_backward,
              "delta": delta_rule_backward}
+# The C++ operations' names, for _local's agreement: the family's forward and backward.
+_OPERATIONS = {"linear": ("linear_attention_forward", "linear_attention_backward"),
+               "decayed": ("decayed_attention_forward", "decayed_attention_backward"),
+               "delta": ("delta_rule_forward", "delta_rule_backward")}
+
+
 @functools.cache
 def _function():
     """The torch.autograd.Function, made on first use so that importing this module needs no torch."""
@@ -191,16 +212,18 @@ def _function():
             ctx.comm, ctx.family, ctx.options = comm, family, options
             ctx.absent = [x is None for x in tensors]
             ctx.save_for_backward(*(x for x in tensors if x is not None))
-            arrays = [None if x is None else _array(x) for x in tensors]
+            with _local(comm, _OPERATIONS[family][0]):
+                arrays = [None if x is None else _array(x) for x in tensors]
             return torch.from_numpy(_FORWARD[family](comm, *arrays, **options))
 
         @staticmethod
         @once_differentiable
         def backward(ctx, dout):
             saved = iter(ctx.saved_tensors)
-            arrays = [None if absent else _array(next(saved)) for absent in ctx.absent]
-            grads = _BACKWARD[ctx.family](ctx.comm, *arrays, _array(dout.to(torch.float32).contiguous()),
-                                          **ctx.options)
+            with _local(ctx.comm, _OPERATIONS[ctx.family][1]):
+                arrays = [None if absent else _array(next(saved)) for absent in ctx.absent]
+                arrays.append(_array(dout.to(torch.float32).contiguous()))
+            grads = _BACKWARD[ctx.family](ctx.comm, *arrays, **ctx.options)
             return (None, None, None, *(None if g is None else torch.from_numpy(g) for g in grads))
 
     return Distributed
@@ -223,23 +246,24 @@ def torch_linear_attention(comm, q, k, v, *, layout=None, feature_map="elu", cau
     output, in `layout` ("bnhd": [B, n_r, H, D] -> [B, n_r, H, E]; "bhnd": torch's [B, H, n_r, D])."""
     from ._layout import check_layout, from_bnhd, to_bnhd
 
-    check_layout(layout, "torch_linear_attention")
-    q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
-    options = dict(feature_map=feature_map, causal=bool(causal), eps=float(eps), n_features=n_features, seed=int(seed))
+    with _local(comm, "linear_attention_forward"):
+        check_layout(layout, "torch_linear_attention")
+        q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
+    options = dict(feature_map=feature_map, causal=causal, eps=eps, n_features=n_features, seed=seed)
     return from_bnhd(_function().apply(comm, "linear", options, q, k, v), layout)
 
 
 def torch_decayed_attention(comm, q, k, v, g=None, *, decay, g_gamma=None, scale=None, chunk_size=64):
     """decayed_attention with autograd (dq, dk, dv, dg) on [B, n_r, H, K] tensors (flash-linear-
     attention's layout, as linattn.fla)."""
-    options = dict(decay=decay, g_gamma=g_gamma, scale=scale, chunk_size=int(chunk_size))
+    options = dict(decay=decay, g_gamma=g_gamma, scale=scale, chunk_size=chunk_size)
     return _function().apply(comm, "decayed", options, q, k, v, g)
 
 
 def torch_delta_rule(comm, q, k, v, beta, g=None, *, gate="delta_rule", scale=None, use_qk_l2norm=False,
                      chunk_size=64):
     """delta_rule with autograd (dq, dk, dv, dbeta, dg) on [B, n_r, H, K] tensors."""
-    options = dict(gate=gate, scale=scale, use_qk_l2norm=bool(use_qk_l2norm), chunk_size=int(chunk_size))
+    options = dict(gate=gate, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size)
     return _function().apply(comm, "delta", options, q, k, v, beta, g)
 
 
@@ -249,8 +273,8 @@ def torch_ring_attention(comm, q, k, v, *, layout=None, scale=None, causal=False
     linattn.torch); ring_layout is the shards' placement ("contiguous" or "balanced")."""
     from ._layout import check_layout, from_bnhd, to_bnhd
 
-    check_layout(layout, "torch_ring_attention")
-    q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
-    options = dict(scale=scale, causal=bool(causal), layout=ring_layout, early_length=int(early_length),
-                   key_lengths=key_lengths)
+    with _local(comm, "ring_attention_forward"):
+        check_layout(layout, "torch_ring_attention")
+        q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
+    options = dict(scale=scale, causal=causal, layout=ring_layout, early_length=early_length, key_lengths=key_lengths)
     return from_bnhd(_ring().apply(comm, options, q, k, v), layout)

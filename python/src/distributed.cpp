@@ -7,6 +7,8 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <memory>
+#include <tuple>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +39,63 @@ MPI_Comm comm_arg(int64_t handle) {
   return comm;
 }
 
+// Runs convert(), this rank's conversion of its Python arguments. A failure there (a float64 or 3-d q,
+// a scale that is no number) joins `operation`'s agreement as this rank's failed checks, so that
+// every rank raises ValueError naming this one: raising here alone would leave the other ranks
+// waiting in their agreement for a rank that never comes.
+template <class F>
+auto converted(MPI_Comm comm, const char* operation, F&& convert) -> decltype(convert()) {
+  try {
+    return convert();
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    py::gil_scoped_release nogil;
+    distributed::fail_collective(comm, operation, message);
+  }
+}
+
+// Python's own conversions (int(), float(), bool(), str()), named: the arguments arrive as objects so
+// that pybind11 refuses none of them before converted() runs.
+int64_t int_arg(const py::object& x, const char* name) {
+  try {
+    return py::int_(x).cast<int64_t>();
+  } catch (const std::exception&) {
+    throw py::type_error(std::string(name) + ": expected an integer, got " + type_name(x) + " " +
+                         py::repr(x).cast<std::string>());
+  }
+}
+float float_arg(const py::object& x, const char* name) {
+  try {
+    return py::float_(x).cast<float>();
+  } catch (const std::exception&) {
+    throw py::type_error(std::string(name) + ": expected a number, got " + type_name(x) + " " +
+                         py::repr(x).cast<std::string>());
+  }
+}
+std::optional<float> optional_float_arg(const py::object& x, const char* name) {
+  if (x.is_none()) return std::nullopt;
+  return float_arg(x, name);
+}
+bool bool_arg(const py::object& x) { return py::bool_(x); }
+std::string string_arg(const py::object& x, const char* name) {
+  if (!py::isinstance<py::str>(x))
+    throw py::type_error(std::string(name) + ": expected a string, got " + type_name(x) + " " +
+                         py::repr(x).cast<std::string>());
+  return x.cast<std::string>();
+}
+uint64_t seed_arg(const py::object& x) {
+  try {
+    return py::int_(x).cast<uint64_t>();
+  } catch (const std::exception&) {
+    throw py::type_error("seed: expected an integer in [0, 2^64), got " + type_name(x) + " " +
+                         py::repr(x).cast<std::string>());
+  }
+}
+std::optional<int64_t> optional_int_arg(const py::object& x, const char* name) {
+  if (x.is_none()) return std::nullopt;
+  return int_arg(x, name);
+}
+
 struct Shard {
   InputView<float> q, k, v;
 };
@@ -52,14 +111,25 @@ std::array<int64_t, 4> out_shape(const Shard& s) {
   return {s.q.view.extent[0], s.q.view.extent[1], s.q.view.extent[2], s.v.view.extent[3]};
 }
 
+// Linear attention's options, from linattn.distributed's keywords.
+LinearAttentionOptions linear_args(const Shard& s, const py::object& feature_map, const py::object& causal,
+                                   const py::object& eps, const py::object& n_features, const py::object& seed) {
+  return linear_options({}, s.q.view.extent[3], string_arg(feature_map, "feature_map"), bool_arg(causal),
+                        float_arg(eps, "eps"), optional_int_arg(n_features, "n_features"),
+                        seed_arg(seed));
+}
+
 py::array linear_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
-                         const std::string& feature_map, bool causal, float eps, std::optional<int64_t> n_features,
-                         uint64_t seed) {
+                         const py::object& feature_map, const py::object& causal, const py::object& eps,
+                         const py::object& n_features, const py::object& seed) {
   const MPI_Comm c = comm_arg(comm);
-  const Shard s = shard_args(q, k, v);
-  const LinearAttentionOptions options =
-      linear_options({}, s.q.view.extent[3], feature_map, causal, eps, n_features, seed);
-  OutputArray<float> out = output_array<float>(out_shape(s));
+  const char* op = "linear_attention_forward";
+  auto [s, options, out] = converted(c, op, [&] {
+    Shard shard = shard_args(q, k, v);
+    LinearAttentionOptions opts = linear_args(shard, feature_map, causal, eps, n_features, seed);
+    OutputArray<float> result = output_array<float>(out_shape(shard));
+    return std::tuple{std::move(shard), opts, std::move(result)};
+  });
   {
     py::gil_scoped_release nogil;
     distributed::linear_attention_forward(c, out.view, s.q.view, s.k.view, s.v.view, options);
@@ -68,13 +138,16 @@ py::array linear_forward(int64_t comm, const py::object& q, const py::object& k,
 }
 
 py::tuple linear_backward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
-                          const py::object& dout, const std::string& feature_map, bool causal, float eps,
-                          std::optional<int64_t> n_features, uint64_t seed) {
+                          const py::object& dout, const py::object& feature_map, const py::object& causal,
+                          const py::object& eps, const py::object& n_features, const py::object& seed) {
   const MPI_Comm c = comm_arg(comm);
-  const Shard s = shard_args(q, k, v);
-  const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, n, H, E]");
-  const LinearAttentionOptions options =
-      linear_options({}, s.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+  const char* op = "linear_attention_backward";
+  auto [s, d, options] = converted(c, op, [&] {
+    Shard shard = shard_args(q, k, v);
+    InputView<float> dout_view = input_view<float>(dout, "dout", 4, "[B, n, H, E]");
+    LinearAttentionOptions opts = linear_args(shard, feature_map, causal, eps, n_features, seed);
+    return std::tuple{std::move(shard), std::move(dout_view), opts};
+  });
   OutputArray<float> dq = output_array<float>(s.q.view.extent), dk = output_array<float>(s.k.view.extent),
                      dv = output_array<float>(s.v.view.extent);
   {
@@ -84,14 +157,16 @@ py::tuple linear_backward(int64_t comm, const py::object& q, const py::object& k
   return py::make_tuple(dq.array, dk.array, dv.array);
 }
 
-Decay decay_arg(const std::string& name) {
+Decay decay_arg(const py::object& name_object) {
+  const std::string name = string_arg(name_object, "decay");
   for (Decay d : {Decay::none, Decay::retention, Decay::head, Decay::token, Decay::key})
     if (decay_name(d) == name) return d;
   throw py::value_error("decay: expected \"linear\", \"retention\", \"lightning\", \"simple_gla\" or \"gla\", got \"" +
                         name + "\"");
 }
 
-DeltaGate gate_arg(const std::string& name) {
+DeltaGate gate_arg(const py::object& name_object) {
+  const std::string name = string_arg(name_object, "gate");
   for (DeltaGate g : {DeltaGate::none, DeltaGate::token, DeltaGate::key})
     if (delta_name(g) == name) return g;
   throw py::value_error("gate: expected \"delta_rule\", \"gated_delta_rule\" or \"kda\", got \"" + name + "\"");
@@ -99,39 +174,43 @@ DeltaGate gate_arg(const std::string& name) {
 
 constexpr const char* kGate = "[B, n, H] or [B, n, H, 1] (per token), [B, n, H, K] (per key)";
 
-// The decayed family's options of one call and the vector g_gamma's span points into.
+// The decayed family's options of one call and the vector g_gamma's span points into (kept on the
+// heap, so that the span survives the struct's moves).
 struct DecayArgs {
-  std::vector<float> g_gamma;
+  std::unique_ptr<std::vector<float>> g_gamma;
   DecayedAttentionOptions options;
 };
-DecayArgs decay_args(const std::string& decay, const py::object& g_gamma, std::optional<float> scale,
-                     int64_t chunk_size) {
-  DecayArgs a{vector_arg<float>(g_gamma, "g_gamma", "[H]"), {}};
+DecayArgs decay_args(const py::object& decay, const py::object& g_gamma, const py::object& scale,
+                     const py::object& chunk_size) {
+  DecayArgs a{std::make_unique<std::vector<float>>(vector_arg<float>(g_gamma, "g_gamma", "[H]")), {}};
   a.options.decay = decay_arg(decay);
-  a.options.g_gamma = a.g_gamma;
-  a.options.scale = scale;
-  a.options.chunk_size = chunk_size;
+  a.options.g_gamma = *a.g_gamma;
+  a.options.scale = optional_float_arg(scale, "scale");
+  a.options.chunk_size = int_arg(chunk_size, "chunk_size");
   return a;
 }
 
-DeltaRuleOptions delta_options(const std::string& gate, std::optional<float> scale, bool qk_l2norm,
-                               int64_t chunk_size) {
+DeltaRuleOptions delta_options(const py::object& gate, const py::object& scale, const py::object& qk_l2norm,
+                               const py::object& chunk_size) {
   DeltaRuleOptions o;
   o.gate = gate_arg(gate);
-  o.scale = scale;
-  o.qk_l2norm = qk_l2norm;
-  o.chunk_size = chunk_size;
+  o.scale = optional_float_arg(scale, "scale");
+  o.qk_l2norm = bool_arg(qk_l2norm);
+  o.chunk_size = int_arg(chunk_size, "chunk_size");
   return o;
 }
 
 py::array decayed_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
-                          const py::object& g, const std::string& decay, const py::object& g_gamma,
-                          std::optional<float> scale, int64_t chunk_size) {
+                          const py::object& g, const py::object& decay, const py::object& g_gamma,
+                          const py::object& scale, const py::object& chunk_size) {
   const MPI_Comm c = comm_arg(comm);
-  const Shard s = shard_args(q, k, v);
-  const TrailingView<float> gate = trailing_arg<float>(g, "g", kGate);
-  const DecayArgs a = decay_args(decay, g_gamma, scale, chunk_size);
-  OutputArray<float> out = output_array<float>(out_shape(s));
+  auto [s, gate, a, out] = converted(c, "decayed_attention_forward", [&] {
+    Shard shard = shard_args(q, k, v);
+    TrailingView<float> gate_view = trailing_arg<float>(g, "g", kGate);
+    DecayArgs args = decay_args(decay, g_gamma, scale, chunk_size);
+    OutputArray<float> result = output_array<float>(out_shape(shard));
+    return std::tuple{std::move(shard), std::move(gate_view), std::move(args), std::move(result)};
+  });
   {
     py::gil_scoped_release nogil;
     distributed::decayed_attention_forward(c, out.view, s.q.view, s.k.view, s.v.view, gate.in.view, a.options);
@@ -141,13 +220,16 @@ py::array decayed_forward(int64_t comm, const py::object& q, const py::object& k
 
 // (dq, dk, dv, dg): dg in g's shape, None without g.
 py::tuple decayed_backward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
-                           const py::object& g, const py::object& dout, const std::string& decay,
-                           const py::object& g_gamma, std::optional<float> scale, int64_t chunk_size) {
+                           const py::object& g, const py::object& dout, const py::object& decay,
+                           const py::object& g_gamma, const py::object& scale, const py::object& chunk_size) {
   const MPI_Comm c = comm_arg(comm);
-  const Shard s = shard_args(q, k, v);
-  const TrailingView<float> gate = trailing_arg<float>(g, "g", kGate);
-  const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, n, H, V]");
-  const DecayArgs a = decay_args(decay, g_gamma, scale, chunk_size);
+  auto [s, gate, d, a] = converted(c, "decayed_attention_backward", [&] {
+    Shard shard = shard_args(q, k, v);
+    TrailingView<float> gate_view = trailing_arg<float>(g, "g", kGate);
+    InputView<float> dout_view = input_view<float>(dout, "dout", 4, "[B, n, H, V]");
+    DecayArgs args = decay_args(decay, g_gamma, scale, chunk_size);
+    return std::tuple{std::move(shard), std::move(gate_view), std::move(dout_view), std::move(args)};
+  });
   OutputArray<float> dq = output_array<float>(s.q.view.extent), dk = output_array<float>(s.k.view.extent),
                      dv = output_array<float>(s.v.view.extent), dg;
   if (gate.given) dg = output_array<float>(gate.in.view.extent);
@@ -159,16 +241,24 @@ py::tuple decayed_backward(int64_t comm, const py::object& q, const py::object& 
   return py::make_tuple(dq.array, dk.array, dv.array, trailing_result(dg.array, gate));
 }
 
-py::array delta_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
-                        const py::object& beta, const py::object& g, const std::string& gate_name,
-                        std::optional<float> scale, bool use_qk_l2norm, int64_t chunk_size) {
-  const MPI_Comm c = comm_arg(comm);
-  const Shard s = shard_args(q, k, v);
+// beta of the delta rule: [B, n, H] or [B, n, H, 1], never None.
+TrailingView<float> beta_arg(const py::object& beta) {
   if (beta.is_none()) throw py::type_error("beta: expected a float32 array [B, n, H], got None");
-  const TrailingView<float> b = trailing_arg<float>(beta, "beta", "[B, n, H] or [B, n, H, 1]");
-  const TrailingView<float> gate = trailing_arg<float>(g, "g", kGate);
-  const DeltaRuleOptions options = delta_options(gate_name, scale, use_qk_l2norm, chunk_size);
-  OutputArray<float> out = output_array<float>(out_shape(s));
+  return trailing_arg<float>(beta, "beta", "[B, n, H] or [B, n, H, 1]");
+}
+
+py::array delta_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
+                        const py::object& beta, const py::object& g, const py::object& gate_name,
+                        const py::object& scale, const py::object& use_qk_l2norm, const py::object& chunk_size) {
+  const MPI_Comm c = comm_arg(comm);
+  auto [s, b, gate, options, out] = converted(c, "delta_rule_forward", [&] {
+    Shard shard = shard_args(q, k, v);
+    TrailingView<float> beta_view = beta_arg(beta);
+    TrailingView<float> gate_view = trailing_arg<float>(g, "g", kGate);
+    DeltaRuleOptions opts = delta_options(gate_name, scale, use_qk_l2norm, chunk_size);
+    OutputArray<float> result = output_array<float>(out_shape(shard));
+    return std::tuple{std::move(shard), std::move(beta_view), std::move(gate_view), opts, std::move(result)};
+  });
   {
     py::gil_scoped_release nogil;
     distributed::delta_rule_forward(c, out.view, s.q.view, s.k.view, s.v.view, b.in.view, gate.in.view, options);
@@ -179,15 +269,17 @@ py::array delta_forward(int64_t comm, const py::object& q, const py::object& k, 
 // (dq, dk, dv, dbeta, dg): dbeta and dg in their tensors' shapes, dg None without g.
 py::tuple delta_backward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
                          const py::object& beta, const py::object& g, const py::object& dout,
-                         const std::string& gate_name, std::optional<float> scale, bool use_qk_l2norm,
-                         int64_t chunk_size) {
+                         const py::object& gate_name, const py::object& scale, const py::object& use_qk_l2norm,
+                         const py::object& chunk_size) {
   const MPI_Comm c = comm_arg(comm);
-  const Shard s = shard_args(q, k, v);
-  if (beta.is_none()) throw py::type_error("beta: expected a float32 array [B, n, H], got None");
-  const TrailingView<float> b = trailing_arg<float>(beta, "beta", "[B, n, H] or [B, n, H, 1]");
-  const TrailingView<float> gate = trailing_arg<float>(g, "g", kGate);
-  const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, n, H, V]");
-  const DeltaRuleOptions options = delta_options(gate_name, scale, use_qk_l2norm, chunk_size);
+  auto [s, b, gate, d, options] = converted(c, "delta_rule_backward", [&] {
+    Shard shard = shard_args(q, k, v);
+    TrailingView<float> beta_view = beta_arg(beta);
+    TrailingView<float> gate_view = trailing_arg<float>(g, "g", kGate);
+    InputView<float> dout_view = input_view<float>(dout, "dout", 4, "[B, n, H, V]");
+    DeltaRuleOptions opts = delta_options(gate_name, scale, use_qk_l2norm, chunk_size);
+    return std::tuple{std::move(shard), std::move(beta_view), std::move(gate_view), std::move(dout_view), opts};
+  });
   OutputArray<float> dq = output_array<float>(s.q.view.extent), dk = output_array<float>(s.k.view.extent),
                      dv = output_array<float>(s.v.view.extent), dbeta = output_array<float>(b.in.view.extent), dg;
   if (gate.given) dg = output_array<float>(gate.in.view.extent);
@@ -200,19 +292,20 @@ py::tuple delta_backward(int64_t comm, const py::object& q, const py::object& k,
 }
 
 // Ring attention's options; layout "contiguous" or "balanced" (docs/ring-attention.md). key_lengths
-// keeps the span's memory.
+// keeps the span's memory (on the heap, so that the span survives the struct's moves).
 struct RingArgs {
-  std::vector<int64_t> key_lengths;
+  std::unique_ptr<std::vector<int64_t>> key_lengths;
   distributed::RingAttentionOptions options;
 };
-RingArgs ring_args(std::optional<float> scale, bool causal, const std::string& layout, int64_t early_length,
-                   const py::object& key_lengths) {
+RingArgs ring_args(const py::object& scale, const py::object& causal, const py::object& layout_object,
+                   const py::object& early_length, const py::object& key_lengths) {
   RingArgs a;
-  a.key_lengths = key_lengths_arg(key_lengths);
-  a.options.scale = scale;
-  a.options.causal = causal;
-  a.options.early_length = early_length;
-  a.options.key_lengths = a.key_lengths;
+  a.key_lengths = std::make_unique<std::vector<int64_t>>(key_lengths_arg(key_lengths));
+  a.options.scale = optional_float_arg(scale, "scale");
+  a.options.causal = bool_arg(causal);
+  a.options.early_length = int_arg(early_length, "early_length");
+  a.options.key_lengths = *a.key_lengths;
+  const std::string layout = string_arg(layout_object, "layout");
   if (layout == "contiguous")
     a.options.layout = distributed::RingLayout::contiguous;
   else if (layout == "balanced")
@@ -228,13 +321,16 @@ py::array_t<float> lse_array(const Shard& s) {
 }
 
 py::tuple ring_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
-                       std::optional<float> scale, bool causal, const std::string& layout, int64_t early_length,
-                       const py::object& key_lengths) {
+                       const py::object& scale, const py::object& causal, const py::object& layout,
+                       const py::object& early_length, const py::object& key_lengths) {
   const MPI_Comm c = comm_arg(comm);
-  const Shard s = shard_args(q, k, v);
-  const RingArgs a = ring_args(scale, causal, layout, early_length, key_lengths);
-  OutputArray<float> out = output_array<float>(out_shape(s));
-  py::array_t<float> lse = lse_array(s);
+  auto [s, a, out, lse] = converted(c, "ring_attention_forward", [&] {
+    Shard shard = shard_args(q, k, v);
+    RingArgs args = ring_args(scale, causal, layout, early_length, key_lengths);
+    OutputArray<float> result = output_array<float>(out_shape(shard));
+    py::array_t<float> lse_out = lse_array(shard);
+    return std::tuple{std::move(shard), std::move(args), std::move(result), std::move(lse_out)};
+  });
   const std::span<float> lse_span(lse.mutable_data(), size_t(lse.size()));
   {
     py::gil_scoped_release nogil;
@@ -244,14 +340,17 @@ py::tuple ring_forward(int64_t comm, const py::object& q, const py::object& k, c
 }
 
 py::tuple ring_backward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
-                        const py::object& out, const py::object& lse, const py::object& dout,
-                        std::optional<float> scale, bool causal, const std::string& layout, int64_t early_length,
+                        const py::object& out, const py::object& lse, const py::object& dout, const py::object& scale,
+                        const py::object& causal, const py::object& layout, const py::object& early_length,
                         const py::object& key_lengths) {
   const MPI_Comm c = comm_arg(comm);
-  const Shard s = shard_args(q, k, v);
-  const RingArgs a = ring_args(scale, causal, layout, early_length, key_lengths);
-  const SavedInputs saved = saved_inputs(out, lse);
-  const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, n, H, E]");
+  auto [s, a, saved, d] = converted(c, "ring_attention_backward", [&] {
+    Shard shard = shard_args(q, k, v);
+    RingArgs args = ring_args(scale, causal, layout, early_length, key_lengths);
+    SavedInputs saved_in = saved_inputs(out, lse);
+    InputView<float> dout_view = input_view<float>(dout, "dout", 4, "[B, n, H, E]");
+    return std::tuple{std::move(shard), std::move(args), std::move(saved_in), std::move(dout_view)};
+  });
   OutputArray<float> dq = output_array<float>(s.q.view.extent), dk = output_array<float>(s.k.view.extent),
                      dv = output_array<float>(s.v.view.extent);
   {
@@ -320,6 +419,16 @@ PYBIND11_MODULE(_distributed, m) {
         arg("finish_per_pass") = linattn::distributed::kCausalFinishPerPass,
         "Shard lengths [ranks] adding up to N that even out the ranks' time in the causal linear forward "
         "(the last rank, which forms no sums, takes more).");
+  m.def(
+      "fail_collective",
+      [](int64_t comm, const std::string& operation, const std::string& message) {
+        const MPI_Comm c = comm_arg(comm);
+        py::gil_scoped_release nogil;
+        linattn::distributed::fail_collective(c, operation, message);
+      },
+      arg("comm"), arg("operation"), arg("message"),
+      "For a rank whose own conversion of its arguments failed before `operation`: joins that call's agreement "
+      "as a failed rank, so every rank raises ValueError naming this one. Always raises.");
   m.def("comm_stats", &comm_stats, "This process's CommStats (bytes_sent, calls, comm_seconds, compute_seconds).");
   m.def("reset_comm_stats", &linattn::distributed::reset_comm_stats);
 }

@@ -84,11 +84,47 @@ def main():
             assert "rank 1" in str(e), str(e)
         else:
             raise AssertionError(f"rank {rank}: a head dim that differs on rank 1 was not refused")
+    if comm.Get_size() > 1:
+        check_local_failures(comm, lengths)
     stats = dist.comm_stats()
     assert stats["bytes_sent"] > 0 and stats["calls"] > 0, stats
     comm.Barrier()
     if rank == 0:
         print(f"distributed_worker: {comm.Get_size()} ranks, shards {lengths}: ok")
+
+
+def check_local_failures(comm, lengths):
+    """An argument that only rank 1 gets wrong in a way the binding refuses before the operation starts
+    (float64 or 3-d q, a scale that is no number, a float64 tensor, a bad layout): every rank raises
+    ValueError naming rank 1 and the argument, and none waits forever (issue 42 item 5; the job's timeout
+    would end a hang)."""
+    rank, n = comm.Get_rank(), lengths[comm.Get_rank()]
+    x = np.zeros((1, n, 2, 4), np.float32)
+    g = np.zeros((1, n, 2), np.float32)
+    bad_q = {"float64": x.astype(np.float64), "3-d": x[0]}
+    t = torch.zeros(1, n, 2, 4)
+    calls = {
+        "decayed_attention q float64": (lambda q: dist.decayed_attention(comm, q, x, x, g, decay="simple_gla"), "q", "float64"),
+        "delta_rule q 3-d": (lambda q: dist.delta_rule(comm, q, x, x, g), "q", "3-d"),
+        "linear_attention q float64": (lambda q: dist.linear_attention(comm, q, x, x, causal=True), "q", "float64"),
+        "ring_attention q 3-d": (lambda q: dist.ring_attention(comm, q, x, x), "q", "3-d"),
+        "decayed_attention scale": (lambda _: dist.decayed_attention(
+            comm, x, x, x, g, decay="simple_gla", scale="abc" if rank == 1 else None), "scale", None),
+        "delta_rule chunk_size": (lambda _: dist.delta_rule(
+            comm, x, x, x, g, chunk_size="big" if rank == 1 else 64), "chunk_size", None),
+        "torch_delta_rule float64": (lambda _: dist.torch_delta_rule(
+            comm, t.double() if rank == 1 else t, t, t, torch.zeros(1, n, 2)), "float32", None),
+        "torch_ring_attention layout": (lambda _: dist.torch_ring_attention(
+            comm, t, t, t, layout="bad" if rank == 1 else "bnhd"), "layout", None),
+    }
+    for name, (call, argument, kind) in calls.items():
+        q = bad_q[kind] if kind is not None and rank == 1 else x
+        try:
+            call(q)
+        except ValueError as e:
+            assert "rank 1" in str(e) and argument in str(e), f"rank {rank} {name}: {e}"
+        else:
+            raise AssertionError(f"rank {rank} {name}: rank 1's bad argument was not refused on this rank")
 
 
 def check_families(comm, lengths, begin, end):

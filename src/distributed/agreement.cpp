@@ -57,14 +57,9 @@ Agreement agree(MPI_Comm comm, std::string_view operation, const Signature& loca
   allgather(&mine, all.data(), static_cast<int>(sizeof(Record)), MPI_BYTE, comm);
 
   const std::string prefix = "linattn: distributed " + std::string(operation) + ": ";
-  // The verdict depends on the gathered table only, so every rank throws the same message.
-  for (int r = 0; r < ranks; ++r) {
-    if (std::string_view(all[r].operation) != std::string_view(all[0].operation) || all[r].fields != all[0].fields) {
-      throw Error(prefix + "rank " + std::to_string(r) + " called " + all[r].operation + " with " +
-                  std::to_string(all[r].fields) + " signature fields, rank 0 called " + all[0].operation + " with " +
-                  std::to_string(all[0].fields) + " (every rank must make the same call)");
-    }
-  }
+  // The verdict depends on the gathered table only, so every rank throws the same message. A rank
+  // whose checks failed is named first: it may have failed before it could build its signature (a
+  // binding that could not convert its arguments reports no fields: fail_collective).
   int failed = 0;
   for (int r = 0; r < ranks; ++r) failed += all[r].failed ? 1 : 0;
   for (int r = 0; r < ranks; ++r) {
@@ -72,6 +67,13 @@ Agreement agree(MPI_Comm comm, std::string_view operation, const Signature& loca
     std::string others;
     if (failed > 1) others = " (and " + std::to_string(failed - 1) + " more rank(s) failed theirs)";
     throw Error(prefix + "rank " + std::to_string(r) + " failed its local checks" + others + ": " + all[r].message);
+  }
+  for (int r = 0; r < ranks; ++r) {
+    if (std::string_view(all[r].operation) != std::string_view(all[0].operation) || all[r].fields != all[0].fields) {
+      throw Error(prefix + "rank " + std::to_string(r) + " called " + all[r].operation + " with " +
+                  std::to_string(all[r].fields) + " signature fields, rank 0 called " + all[0].operation + " with " +
+                  std::to_string(all[0].fields) + " (every rank must make the same call)");
+    }
   }
   for (int r = 1; r < ranks; ++r) {
     for (int i = 0; i < local.size(); ++i) {
@@ -90,3 +92,15 @@ Agreement agree(MPI_Comm comm, std::string_view operation, const Signature& loca
 }
 
 }  // namespace linattn::distributed::detail
+
+namespace linattn::distributed {
+
+void fail_collective(MPI_Comm comm, std::string_view operation, std::string_view message) {
+  detail::ErrorsReturn guard(comm);
+  detail::Signature failed;
+  failed.fail(std::string(message));
+  detail::agree(comm, operation, failed);  // throws on every rank: this one failed
+  throw Error("linattn: internal: fail_collective's agreement did not fail");
+}
+
+}  // namespace linattn::distributed

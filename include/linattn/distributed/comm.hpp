@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace linattn::distributed {
 
@@ -44,5 +45,12 @@ struct CommStats {
 };
 CommStats comm_stats();
 void reset_comm_stats();
+
+// For a caller (a language binding) whose own conversion of this rank's arguments failed before it
+// could call `operation` (e.g. "decayed_attention_forward"): takes part in that call's agreement as a
+// rank whose checks failed with `message`, so that every rank, the others waiting in the agreement of
+// their call, throws linattn::Error naming this rank, instead of the others waiting forever. Always
+// throws; collective over comm like the operation itself.
+[[noreturn]] void fail_collective(MPI_Comm comm, std::string_view operation, std::string_view message);
 
 }  // namespace linattn::distributed
