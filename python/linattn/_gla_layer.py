@@ -121,3 +121,40 @@ class GatedLinearAttention(ProjectedGatedLayer):
             o, state = recurrence(fla.chunk_gla, q, k, v, gk, **common)
         update_layer_cache(self, past_key_values, recurrent_state=state, conv_state=conv_state, offset=q_len)
         return self._end(o, hidden_states, indices, batch_size, q_len), None, past_key_values
+
+
+class SimpleGatedLinearAttention(ProjectedGatedLayer):
+    """fla.layers.SimpleGatedLinearAttention: GLA with one decay per head and token,
+    gk = logsigmoid(gk_proj(x))/gate_logit_normalizer ([B, T, H]), S_t = exp(gk_t) S_{t−1} + k_t v_tᵀ,
+    the output gate always on. fla masks padded steps in place (a zero value and a zero log decay) where
+    the other layers unpad; here padding is removed as in the other layers, which gives the real tokens
+    the same outputs and states (a masked step leaves the state as it was) and zeros at the padding. The
+    cache's recurrent state is [B, H, V, K] (state_v_first)."""
+
+    def __init__(self, mode="chunk", hidden_size=1024, expand_k=1.0, expand_v=1.0, num_heads=4, num_kv_heads=None,
+                 feature_map=None, use_short_conv=True, conv_size=4, conv_bias=False, gate_fn="swish",
+                 elementwise_affine=True, norm_eps=1e-5, gate_logit_normalizer=16, fuse_norm=True, layer_idx=None):
+        super().__init__()
+        self._build(("chunk", "fused_recurrent"), mode, hidden_size, expand_k, expand_v, num_heads, num_kv_heads,
+                    feature_map, use_short_conv, conv_size, conv_bias, True, gate_fn, elementwise_affine, norm_eps,
+                    fuse_norm, layer_idx)
+        self.gk_proj = nn.Linear(hidden_size, num_heads)
+        self.gate_logit_normalizer = gate_logit_normalizer
+
+    def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
+                output_attentions=False, **kwargs):
+        batch_size, q_len, _ = hidden_states.shape
+        mode, hidden_states, indices, cu_seqlens, last, q, k, v, conv_state = self._begin(
+            hidden_states, attention_mask, past_key_values, use_cache, kwargs.get("cu_seqlens"))
+        if self.feature_map_fn is not None:
+            q, k = self.feature_map_fn(q), self.feature_map_fn(k)
+        q = heads(q, self.head_k_dim)
+        k = repeat_heads(k, self.head_k_dim, self.num_kv_groups)
+        v = repeat_heads(v, self.head_v_dim, self.num_kv_groups)
+        gk = F.logsigmoid(self.gk_proj(hidden_states)) / self.gate_logit_normalizer
+        run = fla.fused_recurrent_simple_gla if mode == "fused_recurrent" else fla.chunk_simple_gla
+        o, state = recurrence(run, q, k, v, g=gk, initial_state=last["recurrent_state"] if last is not None else None,
+                              output_final_state=use_cache, state_v_first=True, cu_seqlens=cu_seqlens,
+                              state_shapes=(self.num_heads, self.head_v_dim, self.head_k_dim))
+        update_layer_cache(self, past_key_values, recurrent_state=state, conv_state=conv_state, offset=q_len)
+        return self._end(o, hidden_states, indices, batch_size, q_len), None, past_key_values

@@ -18,6 +18,7 @@ MAKERS = {
     "GatedDeltaNet": dict(head_dim=8, num_heads=2, num_v_heads=4),
     "KimiDeltaAttention": dict(head_dim=8, num_heads=2, num_v_heads=4),
     "MultiScaleRetention": dict(num_heads=4),
+    "SimpleGatedLinearAttention": dict(num_heads=4),
 }
 
 

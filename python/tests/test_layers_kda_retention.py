@@ -1,4 +1,5 @@
-"""linattn.layers.KimiDeltaAttention and MultiScaleRetention as drop-ins for fla.layers': a reference
+"""linattn.layers.KimiDeltaAttention, MultiScaleRetention and SimpleGatedLinearAttention as drop-ins for
+fla.layers': a reference
 module per layer, written here in plain torch from the semantics of fla's layer (its constructor's
 submodules and parameter names, its forward token by token), whose state dict must load strictly;
 the outputs against it (padded and packed batches included), chunk against fused_recurrent, decoding
@@ -11,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from linattn.layers import Cache, KimiDeltaAttention, MultiScaleRetention
+from linattn.layers import Cache, KimiDeltaAttention, MultiScaleRetention, SimpleGatedLinearAttention
 from test_recurrent_layers import l2, recurrence
 
 HIDDEN = 32
@@ -138,6 +139,46 @@ class ReferenceRetention(nn.Module):
         return self.o_proj(o)
 
 
+class ReferenceSimpleGLA(nn.Module):
+    """fla.layers.SimpleGatedLinearAttention's parameters and forward, one sequence at a time: a log decay
+    per head and token, logsigmoid(gk_proj(x))/16, the gated output norm."""
+
+    def __init__(self, num_heads=4, num_kv_heads=None, use_short_conv=True, gate_fn="swish"):
+        super().__init__()
+        H = num_heads
+        G = H // (num_kv_heads or H)
+        self.H, self.G, self.K, self.V = H, G, HIDDEN // H, HIDDEN // H
+        self.q_proj = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.k_proj, self.v_proj = nn.Linear(HIDDEN, HIDDEN // G, bias=False), nn.Linear(HIDDEN, HIDDEN // G, bias=False)
+        self.g_proj = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.use_short_conv = use_short_conv
+        if use_short_conv:
+            self.q_conv1d, self.k_conv1d, self.v_conv1d = ConvHolder(HIDDEN), ConvHolder(HIDDEN // G), ConvHolder(
+                HIDDEN // G)
+        self.gk_proj = nn.Linear(HIDDEN, H)
+        self.fused = gate_fn == "swish"
+        if self.fused:
+            self.g_norm_swish_gate = NormHolder(self.V)
+        else:
+            self.g_norm = NormHolder(self.V)
+        self.o_proj = nn.Linear(HIDDEN, HIDDEN, bias=False)
+
+    def forward(self, x):
+        T, H, G, K, V = x.shape[1], self.H, self.G, self.K, self.V
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.use_short_conv:
+            q, k, v = (causal_conv(c.weight, y) for c, y in ((self.q_conv1d, q), (self.k_conv1d, k),
+                                                             (self.v_conv1d, v)))
+        q = q.view(1, T, H, K)
+        k, v = k.view(1, T, H // G, K).repeat_interleave(G, 2), v.view(1, T, H // G, V).repeat_interleave(G, 2)
+        gk = F.logsigmoid(self.gk_proj(x)) / 16
+        o = recurrence(q, k, v, gk[..., None].expand(1, T, H, K))
+        g = self.g_proj(x)
+        if self.fused:
+            return self.o_proj((rms(o, self.g_norm_swish_gate.weight) * F.silu(g.view(1, T, H, V))).flatten(-2))
+        return self.o_proj(rms(o, self.g_norm.weight).flatten(-2) * torch.sigmoid(g))
+
+
 CASES = {
     "kda": (lambda: ReferenceKDA(),
             lambda **kw: KimiDeltaAttention(hidden_size=HIDDEN, head_dim=8, num_heads=2, num_v_heads=4, **kw)),
@@ -150,6 +191,12 @@ CASES = {
         lambda: ReferenceRetention(num_kv_heads=2, expand_k=0.5, use_short_conv=True, gate_fn="sigmoid"),
         lambda **kw: MultiScaleRetention(hidden_size=HIDDEN, num_heads=4, num_kv_heads=2, expand_k=0.5,
                                          use_short_conv=True, gate_fn="sigmoid", **kw)),
+    "simple_gla": (lambda: ReferenceSimpleGLA(),
+                   lambda **kw: SimpleGatedLinearAttention(hidden_size=HIDDEN, num_heads=4, **kw)),
+    "simple_gla_gqa_sigmoid": (lambda: ReferenceSimpleGLA(num_kv_heads=2, use_short_conv=False, gate_fn="sigmoid"),
+                               lambda **kw: SimpleGatedLinearAttention(hidden_size=HIDDEN, num_heads=4, num_kv_heads=2,
+                                                                       use_short_conv=False, gate_fn="sigmoid",
+                                                                       **kw)),
 }
 
 
