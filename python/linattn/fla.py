@@ -7,12 +7,22 @@ or [B, T, H, K] (GLA, KDA), log-space; beta [B, T, H]; states [N, H, K, V] (N = 
 sequences packed with cu_seqlens). Each function returns (o [B, T, H, V], final_state), final_state
 None unless output_final_state.
 
-- chunk_linear_attn, chunk_retention, chunk_simple_gla, chunk_gla: the chunked engine (training).
+- chunk_linear_attn, chunk_retention, chunk_simple_gla, chunk_gla, chunk_lightning_attn: the chunked
+  engine (training); fused_chunk_linear_attn, fused_chunk_retention, fused_chunk_simple_gla,
+  fused_chunk_gla: flash-linear-attention's fused chunked forms, the same recurrences.
 - fused_recurrent_linear_attn, fused_recurrent_retention, fused_recurrent_simple_gla,
-  fused_recurrent_gla: token by token (decoding); reverse=True scans each sequence backwards.
-- chunk_delta_rule, chunk_gated_delta_rule (chunk_gdn), chunk_kda and fused_recurrent_delta_rule,
-  fused_recurrent_gated_delta_rule (fused_recurrent_gdn), fused_recurrent_kda: the delta rule
-  (DeltaNet, Gated DeltaNet, Kimi Delta Attention), chunked and token by token.
+  fused_recurrent_gla, fused_recurrent_lightning_attn: token by token (decoding); reverse=True scans
+  each sequence backwards.
+- parallel_simple_gla, parallel_retention: the outputs without states, returned as (o, scores), the
+  scores [B, H, T, T] only with output_attentions=True.
+- chunk_delta_rule (fused_chunk_delta_rule), chunk_gated_delta_rule (chunk_gdn), chunk_kda and
+  fused_recurrent_delta_rule, fused_recurrent_gated_delta_rule (fused_recurrent_gdn),
+  fused_recurrent_kda: the delta rule (DeltaNet, Gated DeltaNet, Kimi Delta Attention), chunked and token
+  by token.
+
+Keywords: where flash-linear-attention's function takes **kwargs, keywords it does not read are
+accepted and ignored here too (transformers passes model-level ones such as use_cache or
+output_router_logits along); where it does not, an unknown keyword is a TypeError, as in Python.
 
 Tensors must be on the CPU. float32 runs linattn's fast operators (read in place, no copy); float64
 runs the fp64 oracle (token by token, slow) so that gradcheck works at fp64 tolerances. bfloat16 and
@@ -24,7 +34,10 @@ takes and returns states as [N, H, V, K]. use_gate_in_kernel=True computes the l
 input as flash-linear-attention does (−exp(A_log)·softplus(g + dt_bias), or with lower_bound
 lower_bound·sigmoid(exp(A_log)·(g + dt_bias))). Not supported, and refused by name:
 fused_recurrent_gla's and fused_recurrent_gated_delta_rule's gv, a beta per value dimension, context
-parallelism (cp_context), return_intermediate_states, integer or complex dtypes, tensors on another device.
+parallelism (cp_context), return_intermediate_states, output_attentions with cu_seqlens, integer or complex
+dtypes, tensors on another device. Empty heads or dimensions (H, K or V of 0), a scale that is not a
+number, an initial state of the wrong shape and cu_seqlens with fewer than two offsets are refused by the
+argument's name.
 """
 
 import functools
@@ -39,11 +52,20 @@ __all__ = [
     "chunk_retention",
     "chunk_simple_gla",
     "chunk_gla",
+    "chunk_lightning_attn",
+    "fused_chunk_linear_attn",
+    "fused_chunk_retention",
+    "fused_chunk_simple_gla",
+    "fused_chunk_gla",
     "fused_recurrent_linear_attn",
     "fused_recurrent_retention",
     "fused_recurrent_simple_gla",
     "fused_recurrent_gla",
+    "fused_recurrent_lightning_attn",
+    "parallel_simple_gla",
+    "parallel_retention",
     "chunk_delta_rule",
+    "fused_chunk_delta_rule",
     "chunk_gated_delta_rule",
     "chunk_gdn",
     "chunk_kda",
@@ -112,21 +134,70 @@ def _check_dims(name, x, dims, shape):
 
 
 def _cu_seqlens(cu_seqlens):
-    """cu_seqlens as a 1-d int64 numpy array, or None."""
+    """cu_seqlens as a 1-d int64 numpy array of N + 1 ≥ 2 offsets, or None."""
     if cu_seqlens is None:
         return None
+    dtype = None
     if isinstance(cu_seqlens, torch.Tensor):
         if cu_seqlens.device.type != "cpu":
             raise TypeError(f"cu_seqlens: expected a CPU tensor, got device {cu_seqlens.device}")
-        if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
-            raise TypeError(f"cu_seqlens: expected integers, got {cu_seqlens.dtype}")
-        cu_seqlens = cu_seqlens.detach().numpy()
+        dtype = cu_seqlens.dtype
+        cu_seqlens = cu_seqlens.detach().float().numpy() if dtype == torch.bfloat16 else cu_seqlens.detach().numpy()
     cu = np.asarray(cu_seqlens)
-    if cu.dtype.kind not in "iu":
-        raise TypeError(f"cu_seqlens: expected integers, got {cu.dtype}")
     if cu.ndim != 1:
         raise ValueError(f"cu_seqlens: expected 1 dim [N + 1], got {cu.ndim}")
+    if cu.size < 2:  # [] or [0]: no sequence at all, which is neither an unpacked batch nor a packed one
+        raise ValueError(f"cu_seqlens: expected N + 1 ≥ 2 offsets (0, then the end of each of the N packed "
+                         f"sequences), got {cu.size}; give cu_seqlens=None for an unpacked batch")
+    if cu.dtype.kind not in "iu":
+        raise TypeError(f"cu_seqlens: expected integers, got {dtype if dtype is not None else cu.dtype}")
     return cu.astype(np.int64)
+
+
+def _extents(q, v):
+    """(B, T, H, K) of q, refusing no heads or an empty key or value dimension by name (scale = K^-1/2 and
+    the grouped value heads HV / H need them)."""
+    B, T, H, K = q.shape
+    for name, x, what, n in (("q", q, "the number of heads H", H), ("q", q, "the key dimension K", K),
+                             ("v", v, "the number of heads", v.shape[2]),
+                             ("v", v, "the value dimension V", v.shape[3])):
+        if n == 0:
+            raise ValueError(f"{name}: {what} is 0 (shape {list(x.shape)}); expected at least 1")
+    return B, T, H, K
+
+
+def _scale(scale, K):
+    """scale as a float: K^-1/2 when None."""
+    if scale is None:
+        return K ** -0.5
+    try:
+        return float(scale)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"scale: expected a number (or None for K^-1/2), got {scale!r}") from None
+
+
+def _sequences_and_state(q, heads, V, initial_state, cu_seqlens, state_v_first):
+    """(cu, initial_state): cu_seqlens checked, and the initial state (already [N, H, K, V]) checked against
+    the N sequences and heads, named "initial_state" as the caller gave it, and converted to q's dtype."""
+    cu = _cu_seqlens(cu_seqlens)
+    B, K = q.shape[0], q.shape[3]
+    if cu is not None:
+        if B != 1:
+            raise ValueError(f"The batch size is expected to be 1 rather than {B} when using `cu_seqlens`. "
+                             "Please flatten variable-length inputs before processing.")
+        if initial_state is not None and initial_state.shape[0] != len(cu) - 1:
+            raise ValueError("The number of initial states is expected to be equal to the number of input "
+                             f"sequences, i.e., {len(cu) - 1} rather than {initial_state.shape[0]}.")
+    if initial_state is None:
+        return cu, None
+    _check_tensor("initial_state", initial_state)
+    N = B if cu is None else len(cu) - 1
+    if tuple(initial_state.shape) != (N, heads, K, V):
+        layout, want, got = "[N, H, K, V]", [N, heads, K, V], list(initial_state.shape)
+        if state_v_first:
+            layout, want, got = "[N, H, V, K]", [N, heads, V, K], got[:-2] + got[:-3:-1]
+        raise ValueError(f"initial_state: expected shape {layout} = {want}, got {got}")
+    return cu, initial_state.to(q.dtype)  # flash-linear-attention keeps float32 states
 
 
 def _cu_tensor(cu):
@@ -187,7 +258,7 @@ def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial
     _check_dims("q", q, 4, "[B, T, H, K]")
     _check_dims("k", k, 4, "[B, T, H, K]")
     _check_dims("v", v, 4, "[B, T, H, V]")
-    B, T, H, K = q.shape
+    B, T, H, K = _extents(q, v)
     if decay == "simple_gla" and g is not None:
         _check_dims("g", g, 3, "[B, T, H] (one log decay per head and token)")
     if decay == "gla":
@@ -195,26 +266,14 @@ def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial
             raise ValueError(f"g: {op} needs the log decay g [B, T, H, K]")
         if g.shape != q.shape:
             raise ValueError(f"g: expected q's shape [B, T, H, K] = {list(q.shape)}, got {list(g.shape)}")
-    cu = _cu_seqlens(cu_seqlens)
     z_init = None
     if normalize and isinstance(initial_state, tuple):
         initial_state, z_init = initial_state
-    if initial_state is not None:
-        _check_tensor("initial_state", initial_state)
-        initial_state = initial_state.to(q.dtype)  # flash-linear-attention keeps float32 states
-    if cu is not None:
-        if B != 1:
-            raise ValueError(f"The batch size is expected to be 1 rather than {B} when using `cu_seqlens`. "
-                             "Please flatten variable-length inputs before processing.")
-        if initial_state is not None and initial_state.shape[0] != len(cu) - 1:
-            raise ValueError("The number of initial states is expected to be equal to the number of input "
-                             f"sequences, i.e., {len(cu) - 1} rather than {initial_state.shape[0]}.")
+    cu, initial_state = _sequences_and_state(q, H, v.shape[3], initial_state, cu_seqlens, state_v_first)
     if z_init is not None:
         _check_tensor("initial_state[1] (z)", z_init)
         z_init = z_init.to(q.dtype)
-    if scale is None:
-        scale = K ** -0.5
-    scale = float(scale)
+    scale = _scale(scale, K)
     if chunk_size is None:
         chunk_size = 64
 
@@ -287,11 +346,6 @@ def _k_first(state, state_v_first):
     return state.transpose(-1, -2).contiguous() if state_v_first and state is not None else state
 
 
-def _no_more(op, kwargs):
-    if kwargs:
-        raise TypeError(f"{op}: unsupported keyword arguments {sorted(kwargs)}")
-
-
 def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False, normalize=True,
                       cu_seqlens=None):
     """S_t = S_{t−1} + k_t v_tᵀ, o_t = scale·S_tᵀ q_t; normalize divides o_t by scale·q_t·z_t + 1e-10,
@@ -305,7 +359,6 @@ def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=
     """RetNet's retention: S_t = γ_h S_{t−1} + k_t v_tᵀ with γ_h = 1 − 2^(−5−h) for head h."""
     _no_head_first(kwargs)
     chunk_size = _chunk_size(kwargs)
-    _no_more("chunk_retention", kwargs)
     return _decayed("chunk_retention", "chunk", "retention", q, k, v, scale=scale, initial_state=initial_state,
                     output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size)
 
@@ -317,7 +370,6 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=No
     unused (cu_seqlens is on the CPU already)."""
     _no_head_first(kwargs)
     chunk_size = _chunk_size(kwargs)
-    _no_more("chunk_simple_gla", kwargs)
     state_v_first = _state_v_first(state_v_first, {})
     decay = "linear" if g is None else "simple_gla"
     return _decayed("chunk_simple_gla", "chunk", decay, q, k, v, g=g, g_gamma=g_gamma, scale=scale,
@@ -345,7 +397,6 @@ def fused_recurrent_retention(q, k, v, scale=None, initial_state=None, output_fi
                               state_v_first=False, cu_seqlens=None, **kwargs):
     """chunk_retention token by token."""
     state_v_first = _state_v_first(state_v_first, kwargs)
-    _no_more("fused_recurrent_retention", kwargs)
     return _decayed("fused_recurrent_retention", "recurrent", "retention", q, k, v, scale=scale,
                     initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
                     cu_seqlens=cu_seqlens, state_v_first=state_v_first)
@@ -356,7 +407,6 @@ def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initia
                                **kwargs):
     """chunk_simple_gla token by token."""
     state_v_first = _state_v_first(state_v_first, kwargs)
-    _no_more("fused_recurrent_simple_gla", kwargs)
     decay = "linear" if g is None else "simple_gla"
     return _decayed("fused_recurrent_simple_gla", "recurrent", decay, q, k, v, g=g, g_gamma=g_gamma, scale=scale,
                     initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
@@ -370,11 +420,125 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
     if gv is not None:
         raise NotImplementedError("gv: a log decay per value dimension is not supported by linattn (give gk only)")
     state_v_first = _state_v_first(state_v_first, kwargs)
-    _no_more("fused_recurrent_gla", kwargs)
     decay = "linear" if gk is None else "gla"
     return _decayed("fused_recurrent_gla", "recurrent", decay, q, k, v, g=gk, scale=scale,
                     initial_state=initial_state, output_final_state=output_final_state, reverse=reverse,
                     cu_seqlens=cu_seqlens, state_v_first=state_v_first)
+
+
+# flash-linear-attention's other forms of the same recurrences: its fused chunked kernels (one pass over
+# the chunks) compute what its chunked ones compute, and so does linattn's chunked engine; the parallel
+# forms compute the outputs of a whole sequence without a state (and, if asked, the attention scores);
+# lightning attention is simple GLA with a constant decay per head set by the layer's depth.
+
+
+def fused_chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False, normalize=True,
+                            cu_seqlens=None):
+    """chunk_linear_attn (flash-linear-attention's fused chunked kernel of the same recurrence)."""
+    return chunk_linear_attn(q, k, v, scale, initial_state, output_final_state, normalize, cu_seqlens)
+
+
+def fused_chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                          **kwargs):
+    """chunk_retention (flash-linear-attention's fused chunked kernel of the same recurrence)."""
+    _no_head_first(kwargs)
+    return chunk_retention(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
+
+
+def fused_chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, output_final_state=False,
+                           cu_seqlens=None):
+    """chunk_simple_gla (flash-linear-attention's fused chunked kernel of the same recurrence)."""
+    return chunk_simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state, cu_seqlens=cu_seqlens)
+
+
+def fused_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None, **kwargs):
+    """chunk_gla. flash-linear-attention deprecated its fused chunked GLA kernel (the function now raises
+    and points to chunk_gla) while its GLA layer still calls it in mode "fused_chunk"; here it computes
+    what it always computed, chunk_gla's recurrence, so that mode runs."""
+    _no_head_first(kwargs)
+    return chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens=cu_seqlens)
+
+
+def _attention_scores(q, k, g, scale):
+    """The parallel forms' scores [B, H, T, T] in q's dtype: scale·q_i·k_j·exp(Σ_{j<s≤i} g_s) for j ≤ i,
+    zero above the diagonal (one sequence per batch row); g [B, T, H] log decays, or None."""
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scores = torch.einsum("bihk,bjhk->bhij", q.to(wide), k.to(wide)) * scale
+    T = q.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    if g is not None:
+        G = g.to(wide).cumsum(1).transpose(1, 2)  # [B, H, T]
+        # Above the diagonal the exponent would grow with the distance: masked before exp, not after.
+        decay = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
+        scores = scores * decay
+    return scores.masked_fill(~causal, 0).to(q.dtype)
+
+
+def _parallel(op, q, k, g, scale, output_attentions, cu_seqlens, forward):
+    """(o, scores or None): o from forward(), which also checks the arguments."""
+    if output_attentions and cu_seqlens is not None:
+        raise ValueError(f"output_attentions: {op} returns the attention scores only without cu_seqlens (one "
+                         "sequence per batch row), as flash-linear-attention does")
+    o, _ = forward()
+    return o, (_attention_scores(q, k, g, _scale(scale, q.shape[-1])) if output_attentions else None)
+
+
+def parallel_simple_gla(q, k, v, g=None, scale=None, output_attentions=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                        **kwargs):
+    """chunk_simple_gla's outputs without states, and with output_attentions the scores [B, H, T, T]
+    scale·q_i·k_j·exp(g_{j+1} + … + g_i) for j ≤ i (zero above the diagonal). Returns (o, scores or None)."""
+    _no_head_first(kwargs)
+    return _parallel("parallel_simple_gla", q, k, g, scale, output_attentions, cu_seqlens,
+                     lambda: chunk_simple_gla(q, k, v, g=g, scale=scale, cu_seqlens=cu_seqlens))
+
+
+def _retention_log_decays(q):
+    """log γ_h = log(1 − 2^(−5−h)) of RetNet's heads, [B, T, H] (float64, rounded to q's dtype by the user)."""
+    heads = torch.arange(q.shape[2], dtype=torch.float64)
+    return torch.log1p(-torch.exp2(-5.0 - heads)).view(1, 1, -1).expand(q.shape[0], q.shape[1], -1)
+
+
+def parallel_retention(q, k, v, scale=None, output_attentions=False, cu_seqlens=None, **kwargs):
+    """chunk_retention's outputs without states, and with output_attentions the scores
+    scale·q_i·k_j·γ_h^(i−j) for j ≤ i. Returns (o, scores or None)."""
+    _no_head_first(kwargs)
+    decays = _retention_log_decays(q) if output_attentions else None
+    return _parallel("parallel_retention", q, k, decays, scale, output_attentions, cu_seqlens,
+                     lambda: chunk_retention(q, k, v, scale=scale, cu_seqlens=cu_seqlens))
+
+
+def _lightning_decays(q, layer_idx, num_layers):
+    """Lightning attention's constant log decay per head, flash-linear-attention's rule:
+    −8/H · (1 − layer_idx / num_layers) · h for head h (float32 [H])."""
+    _check_tensor("q", q)
+    _check_dims("q", q, 4, "[B, T, H, K]")
+    for name, x in (("layer_idx", layer_idx), ("num_layers", num_layers)):
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+            raise TypeError(f"{name}: expected an integer, got {x!r}")
+    if num_layers < 1:
+        raise ValueError(f"num_layers: expected at least 1 (the model's number of layers), got {num_layers}")
+    H = q.shape[2]
+    if H == 0:
+        raise ValueError(f"q: the number of heads H is 0 (shape {list(q.shape)}); expected at least 1")
+    return -(8 / H * (1 - layer_idx / num_layers)) * torch.arange(H, dtype=torch.float32)
+
+
+def chunk_lightning_attn(q, k, v, layer_idx, num_layers, scale=None, initial_state=None, output_final_state=False,
+                         cu_seqlens=None, **kwargs):
+    """Lightning attention: chunk_simple_gla with g_gamma the constant decays of layer layer_idx of num_layers."""
+    _no_head_first(kwargs)
+    return chunk_simple_gla(q, k, v, g_gamma=_lightning_decays(q, layer_idx, num_layers), scale=scale,
+                            initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                            chunk_size=_chunk_size(kwargs))
+
+
+def fused_recurrent_lightning_attn(q, k, v, layer_idx, num_layers, scale=None, initial_state=None,
+                                   output_final_state=False, reverse=False, cu_seqlens=None, **kwargs):
+    """chunk_lightning_attn token by token; reverse=True scans each sequence backwards."""
+    _no_head_first(kwargs)
+    return fused_recurrent_simple_gla(q, k, v, g_gamma=_lightning_decays(q, layer_idx, num_layers), scale=scale,
+                                      initial_state=initial_state, output_final_state=output_final_state,
+                                      reverse=reverse, cu_seqlens=cu_seqlens)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -397,7 +561,7 @@ def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None
     _check_dims("q", q, 4, "[B, T, H, K]")
     _check_dims("k", k, 4, "[B, T, H, K]")
     _check_dims("v", v, 4, "[B, T, HV, V]")
-    B, T, H, K = q.shape
+    B, T, H, K = _extents(q, v)
     HV = v.shape[2]
     if k.shape[2] != H:
         raise ValueError(f"k: expected q's {H} heads, got {k.shape[2]} (shape {list(k.shape)})")
@@ -424,20 +588,8 @@ def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None
             raise ValueError(f"g: {op} needs the log decay g [B, T, HV, K]")
         if g.shape != (B, T, HV, K):
             raise ValueError(f"g: expected shape [B, T, HV, K] = {[B, T, HV, K]}, got {list(g.shape)}")
-    cu = _cu_seqlens(cu_seqlens)
-    if initial_state is not None:
-        _check_tensor("initial_state", initial_state)
-        initial_state = initial_state.to(q.dtype)  # flash-linear-attention keeps float32 states
-    if cu is not None:
-        if B != 1:
-            raise ValueError(f"The batch size is expected to be 1 rather than {B} when using `cu_seqlens`. "
-                             "Please flatten variable-length inputs before processing.")
-        if initial_state is not None and initial_state.shape[0] != len(cu) - 1:
-            raise ValueError("The number of initial states is expected to be equal to the number of input "
-                             f"sequences, i.e., {len(cu) - 1} rather than {initial_state.shape[0]}.")
-    if scale is None:
-        scale = K ** -0.5
-    scale = float(scale)
+    cu, initial_state = _sequences_and_state(q, HV, v.shape[3], initial_state, cu_seqlens, state_v_first)
+    scale = _scale(scale, K)
     if use_beta_sigmoid_in_kernel:
         beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
     if HV != H:
@@ -504,10 +656,17 @@ def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final
     use_qk_l2norm_in_kernel q and k are divided by sqrt(Σx² + 1e-6) per token and head first."""
     _no_head_first(kwargs)
     chunk_size = _delta_chunk_size(kwargs, (16, 32, 64))
-    _no_more("chunk_delta_rule", kwargs)
     return _delta("chunk_delta_rule", "chunk", "delta_rule", q, k, v, beta, scale=scale, initial_state=initial_state,
                   output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                   cu_seqlens=cu_seqlens, chunk_size=chunk_size)
+
+
+def fused_chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                           **kwargs):
+    """chunk_delta_rule. flash-linear-attention deprecated its fused chunked DeltaNet kernel (the function
+    now raises and points to chunk_delta_rule); here it computes what it always computed."""
+    _no_head_first(kwargs)
+    return chunk_delta_rule(q, k, v, beta, scale, initial_state, output_final_state, cu_seqlens=cu_seqlens)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -524,11 +683,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     g = _gate_in_kernel("chunk_gated_delta_rule", g, kwargs.pop("use_gate_in_kernel", False), kwargs.pop("A_log", None),
                         kwargs.pop("dt_bias", None))
     _no_context_parallel(cp_context)
-    _no_more("chunk_gated_delta_rule", kwargs)
     return _delta("chunk_gated_delta_rule", "chunk", "gated_delta_rule", q, k, v, beta, g=g, scale=scale,
                   initial_state=initial_state, output_final_state=output_final_state,
                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+                  state_v_first=state_v_first)
 
 
 chunk_gdn = chunk_gated_delta_rule
@@ -538,9 +697,11 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
               allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
               return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
-              cp_context=None, **kwargs):
+              cp_context=None, use_graph=False, max_num_seqs=None, **kwargs):
     """Kimi Delta Attention: S_t = diag(exp g_t) S_{t−1}, then the delta update; g [B, T, HV, K] log
-    decays. disable_recompute (a memory/speed trade on GPUs) is accepted and changes nothing here."""
+    decays. disable_recompute (a memory/speed trade on GPUs) and use_graph / max_num_seqs (CUDA-graph
+    capture of the GPU kernels, and the sequence count they are captured for) are accepted and change
+    nothing here: there is no graph to capture on the CPU."""
     state_v_first = _state_v_first(state_v_first, kwargs)
     chunk_size = _delta_chunk_size(kwargs, (32, 64))
     g = _gate_in_kernel("chunk_kda", g, use_gate_in_kernel, kwargs.pop("A_log", None), kwargs.pop("dt_bias", None),
@@ -548,11 +709,11 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     if return_intermediate_states:
         raise NotImplementedError("return_intermediate_states=True: the chunk states are not returned by linattn")
     _no_context_parallel(cp_context)
-    _no_more("chunk_kda", kwargs)
     return _delta("chunk_kda", "chunk", "kda", q, k, v, beta, g=g, scale=scale, initial_state=initial_state,
                   output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                   cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+                  state_v_first=state_v_first)
 
 
 def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=None, output_final_state=False,
@@ -574,7 +735,6 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     if gv is not None:
         raise NotImplementedError("gv: a log decay per value dimension is not supported by linattn (give g or gk)")
     state_v_first = _state_v_first(state_v_first, kwargs)
-    _no_more("fused_recurrent_gated_delta_rule", kwargs)
     if use_gate_in_kernel and gk is not None:
         raise NotImplementedError("use_gate_in_kernel with gk: the gate computed in the kernel is for g [B, T, HV]")
     g = _gate_in_kernel("fused_recurrent_gated_delta_rule", g, use_gate_in_kernel, A_log, dt_bias)
@@ -593,7 +753,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     return _delta("fused_recurrent_gated_delta_rule", "recurrent", gate, q, k, v, beta, g=g, scale=scale,
                   initial_state=initial_state, output_final_state=output_final_state,
                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
-                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+                  state_v_first=state_v_first)
 
 
 fused_recurrent_gdn = fused_recurrent_gated_delta_rule
@@ -606,8 +767,8 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, 
     """chunk_kda token by token."""
     state_v_first = _state_v_first(state_v_first, kwargs)
     g = _gate_in_kernel("fused_recurrent_kda", g, use_gate_in_kernel, A_log, dt_bias, lower_bound, per_key=True)
-    _no_more("fused_recurrent_kda", kwargs)
     return _delta("fused_recurrent_kda", "recurrent", "kda", q, k, v, beta, g=g, scale=scale,
                   initial_state=initial_state, output_final_state=output_final_state,
                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
-                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
+                  use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+                  state_v_first=state_v_first)

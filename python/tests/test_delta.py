@@ -421,8 +421,8 @@ def test_error_unsupported_arguments():
         fla.chunk_delta_rule(q, k, v, beta, chunk_size=48)
     with pytest.raises(DeprecationWarning, match="head_first"):
         fla.chunk_delta_rule(q, k, v, beta, head_first=False)
-    with pytest.raises(TypeError, match="not_an_argument"):
-        fla.chunk_gated_delta_rule(q, k, v, g, beta, not_an_argument=1)
+    with pytest.raises(TypeError, match="not_an_argument"):  # no **kwargs here, in fla either
+        fla.fused_recurrent_delta_rule(q, k, v, beta, not_an_argument=1)
 
 
 @pytest.mark.parametrize("name", ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_kda",
