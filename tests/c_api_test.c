@@ -714,6 +714,93 @@ static void test_bf16(void) {
         "f32 q with a bf16 out: %s", linattn_last_error());
 }
 
+/* Issue 42, item 12: the C API's quiet acceptances, each refused by name. */
+static void test_defect_bf16_final_state_is_refused(void) {
+  float q[QSIZE], k[QSIZE], v[VSIZE], out[VSIZE];
+  linattn_tensor tq = linattn_tensor_bnhd(q, B, T, H, D), tk = linattn_tensor_bnhd(k, B, T, H, D),
+                 tv = linattn_tensor_bnhd(v, B, T, H, E), to = linattn_tensor_bnhd(out, B, T, H, E);
+  linattn_state* s16 = NULL;
+  int32_t dtype = -1;
+  linattn_status s;
+  fill(q, QSIZE, -1, 1), fill(k, QSIZE, -1, 1), fill(v, VSIZE, -1, 1);
+  OK(linattn_state_create_dtype(B, H, D, E, "elu", LINATTN_BF16, &s16));
+  /* The forward remade it as an f32 state: the caller's bf16 state changed its dtype unasked. */
+  s = linattn_causal_linear_forward(&to, &tq, &tk, &tv, NULL, NULL, s16);
+  CHECK(s == LINATTN_ERROR_UNSUPPORTED_DTYPE && contains(linattn_last_error(), "final_state is a LINATTN_BF16 state"),
+        "bf16 final_state: %s, %s", linattn_status_name(s), linattn_last_error());
+  OK(linattn_state_dtype(s16, &dtype));
+  CHECK(dtype == LINATTN_BF16, "a refused call changed the state's dtype to %d", (int)dtype);
+  linattn_state_free(s16);
+}
+
+static void test_defect_feature_role_out_of_range_is_refused(void) {
+  float x[2 * D], phi[2 * D];
+  linattn_feature_map* map = NULL;
+  linattn_status s;
+  fill(x, 2 * D, -1, 1);
+  OK(linattn_feature_map_create("elu", &map));
+  /* A C caller's int outside the enum: read as an integer before any conversion (UBSan caught a load of 7). */
+  s = linattn_feature_map_forward(map, phi, x, 2, D, (linattn_feature_role)7);
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "role is 7"), "role 7: %s, %s",
+        linattn_status_name(s), linattn_last_error());
+  s = linattn_feature_map_backward(map, phi, x, x, 2, D, (linattn_feature_role)-1);
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "role is "), "role -1: %s, %s",
+        linattn_status_name(s), linattn_last_error());
+  linattn_feature_map_free(map);
+}
+
+static void test_defect_state_create_takes_only_names_save_writes(void) {
+  const char* names[3] = {"two words", "", "tab\tname"};
+  char long_name[300];
+  linattn_state* state = NULL;
+  linattn_status s;
+  int i;
+  memset(long_name, 'x', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  for (i = 0; i < 4; ++i) {
+    const char* name = i < 3 ? names[i] : long_name;
+    state = NULL;
+    s = linattn_state_create(B, H, D, E, name, &state);
+    CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && state == NULL &&
+              contains(linattn_last_error(), "printable ASCII characters without spaces"),
+          "state name %d: %s, %s", i, linattn_status_name(s), linattn_last_error());
+    linattn_state_free(state);
+  }
+  OK(linattn_state_create(B, H, D, E, "favor(d=3,m=8,seed=0,orthogonal)", &state));
+  linattn_state_free(state);
+}
+
+static void test_defect_pointer_with_count_zero_is_refused(void) {
+  float q[QSIZE], k[QSIZE], v[VSIZE], out[VSIZE], beta[GSIZE], final_state[SSIZE];
+  const int64_t cu[2] = {0, T};
+  linattn_tensor tq = linattn_tensor_bnhd(q, 1, T, H, D), tk = linattn_tensor_bnhd(k, 1, T, H, D),
+                 tv = linattn_tensor_bnhd(v, 1, T, H, E), to = linattn_tensor_bnhd(out, 1, T, H, E),
+                 tb = linattn_tensor_bnhd(beta, 1, T, H, 1);
+  linattn_decay_options dec;
+  linattn_delta_options del;
+  linattn_status s;
+  fill(q, QSIZE, -1, 1), fill(k, QSIZE, -1, 1), fill(v, VSIZE, -1, 1), fill(beta, GSIZE, 0, 1);
+  /* A final_state asked for with n_state = 0 was silently not written. */
+  s = linattn_decayed_forward(&to, &tq, &tk, &tv, NULL, NULL, NULL, final_state, 0);
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "final_state is a pointer with a count of 0"),
+        "final_state with n_state 0: %s, %s", linattn_status_name(s), linattn_last_error());
+  /* cu_seqlens with n_cu_seqlens = 0 ran unpacked. */
+  linattn_decay_options_init(&dec);
+  dec.cu_seqlens = cu;
+  s = linattn_decayed_forward(&to, &tq, &tk, &tv, NULL, &dec, NULL, NULL, 0);
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT &&
+            contains(linattn_last_error(), "options->cu_seqlens is a pointer with a count of 0"),
+        "decayed cu_seqlens with count 0: %s, %s", linattn_status_name(s), linattn_last_error());
+  linattn_delta_options_init(&del);
+  del.cu_seqlens = cu;
+  s = linattn_delta_forward(&to, &tq, &tk, &tv, &tb, NULL, &del, NULL, NULL, 0);
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT &&
+            contains(linattn_last_error(), "options->cu_seqlens is a pointer with a count of 0"),
+        "delta cu_seqlens with count 0: %s, %s", linattn_status_name(s), linattn_last_error());
+  del.n_cu_seqlens = 2; /* the same call with its count runs */
+  OK(linattn_delta_forward(&to, &tq, &tk, &tv, &tb, NULL, &del, NULL, final_state, H * D * E));
+}
+
 static void* other_thread(void* arg) {
   /* The main thread's last call failed; this thread has made none: its message is its own (""). */
   *(int*)arg = linattn_last_error()[0] == '\0';
@@ -854,6 +941,10 @@ int main(void) {
   test_recurrence(1);
   test_errors();
   test_bf16();
+  test_defect_bf16_final_state_is_refused();
+  test_defect_feature_role_out_of_range_is_refused();
+  test_defect_state_create_takes_only_names_save_writes();
+  test_defect_pointer_with_count_zero_is_refused();
 #ifdef LINATTN_TEST_MODEL_API
   test_model_api();
 #endif

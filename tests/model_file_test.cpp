@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,33 @@ TEST(ModelFile, MismatchedContentsAreRejected) {
   bytes.replace(bytes.find(heads_from), heads_from.size(), heads_to);
   EXPECT_NE(parse_error(with_crc(bytes)).find("heads is \"x\", expected an integer"), std::string::npos)
       << parse_error(with_crc(bytes));
+}
+
+// Issue 42, item 7: a checkpoint whose AdamW second moments are negative resumed into an all-NaN
+// model (√v of a negative v), exit 0. Moments and weights are finite, and v ≥ 0, or the file is
+// refused naming the field and the index.
+TEST(ModelFile, DefectNegativeOrNonFiniteMomentsAreRefused) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::vector<float> ModelFile::*field;
+    float value;
+    const char* message;
+  };
+  for (const Case& c :
+       {Case{&ModelFile::adam_v, -1.0f, "test.model: AdamW second moments[3] is -1, expected a finite number ≥ 0"},
+        Case{&ModelFile::adam_v, -1e-30f, "AdamW second moments[3] is -1e-30"},
+        Case{&ModelFile::adam_v, inf, "AdamW second moments[3] is inf"},
+        Case{&ModelFile::adam_m, nan, "AdamW first moments[3] is nan, expected a finite number"},
+        Case{&ModelFile::params, -inf, "weights[3] is -inf, expected a finite number"}}) {
+    ModelFile f = sample_file(true);
+    (f.*c.field)[3] = c.value;
+    const std::string message = parse_error(serialize_model_file(f));
+    EXPECT_NE(message.find(c.message), std::string::npos) << message;
+  }
+  ModelFile f = sample_file(true);
+  f.adam_m[3] = -1.0f;  // a first moment may be negative
+  f.adam_v[3] = 0.0f;
+  EXPECT_EQ(parse_error(serialize_model_file(f)), "");
 }
 
 // retnet and gla are recorded by name; gla's file holds its gate projection (2 more tensors).

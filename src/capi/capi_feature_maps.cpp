@@ -1,6 +1,8 @@
 // The C API's feature maps: elementwise by name, FAVOR+, random Fourier features, and φ itself.
+#include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "capi/capi_support.hpp"
 #include "linattn/favor.hpp"
@@ -33,11 +35,17 @@ void check_rows(const char* function, int64_t rows, int64_t dim) {
   if (dim < 1) fail(LINATTN_ERROR_INVALID_ARGUMENT, function, "dim is " + std::to_string(dim) + ", expected >= 1");
 }
 
-linattn::FeatureRole to_role(const char* function, linattn_feature_role role) {
-  if (role == LINATTN_ROLE_QUERY) return linattn::FeatureRole::query;
-  if (role == LINATTN_ROLE_KEY) return linattn::FeatureRole::key;
+// A C caller may pass any int as the enum: loading a value outside it as linattn_feature_role is
+// undefined in C++ (UBSan: "load of value 7"), so its bytes are read as the integer they are, and
+// range-checked, before any conversion.
+linattn::FeatureRole to_role(const char* function, const linattn_feature_role* role) {
+  std::underlying_type_t<linattn_feature_role> value;
+  static_assert(sizeof value == sizeof *role);
+  std::memcpy(&value, role, sizeof value);
+  if (value == LINATTN_ROLE_QUERY) return linattn::FeatureRole::query;
+  if (value == LINATTN_ROLE_KEY) return linattn::FeatureRole::key;
   fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
-       "role is " + std::to_string(int(role)) + ", expected LINATTN_ROLE_QUERY (0) or LINATTN_ROLE_KEY (1)");
+       "role is " + std::to_string(value) + ", expected LINATTN_ROLE_QUERY (0) or LINATTN_ROLE_KEY (1)");
 }
 
 }  // namespace
@@ -91,7 +99,7 @@ linattn_status linattn_feature_map_forward(const linattn_feature_map* map, float
     check_rows(function, rows, dim);
     require(phi, function, "phi");
     require(x, function, "x");
-    m->forward(phi, x, rows, dim, to_role(function, role));
+    m->forward(phi, x, rows, dim, to_role(function, &role));
   });
 }
 
@@ -104,7 +112,7 @@ linattn_status linattn_feature_map_backward(const linattn_feature_map* map, floa
     require(dx, function, "dx");
     require(dphi, function, "dphi");
     require(x, function, "x");
-    m->backward(dx, dphi, x, rows, dim, to_role(function, role));
+    m->backward(dx, dphi, x, rows, dim, to_role(function, &role));
   });
 }
 

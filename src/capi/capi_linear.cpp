@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi/capi_support.hpp"
+#include "io/state_file.hpp"
 #include "linattn/half_attention.hpp"
 #include "linattn/linear_attention.hpp"
 
@@ -31,12 +32,27 @@ const linattn::RecurrentState& state_of(const char* function, const linattn_stat
   return state->state;
 }
 
+// A state an operator writes in f32 (the causal forward's final_state, the backward's dinitial): a bf16
+// one was silently remade as f32, its dtype changed under the caller. NULL: not wanted.
+linattn::RecurrentState* f32_output_state(const char* function, const char* name, linattn_state* state) {
+  if (state == nullptr) return nullptr;
+  if (state->state.dtype() != linattn::DType::f32)
+    fail(LINATTN_ERROR_UNSUPPORTED_DTYPE, function,
+         std::string(name) +
+             " is a LINATTN_BF16 state, expected LINATTN_F32: this operator writes S in f32 (a bf16 state serves "
+             "linattn_recurrent_step; create this one with linattn_state_create)");
+  return &state->state;
+}
+
 linattn_status create_state(const char* f, int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
                             const char* feature_map, int32_t dtype, linattn_state** out) {
   return guard([&] {
     require(out, f, "out");
     *out = nullptr;
     require(feature_map, f, "feature_map");
+    // A name that linattn_state_save cannot write was taken here and refused only at the save.
+    if (const std::string why = linattn::io::feature_map_name_error(feature_map); !why.empty())
+      fail(LINATTN_ERROR_INVALID_ARGUMENT, f, "feature_map: " + why);
     const int64_t extents[4] = {batch, heads, feature_dim, value_dim};
     const char* names[4] = {"batch", "heads", "feature_dim", "value_dim"};
     for (int i = 0; i < 4; ++i)
@@ -104,7 +120,7 @@ linattn_status linattn_causal_linear_forward(const linattn_tensor* out, const li
       linattn::causal_linear_attention_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q),
                                                const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
                                                linear_options(f, options), initial ? &initial->state : nullptr,
-                                               final_state ? &final_state->state : nullptr);
+                                               f32_output_state(f, "final_state", final_state));
     });
   });
 }
@@ -121,7 +137,7 @@ linattn_status linattn_causal_linear_backward(const linattn_tensor* dq, const li
       linattn::causal_linear_attention_backward(
           view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv), const_view_of<T>(f, "dout", dout),
           const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
-          linear_options(f, options), initial ? &initial->state : nullptr, dinitial ? &dinitial->state : nullptr);
+          linear_options(f, options), initial ? &initial->state : nullptr, f32_output_state(f, "dinitial", dinitial));
     });
   });
 }

@@ -60,7 +60,8 @@ View4<T> optional_view_of(const char* function, const char* name, const linattn_
   return t == nullptr ? View4<T>{} : view_of<T>(function, name, t);
 }
 
-// A (pointer, count) argument: NULL with a count of 0 is empty; NULL with a count is an error.
+// A (pointer, count) argument: NULL with a count of 0 is empty (none); NULL with a count, and a
+// pointer with a count of 0 (which was silently taken as none: a forgotten count), are errors.
 template <class T>
 std::span<T> buffer(const char* function, const char* name, T* data, int64_t count) {
   if (count < 0)
@@ -72,6 +73,9 @@ std::span<T> buffer(const char* function, const char* name, T* data, int64_t cou
            std::string(name) + " is NULL with a count of " + std::to_string(count) + ", expected a pointer");
     return {};
   }
+  if (count == 0)
+    fail(LINATTN_ERROR_INVALID_ARGUMENT, function,
+         std::string(name) + " is a pointer with a count of 0, expected its count (or NULL for none)");
   return {data, size_t(count)};
 }
 

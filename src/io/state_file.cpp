@@ -28,12 +28,16 @@ bool valid_name(std::string_view name) {
 
 }  // namespace
 
+std::string feature_map_name_error(std::string_view name) {
+  if (valid_name(name)) return "";
+  return "feature map name '" + std::string(name) + "' is not 1.." + std::to_string(kMaxFeatureMapName) +
+         " printable ASCII characters without spaces";
+}
+
 std::string serialize_state(const RecurrentState& state) {
   const char* op = "RecurrentState::save";
   if (state.batch() <= 0) detail::fail(op, "state is empty (batch 0), expected a constructed state");
-  if (!valid_name(state.feature_map()))
-    detail::fail(op, "feature map name '" + state.feature_map() + "' is not 1.." + std::to_string(kMaxFeatureMapName) +
-                         " printable ASCII characters without spaces");
+  if (const std::string why = feature_map_name_error(state.feature_map()); !why.empty()) detail::fail(op, why);
   check_bounded("linattn::RecurrentState::save", "position", state.position(), 0, limits::kMaxPosition);
   const bool bf16_state = state.dtype() == DType::bf16;
   std::string out(kStateMagic, sizeof kStateMagic);

@@ -1,6 +1,8 @@
 // The model / checkpoint file format: docs/model-format.md.
 #include "linattn/model/model_file.hpp"
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "io/bytes.hpp"
@@ -44,6 +46,18 @@ class Reader {
     return x;
   }
   size_t remaining() const { return bytes_.size() - pos_; }
+  // Every x finite and, with non_negative, ≥ 0; else fails naming the field and the first bad index.
+  // A file is untrusted: a negative AdamW second moment makes √v NaN (a resumed run turned every
+  // weight NaN and still exited 0), and a NaN weight makes every output NaN.
+  void check_values(const std::vector<float>& x, const char* what, bool non_negative) const {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isfinite(x[i]) && !(non_negative && x[i] < 0)) continue;
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", double(x[i]));
+      fail(std::string(what) + "[" + std::to_string(i) + "] is " + value + ", expected a finite number" +
+           (non_negative ? " ≥ 0" : "") + " (a corrupt or tampered file)");
+    }
+  }
 
  private:
   std::string_view bytes_, name_;
@@ -117,12 +131,15 @@ ModelFile parse_model_file(std::string_view bytes, std::string_view name) {
     r.fail("parameter count is " + std::to_string(count) + ", expected " + std::to_string(param_count(f.config)) +
            " (what the config's shape holds)");
   f.params = r.floats(count, "weights");
+  r.check_values(f.params, "weights", false);
   if (f.checkpoint) {
     f.train_options = r.text("training options");
     f.step = r.i64("step");
     if (f.step < 0) r.fail("step is " + std::to_string(f.step) + ", expected ≥ 0");
     f.adam_m = r.floats(count, "AdamW first moments");
     f.adam_v = r.floats(count, "AdamW second moments");
+    r.check_values(f.adam_m, "AdamW first moments", false);
+    r.check_values(f.adam_v, "AdamW second moments", true);
   }
   if (r.remaining() != 4)
     r.fail("has " + std::to_string(r.remaining() - 4) + " unexpected bytes before the checksum, expected none");

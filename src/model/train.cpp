@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 #include <span>
 #include <string>
@@ -84,6 +85,14 @@ TrainOptions train_options_from_text(std::string_view text) {
 double EvalResult::bits_per_token() const { return loss / std::numbers::ln2; }
 
 namespace {
+
+// "nan", "inf", "2.5": a loss or norm as a person reads it.
+std::string number(double x) {
+  if (std::isnan(x)) return "nan";  // printf's "-nan" says nothing more
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
 
 // The positions [range.begin, range.begin + range.length) of every sequence of a [B, T] batch.
 Batch shard_of(const Batch& batch, ShardRange range) {
@@ -167,8 +176,19 @@ double Trainer::train_step() {
   model_->backward();
   parallel().sum(model_->grads());  // every rank's shard's part of the gradient, the same sum on every rank
   grad_norm_ = clip_grad_norm(model_->grads(), o.clip);
+  // A diverged run stops before the update that would carry NaN into the weights and moments (and
+  // from there into every later checkpoint). The loss and the summed gradient are the same on every
+  // rank, so every rank stops at the same step.
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm_))
+    throw Error("linattn::model: the loss at step " + std::to_string(step + 1) + " is " + number(loss) +
+                " (gradient norm " + number(grad_norm_) + "): training diverged; stopped before updating the weights");
   const double lr = learning_rate(step, o.warmup, o.steps, o.lr, o.min_lr);
   optimizer_.update(model_->params(), model_->grads(), param_tensors(model_->config()), lr);
+  for (float w : model_->params())
+    if (!std::isfinite(w))
+      throw Error("linattn::model: the update of step " + std::to_string(step + 1) +
+                  " made a weight non-finite (loss " + number(loss) + ", gradient norm " + number(grad_norm_) +
+                  "): training diverged; stopped");
   return loss;
 }
 
@@ -202,8 +222,18 @@ bool Trainer::run(const std::function<void(const Progress&)>& report, int64_t lo
   const auto start = clock::now();
   double loss_sum = 0;
   int64_t loss_count = 0;
+  int64_t saved = -1;  // the step of the last checkpoint this run wrote
   while (step() < o.steps) {
-    loss_sum += train_step();
+    try {
+      loss_sum += train_step();
+    } catch (const Error& e) {
+      // What a person needs to go on: which file still holds a good state (a stop never overwrites it).
+      throw Error(std::string(e.what()) +
+                  (o.checkpoint.empty() ? std::string("; no checkpoint is written by this run")
+                   : saved >= 0 ? "; the last good checkpoint, " + o.checkpoint + " (step " + std::to_string(saved) +
+                                      "), is kept"
+                                : "; no checkpoint was written by this run (" + o.checkpoint + " is untouched)"));
+    }
     ++loss_count;
     const int64_t s = step();
     Progress p;
@@ -216,9 +246,10 @@ bool Trainer::run(const std::function<void(const Progress&)>& report, int64_t lo
     p.eta_s = s > first ? seconds / double(s - first) * double(o.steps - s) : 0;
     const bool eval_now = (o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps;
     if (eval_now) p.eval = evaluate(o.eval_batches);
-    if (parallel().rank() == 0 && !o.checkpoint.empty() &&
-        ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps))
-      save_checkpoint(o.checkpoint);
+    if (!o.checkpoint.empty() && ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps)) {
+      if (parallel().rank() == 0) save_checkpoint(o.checkpoint);
+      saved = s;
+    }
     if (s % std::max<int64_t>(log_every, 1) == 0 || eval_now) {
       p.loss = loss_sum / double(loss_count);
       loss_sum = 0;

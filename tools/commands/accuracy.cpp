@@ -122,19 +122,16 @@ const Registrar registrar{
            ->capture_default_str()
            ->transform(flags::choice(std::map<std::string, std::string>{
                {"performer", "performer"}, {"favor", "performer"}, {"linformer", "linformer"}}));
-       app.add_option("--sizes", a->sizes, "The m or P values, comma-separated")
-           ->delimiter(',')
-           ->check(flags::positive());
-       app.add_option("--batch", q.batch, "B")->capture_default_str()->check(flags::positive());
-       app.add_option("--heads", q.heads, "H")->capture_default_str()->check(flags::positive());
-       app.add_option("--seq", q.seq_len, "N")->capture_default_str()->check(flags::positive());
-       app.add_option("--dim", q.dim, "D")->capture_default_str()->check(flags::positive());
-       app.add_option("--value-dim", q.value_dim, "E")->capture_default_str()->check(flags::positive());
-       app.add_option("--input", a->inputs,
-                      "Inputs: random (flat attention), peaked (each query near one key), or both")
-           ->delimiter(',')
-           ->transform(flags::choice(
-               std::map<std::string, QualityInput>{{"random", QualityInput::random}, {"peaked", QualityInput::peaked}}))
+       flags::add_list(app, "--sizes", a->sizes, "The m or P values, comma-separated", flags::at_least(1));
+       app.add_option("--batch", q.batch, "B")->capture_default_str()->check(flags::at_least(1));
+       app.add_option("--heads", q.heads, "H")->capture_default_str()->check(flags::at_least(1));
+       app.add_option("--seq", q.seq_len, "N")->capture_default_str()->check(flags::at_least(1));
+       app.add_option("--dim", q.dim, "D")->capture_default_str()->check(flags::at_least(1));
+       app.add_option("--value-dim", q.value_dim, "E")->capture_default_str()->check(flags::at_least(1));
+       flags::add_list(app, "--input", a->inputs,
+                       "Inputs: random (flat attention), peaked (each query near one key), or both",
+                       flags::choice(std::map<std::string, QualityInput>{{"random", QualityInput::random},
+                                                                         {"peaked", QualityInput::peaked}}))
            ->option_text("random,peaked (default both)");
        app.add_option("--out", a->out, "Output folder for accuracy.csv, accuracy.gp, accuracy.png")
            ->capture_default_str();
@@ -144,8 +141,8 @@ const Registrar registrar{
            ->check(flags::positive());
        app.add_option("--trials", q.trials, "Draws averaged per point")
            ->capture_default_str()
-           ->check(flags::positive());
-       app.add_option("--seed", q.seed, "Seed of the inputs and the draws");
+           ->check(flags::at_least(1));
+       app.add_option("--seed", q.seed, "Seed of the inputs and the draws")->check(flags::seed());
        flags::examples(
            app, {"linattn accuracy --method performer --sizes 16,64,256 --out out/accuracy",
                  "linattn accuracy --method linformer --seq 512 --sizes 32,128 --input peaked --out out/linformer",

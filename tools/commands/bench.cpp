@@ -25,9 +25,16 @@ struct BenchArgs {
   ShardSplit shards = ShardSplit::automatic;
 };
 
-int bench(BenchArgs& args) {
+int bench(BenchArgs& args, const CLI::App& app) {
   Problem& p = args.problem;
   p.value_dim = args.value_dim > 0 ? args.value_dim : p.dim;
+  // A size the chosen operator does not have was silently ignored (--op gla --features 64 timed gla).
+  if (app.count("--features") > 0 && p.op != Op::favor)
+    throw UsageError(std::string("--features applies to --op performer (favor) only: --op ") + op_name(p.op) +
+                     " has no random features (drop --features)");
+  if (app.count("--projected") > 0 && p.op != Op::linformer)
+    throw UsageError(std::string("--projected applies to --op linformer only: --op ") + op_name(p.op) +
+                     " projects nothing (drop --projected)");
   if (args.measure.backward && !has_backward(p.op))
     throw UsageError(std::string("--backward: --op ") + op_name(p.op) + " has no backward (it serves generation)");
   if (p.causal && p.op != Op::softmax) throw UsageError("--causal applies to --op softmax only");
@@ -92,13 +99,13 @@ const Registrar registrar{
            ->required()
            ->transform(flags::choice(op_names()))
            ->option_text("OP REQUIRED");
-       app.add_option("--batch", p.batch, "B")->required()->check(flags::positive());
-       app.add_option("--heads", p.heads, "H")->required()->check(flags::positive());
+       app.add_option("--batch", p.batch, "B")->required()->check(flags::at_least(1));
+       app.add_option("--heads", p.heads, "H")->required()->check(flags::at_least(1));
        app.add_option("--seq", p.seq, "N, the sequence length")
            ->required()
            ->check(flags::bounded(1, limits::kMaxSequence));
-       app.add_option("--dim", p.dim, "D, the query/key head dim")->required()->check(flags::positive());
-       app.add_option("--value-dim", args->value_dim, "E, the value head dim (default: D)")->check(flags::positive());
+       app.add_option("--dim", p.dim, "D, the query/key head dim")->required()->check(flags::at_least(1));
+       app.add_option("--value-dim", args->value_dim, "E, the value head dim (default: D)")->check(flags::at_least(1));
        app.add_option("--threads", args->measure.threads, "Threads (linattn::set_num_threads); 0: the default")
            ->check(flags::threads());
        app.add_flag("--backward", args->measure.backward, "Time forward+backward");
@@ -108,8 +115,8 @@ const Registrar registrar{
        app.add_option("--features", p.features, "Performer: random features M (0: default)")
            ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--projected", p.projected, "Linformer: projected length k (0: min(N, 256))")
-           ->check(flags::non_negative());
-       app.add_option("--seed", p.seed, "Seed of the N(0,1) inputs and random features");
+           ->check(flags::at_least(0));
+       app.add_option("--seed", p.seed, "Seed of the N(0,1) inputs and random features")->check(flags::seed());
        app.add_option("--budget", args->measure.budget_seconds,
                       "Seconds of repetitions after the warm-up (at least --min-reps)")
            ->check(flags::finite(0, limits::kMaxBudgetSeconds));
@@ -135,7 +142,7 @@ const Registrar registrar{
                         "linattn bench --op softmax --batch 2 --heads 8 --seq 2048 --dim 64 --backward --json",
                         "mpirun -np 2 linattn bench --op causal --heads 8 --seq 1048576 --seq-parallel --threads 1 "
                         "--json"});
-       return [args] { return bench(*args); };
+       return [args, &app] { return bench(*args, app); };
      }}};
 
 }  // namespace

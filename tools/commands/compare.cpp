@@ -359,25 +359,23 @@ const Registrar registrar{
     {"compare", "Sweep N: softmax vs linear attention time, memory, accuracy, scaling; JSON, CSV, PNG", 10,
      [](CLI::App& app) {
        auto a = std::make_shared<CompareArgs>();
-       app.add_option("--batch", a->batch, "B")->capture_default_str()->check(flags::positive());
-       app.add_option("--heads", a->heads, "H")->capture_default_str()->check(flags::positive());
-       app.add_option("--dim", a->dim, "D, the query/key head dim")->capture_default_str()->check(flags::positive());
-       app.add_option("--value-dim", a->value_dim, "E, the value head dim (default: D)")->check(flags::positive());
+       app.add_option("--batch", a->batch, "B")->capture_default_str()->check(flags::at_least(1));
+       app.add_option("--heads", a->heads, "H")->capture_default_str()->check(flags::at_least(1));
+       app.add_option("--dim", a->dim, "D, the query/key head dim")->capture_default_str()->check(flags::at_least(1));
+       app.add_option("--value-dim", a->value_dim, "E, the value head dim (default: D)")->check(flags::at_least(1));
        app.add_option("--min-seq", a->min_seq, "Smallest N; the sweep doubles N up to --max-seq")
            ->capture_default_str()
            ->check(flags::bounded(1, limits::kMaxSequence));
        app.add_option("--max-seq", a->max_seq, "Largest N")
            ->capture_default_str()
            ->check(flags::bounded(1, limits::kMaxSequence));
-       app.add_option("--seq", a->seqs, "Explicit list of N (comma-separated); overrides --min-seq/--max-seq")
-           ->delimiter(',')
-           ->check(flags::bounded(1, limits::kMaxSequence));
-       app.add_option("--methods", a->methods,
-                      "Comma-separated subset of softmax,linear,causal,recurrent,performer (alias favor),linformer "
-                      "and the decayed retention,lightning,simple_gla,gla (default: softmax,linear,causal,performer,"
-                      "linformer)")
-           ->delimiter(',')
-           ->transform(flags::choice(op_names()))
+       flags::add_list(app, "--seq", a->seqs, "Explicit list of N (comma-separated); overrides --min-seq/--max-seq",
+                       flags::bounded(1, limits::kMaxSequence));
+       flags::add_list(app, "--methods", a->methods,
+                       "Comma-separated subset of softmax,linear,causal,recurrent,performer (alias favor),linformer "
+                       "and the decayed retention,lightning,simple_gla,gla (default: softmax,linear,causal,performer,"
+                       "linformer)",
+                       flags::choice(op_names()))
            ->option_text("OP,...");
        app.add_option("--out", a->out, "Output folder for compare.json, compare.csv, compare.gp, compare.png")
            ->capture_default_str();
@@ -394,8 +392,8 @@ const Registrar registrar{
        app.add_option("--features", a->features, "Performer: random features M (0: default)")
            ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--projected", a->projected, "Linformer: projected length k (0: min(N, 256))")
-           ->check(flags::non_negative());
-       app.add_option("--seed", a->seed, "Seed of the N(0,1) inputs and random features");
+           ->check(flags::at_least(0));
+       app.add_option("--seed", a->seed, "Seed of the N(0,1) inputs and random features")->check(flags::seed());
        app.add_option("--dtype", a->dtype,
                       "Storage of q, k, v, out and the gradients: f32, bf16 or f16 (fp32 products)")
            ->transform(flags::choice(dtype_names()));

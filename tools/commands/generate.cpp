@@ -139,7 +139,8 @@ const Registrar registrar{
        app.add_option("--attention", a->attention,
                       "The attention the model must have (softmax, linear, favor, retnet, gla, deltanet, "
                       "gated_deltanet, kda; the model file records it): refuse a model of another kind")
-           ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda"}));
+           ->transform(
+               flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda"}));
        app.add_option("--prompt", a->prompt, "Text to start from (characters of the model's vocabulary)");
        app.add_option("--tokens", a->tokens, "Tokens to generate")
            ->check(flags::bounded(1, limits::kMaxGenerateTokens))
@@ -147,13 +148,12 @@ const Registrar registrar{
        app.add_option("--temperature", a->temperature, "Sampling temperature (0: always the most likely token)")
            ->check(flags::non_negative())
            ->capture_default_str();
-       app.add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
+       app.add_option("--seed", a->seed, "Sampling seed")->check(flags::seed())->capture_default_str();
        app.add_option("--threads", a->threads, "Threads (linattn::set_num_threads); 0: the default")
            ->check(flags::threads());
-       app.add_option("--speed-contexts", a->speed_contexts,
-                      "Instead of sampling: time single-token steps after each of these context lengths")
-           ->delimiter(',')
-           ->check(flags::bounded(1, limits::kMaxGenerateTokens));
+       flags::add_list(app, "--speed-contexts", a->speed_contexts,
+                       "Instead of sampling: time single-token steps after each of these context lengths",
+                       flags::bounded(1, limits::kMaxGenerateTokens));
        app.add_option("--speed-tokens", a->speed_tokens, "Timed steps per context")
            ->check(flags::bounded(1, limits::kMaxGenerateTokens))
            ->capture_default_str();

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -448,10 +449,10 @@ const Registrar registrar{
            ->option_text("OP");
        app.add_option("--feature-map", a->feature_map, "Linear attention's φ: elu (elu+1), relu or identity")
            ->capture_default_str()
-           ->check(flags::one_of({"elu", "relu", "identity"}));
+           ->transform(flags::one_of({"elu", "relu", "identity"}));
        app.add_option("--features", a->features, "Performer: random features m (0: default for D)")
            ->check(flags::bounded(0, limits::kMaxFeatures));
-       app.add_option("--seed", a->seed, "Performer: seed of the random features");
+       app.add_option("--seed", a->seed, "Performer: seed of the random features")->check(flags::seed());
        app.add_option("--proj-e", a->proj_e,
                       "Linformer: E .npy, float32 [P, N_max] (one for all heads) or [H, P, N_max]; projects the keys, "
                       "and the values too without --proj-f");
@@ -459,10 +460,14 @@ const Registrar registrar{
        app.add_option("--dproj-e", a->dproj_e, "Linformer: where dE goes (default: dE.npy beside --out)");
        app.add_option("--dproj-f", a->dproj_f, "Linformer: where dF goes (default: dF.npy beside --out)");
        app.add_flag("--causal", a->causal, "Causal mask, aligned bottom-right (softmax; with linear: causal linear)");
-       app.add_option("--key-lengths", a->key_lengths, "Per-batch key lengths, comma-separated (B values)")
-           ->delimiter(',');
-       app.add_option("--scale", a->scale, "Softmax, Linformer: scale of q·k (default 1/sqrt(D))");
-       app.add_option("--eps", a->eps, "Linear: added to the normaliser")->capture_default_str();
+       flags::add_list(app, "--key-lengths", a->key_lengths, "Per-batch key lengths, comma-separated (B values)",
+                       flags::at_least(0));
+       // float options: a finite float (1e39 would be inf).
+       app.add_option("--scale", a->scale, "Softmax, Linformer: scale of q·k (default 1/sqrt(D))")
+           ->check(flags::finite(-FLT_MAX, FLT_MAX));
+       app.add_option("--eps", a->eps, "Linear: added to the normaliser")
+           ->check(flags::finite(-FLT_MAX, FLT_MAX))
+           ->capture_default_str();
        app.add_flag("!--no-normalize", a->normalize, "Linear: out = φ(q)ᵀS without the normaliser");
        app.add_option("--chunk-size", a->chunk_size, "Causal linear: tokens per chunk")
            ->capture_default_str()

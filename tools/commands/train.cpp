@@ -17,6 +17,7 @@
 #include "commands/mpi_session.hpp"
 #include "common/command.hpp"
 #include "common/flags.hpp"
+#include "common/paths.hpp"
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
 #include "linattn/limits.hpp"
@@ -107,7 +108,13 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   } else {
     a.config.attention = model::attention_by_name(a.attention);
     if (a.options.task == "text" && a.options.data.empty()) throw UsageError("--task text needs --data FILE");
-    if (a.options.min_lr > a.options.lr) a.options.min_lr = a.options.lr;
+    // The default --min-lr follows a smaller --lr down; one given is never changed behind the user's back.
+    if (a.options.min_lr > a.options.lr) {
+      if (app.count("--min-lr") > 0)
+        throw UsageError("--min-lr is " + flags::number(a.options.min_lr) + ", greater than --lr " +
+                         flags::number(a.options.lr) + ": the cosine ends at --min-lr, expected ≤ --lr");
+      a.options.min_lr = a.options.lr;
+    }
     // A killed run loses at most --checkpoint-every steps: checkpoints go beside the model by default.
     if (a.options.checkpoint.empty()) a.options.checkpoint = a.out + ".ckpt";
     // Flags that do not fit together are usage errors (exit 2), found before any data is read.
@@ -120,6 +127,13 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
       throw UsageError(e.what());
     }
   }
+  // The final model written over the checkpoint lost the training state; the checkpoint may be the
+  // file resumed (a run continues in place), no other file written may be one the run reads.
+  const std::string checkpoint = resuming && a.options.checkpoint.empty() ? a.resume : a.options.checkpoint;
+  const NamedFile out{"--out", a.out}, csv{"--csv", a.csv}, data{"--data", a.options.data};
+  check_distinct({out, {resuming && !app.count("--checkpoint") ? "--resume" : "--checkpoint", checkpoint}, csv},
+                 {data});
+  check_distinct({out, csv}, {{"--resume", a.resume}});
   model::Trainer trainer =
       resuming ? model::Trainer::resume(a.resume,
                                         model::ResumeOptions{a.options.data, a.options.checkpoint,
@@ -230,7 +244,7 @@ const Registrar registrar{
        app.add_option("--task", o.task,
                       "copy (repeat the first half), mqar (multi-query associative recall: key-value pairs, then "
                       "queries of the keys) or text (character level, needs --data)")
-           ->check(flags::one_of({"copy", "mqar", "text"}))
+           ->transform(flags::one_of({"copy", "mqar", "text"}))
            ->capture_default_str();
        app.add_option("--mqar-pairs", o.mqar.pairs, "MQAR: key-value pairs per sequence (--seq-len must be >= 4x)")
            ->check(flags::bounded(1, 94))
@@ -244,7 +258,8 @@ const Registrar registrar{
                       "(gated linear attention, a learned decay per key dimension), deltanet (the delta rule), "
                       "gated_deltanet (the delta rule with a learned decay per head) or kda (Kimi Delta Attention: "
                       "a learned decay per key dimension)")
-           ->check(flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda"}))
+           ->transform(
+               flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda"}))
            ->capture_default_str();
        app.add_option("--steps", o.steps, "Optimizer steps")
            ->check(flags::bounded(1, limits::kMaxSteps))
@@ -259,15 +274,21 @@ const Registrar registrar{
        app.add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine")
            ->check(flags::non_negative())
            ->capture_default_str();
-       app.add_option("--warmup", o.warmup, "Linear warmup steps")->check(flags::non_negative())->capture_default_str();
+       app.add_option("--warmup", o.warmup, "Linear warmup steps")
+           ->check(flags::bounded(0, limits::kMaxSteps))
+           ->capture_default_str();
        app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay")
            ->check(flags::non_negative())
            ->capture_default_str();
        app.add_option("--clip", o.clip, "Global gradient-norm clip (0: none)")
            ->check(flags::non_negative())
            ->capture_default_str();
-       app.add_option("--seed", o.seed, "Data seed (batches are a function of seed and step)")->capture_default_str();
-       app.add_option("--init-seed", c.init_seed, "Weight initialisation seed")->capture_default_str();
+       app.add_option("--seed", o.seed, "Data seed (batches are a function of seed and step)")
+           ->check(flags::seed())
+           ->capture_default_str();
+       app.add_option("--init-seed", c.init_seed, "Weight initialisation seed")
+           ->check(flags::seed())
+           ->capture_default_str();
        app.add_option("--d-model", c.d_model, "Model width C")->check(flags::bounded(1, 4096))->capture_default_str();
        app.add_option("--layers", c.layers, "Blocks")->check(flags::bounded(1, 64))->capture_default_str();
        app.add_option("--heads", c.heads, "Attention heads (must divide --d-model)")
@@ -283,17 +304,17 @@ const Registrar registrar{
            ->check(flags::bounded(1, limits::kMaxChunkSize))
            ->capture_default_str();
        app.add_option("--eval-every", o.eval_every, "Held-out evaluation every N steps (0: at the end only)")
-           ->check(flags::non_negative())
+           ->check(flags::bounded(0, limits::kMaxSteps))
            ->capture_default_str();
        app.add_option("--eval-batches", o.eval_batches, "Held-out batches per evaluation")
-           ->check(flags::positive())
+           ->check(flags::bounded(1, limits::kMaxEvalBatches))
            ->capture_default_str();
        app.add_option("--checkpoint", o.checkpoint,
                       "Checkpoint file (weights, AdamW state, step, options); default: --out's path + .ckpt, with "
                       "--resume: the resumed file");
        app.add_option("--checkpoint-every", o.checkpoint_every,
                       "Checkpoint every N steps (0: at the end only); also on SIGINT/SIGTERM")
-           ->check(flags::non_negative())
+           ->check(flags::bounded(0, limits::kMaxSteps))
            ->capture_default_str();
        app.add_option("--resume", a->resume,
                       "Continue the run saved in this checkpoint: its model and options (flags that differ are an "
@@ -301,7 +322,7 @@ const Registrar registrar{
        app.add_option("--out", a->out, "Write the trained model here (for linattn generate)")->capture_default_str();
        app.add_option("--csv", a->csv, "Write the loss curve (one row per report) here");
        app.add_option("--log-every", a->log_every, "Print progress every N steps")
-           ->check(flags::positive())
+           ->check(flags::at_least(1))
            ->capture_default_str();
        app.add_option("--threads", a->threads, "Threads (linattn::set_num_threads); 0: the default")
            ->check(flags::threads());

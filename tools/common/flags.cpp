@@ -1,14 +1,15 @@
 #include "common/flags.hpp"
 
-#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <string_view>
 
 #include "linattn/limits.hpp"
 
 namespace linattn::cli::flags {
-namespace {
 
 std::string number(double x) {
   char text[32];
@@ -16,21 +17,64 @@ std::string number(double x) {
   return text;
 }
 
-// The value as a double; false unless the whole input is a finite number.
-bool parse(const std::string& input, double& value) {
-  char* end = nullptr;
-  errno = 0;
-  value = std::strtod(input.c_str(), &end);
-  return !input.empty() && end == input.c_str() + input.size() && std::isfinite(value);
+namespace {
+
+// The one spelling of a number every flag takes: -?(0|[1-9][0-9]*), then for a real an optional
+// .[0-9]+ and [eE][+-]?[0-9]+.
+bool plain_decimal(std::string_view text, bool integer) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    return i - start;
+  };
+  if (i < text.size() && text[i] == '-') ++i;
+  const size_t lead = i;
+  const size_t whole = digits();
+  if (whole == 0 || (whole > 1 && text[lead] == '0')) return false;
+  if (!integer && i < text.size() && text[i] == '.') {
+    ++i;
+    if (digits() == 0) return false;
+  }
+  if (!integer && i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
 }
 
-CLI::Validator range_check(double lo, double hi, bool open_below, bool integer, const std::string& expected) {
+constexpr const char* kSpelling = " in plain decimal (no leading zero, '+', space or 0x)";
+
+// The value as a double; false unless the whole input is a finite number in plain decimal.
+bool parse(const std::string& input, double& value) {
+  if (!plain_decimal(input, false)) return false;
+  value = std::strtod(input.c_str(), nullptr);
+  return std::isfinite(value);
+}
+
+CLI::Validator real_range(double lo, double hi, bool open_below, const std::string& expected) {
   return CLI::Validator(
       [=](std::string& input) -> std::string {
         double value = 0;
-        if (!parse(input, value)) return "is '" + input + "', expected " + expected;
+        if (!parse(input, value)) return "is '" + input + "', expected " + expected + kSpelling;
         const bool below = open_below ? !(value > lo) : value < lo;
-        if (below || value > hi || (integer && value != std::floor(value)))
+        if (below || value > hi) return "is " + input + ", expected " + expected;
+        return "";
+      },
+      "", "range");
+}
+
+// An integer of type T in [lo, hi], parsed exactly (from_chars: no rounding through a double).
+template <class T>
+CLI::Validator integer_range(T lo, T hi, const std::string& expected) {
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        T value{};
+        const char* end = input.data() + input.size();
+        if (!plain_decimal(input, true)) return "is '" + input + "', expected " + expected + kSpelling;
+        const auto [stop, error] = std::from_chars(input.data(), end, value);
+        if (error != std::errc() || stop != end || value < lo || value > hi)
           return "is " + input + ", expected " + expected;
         return "";
       },
@@ -39,18 +83,24 @@ CLI::Validator range_check(double lo, double hi, bool open_below, bool integer, 
 
 }  // namespace
 
-CLI::Validator positive() { return range_check(0, HUGE_VAL, true, false, "a finite number > 0"); }
-CLI::Validator non_negative() { return range_check(0, HUGE_VAL, false, false, "a finite number ≥ 0"); }
+CLI::Validator positive() { return real_range(0, HUGE_VAL, true, "a finite number > 0"); }
+CLI::Validator non_negative() { return real_range(0, HUGE_VAL, false, "a finite number ≥ 0"); }
 CLI::Validator bounded(int64_t lo, int64_t hi) {
-  return range_check(double(lo), double(hi), false, true,
-                     "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return integer_range(lo, hi, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+CLI::Validator at_least(int64_t lo) {
+  return integer_range(lo, std::numeric_limits<int64_t>::max(), "an integer ≥ " + std::to_string(lo));
+}
+CLI::Validator seed() {
+  return integer_range<uint64_t>(0, std::numeric_limits<uint64_t>::max(),
+                                 "an integer in [0, " + std::to_string(std::numeric_limits<uint64_t>::max()) + "]");
 }
 CLI::Validator finite(double lo, double hi) {
-  return range_check(lo, hi, false, false, "a finite number in [" + number(lo) + ", " + number(hi) + "]");
+  return real_range(lo, hi, false, "a finite number in [" + number(lo) + ", " + number(hi) + "]");
 }
 CLI::Validator threads() {
-  return range_check(0, double(limits::kMaxThreads), false, true,
-                     "an integer in [0, " + std::to_string(limits::kMaxThreads) + "] (0: the default)");
+  return integer_range<int64_t>(0, limits::kMaxThreads,
+                                "an integer in [0, " + std::to_string(limits::kMaxThreads) + "] (0: the default)");
 }
 
 std::string not_one_of(const std::string& input, const std::vector<std::string>& names) {
@@ -76,6 +126,26 @@ CLI::Validator one_of(const std::vector<std::string>& names) {
         return "";
       },
       "", "one_of");
+}
+
+std::vector<std::string> list_elements(const std::string& flag, const std::vector<std::string>& values,
+                                       const CLI::Validator& element) {
+  std::vector<std::string> elements;
+  for (const std::string& value : values) {
+    size_t start = 0;
+    while (true) {
+      const size_t comma = value.find(',', start);
+      std::string item = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (item.empty())
+        throw CLI::ValidationError(flag, "'" + value + "' has an empty element, expected comma-separated values (" +
+                                             "no ',,' and no leading or trailing comma)");
+      if (std::string why = element(item); !why.empty()) throw CLI::ValidationError(flag, why);
+      elements.push_back(std::move(item));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return elements;
 }
 
 void examples(CLI::App& app, const std::vector<std::string>& lines) {
