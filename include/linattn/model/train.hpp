@@ -66,12 +66,15 @@ class Trainer {
   static Trainer resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume = {},
                         std::shared_ptr<const SequenceParallel> parallel = {});
 
-  // One optimizer step on the next batch; returns its loss (before the update).
+  // One optimizer step on the next batch; returns its loss (before the update). A diverged run throws
+  // linattn::Error naming the step: before the update when the loss or the gradient is not finite
+  // (weights and moments unchanged), after it when the update made a weight non-finite.
   double train_step();
   // Held-out loss and accuracy (reuses the model's activation buffers).
   EvalResult evaluate(int64_t max_batches);
   // Trains to options().steps, calling report after every log_every steps, after each evaluation
-  // and at the end, and saving checkpoints as the options say (rank 0's job when sequence-parallel). `stop` is asked
+  // and at the end, and saving checkpoints as the options say (a train_step error is rethrown naming the
+  // last checkpoint this run wrote, which holds the last good state) (rank 0's job when sequence-parallel). `stop` is asked
   // after every step; when it says true, run saves a checkpoint (if the options name one) and returns false. Returns
   // true once the last step is done.
   bool run(const std::function<void(const Progress&)>& report, int64_t log_every = 10,
