@@ -73,10 +73,10 @@ class Trainer {
   // Held-out loss and accuracy (reuses the model's activation buffers).
   EvalResult evaluate(int64_t max_batches);
   // Trains to options().steps, calling report after every log_every steps, after each evaluation
-  // and at the end, and saving checkpoints as the options say (a train_step error is rethrown naming the
-  // last checkpoint this run wrote, which holds the last good state) (rank 0's job when sequence-parallel). `stop` is asked
+  // and at the end, and saving checkpoints as the options say (rank 0's job when sequence-parallel). `stop` is asked
   // after every step; when it says true, run saves a checkpoint (if the options name one) and returns false. Returns
-  // true once the last step is done.
+  // true once the last step is done. A train_step error is rethrown naming the last checkpoint this run wrote (the
+  // last good state).
   bool run(const std::function<void(const Progress&)>& report, int64_t log_every = 10,
            const std::function<bool()>& stop = {});
 
