@@ -8,9 +8,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <tuple>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "arrays.hpp"
@@ -55,41 +55,37 @@ auto converted(MPI_Comm comm, const char* operation, F&& convert) -> decltype(co
 }
 
 // Python's own conversions (int(), float(), bool(), str()), named: the arguments arrive as objects so
-// that pybind11 refuses none of them before converted() runs.
-int64_t int_arg(const py::object& x, const char* name) {
+// that pybind11 refuses none of them before converted() runs. convert(x) is the conversion; any failure
+// becomes a TypeError naming the argument, what it expects and what it got.
+template <class Convert>
+auto python_arg(const py::object& x, const char* name, const char* expected, Convert convert) -> decltype(convert(x)) {
   try {
-    return py::int_(x).cast<int64_t>();
+    return convert(x);
   } catch (const std::exception&) {
-    throw py::type_error(std::string(name) + ": expected an integer, got " + type_name(x) + " " +
+    throw py::type_error(std::string(name) + ": expected " + expected + ", got " + type_name(x) + " " +
                          py::repr(x).cast<std::string>());
   }
+}
+int64_t int_arg(const py::object& x, const char* name) {
+  return python_arg(x, name, "an integer", [](const py::object& o) { return py::int_(o).cast<int64_t>(); });
+}
+uint64_t seed_arg(const py::object& x) {
+  return python_arg(x, "seed", "an integer in [0, 2^64)",
+                    [](const py::object& o) { return py::int_(o).cast<uint64_t>(); });
 }
 float float_arg(const py::object& x, const char* name) {
-  try {
-    return py::float_(x).cast<float>();
-  } catch (const std::exception&) {
-    throw py::type_error(std::string(name) + ": expected a number, got " + type_name(x) + " " +
-                         py::repr(x).cast<std::string>());
-  }
+  return python_arg(x, name, "a number", [](const py::object& o) { return py::float_(o).cast<float>(); });
 }
+std::string string_arg(const py::object& x, const char* name) {
+  return python_arg(x, name, "a string", [](const py::object& o) {
+    if (!py::isinstance<py::str>(o)) throw py::type_error("not a str");
+    return o.cast<std::string>();
+  });
+}
+bool bool_arg(const py::object& x) { return py::bool_(x); }
 std::optional<float> optional_float_arg(const py::object& x, const char* name) {
   if (x.is_none()) return std::nullopt;
   return float_arg(x, name);
-}
-bool bool_arg(const py::object& x) { return py::bool_(x); }
-std::string string_arg(const py::object& x, const char* name) {
-  if (!py::isinstance<py::str>(x))
-    throw py::type_error(std::string(name) + ": expected a string, got " + type_name(x) + " " +
-                         py::repr(x).cast<std::string>());
-  return x.cast<std::string>();
-}
-uint64_t seed_arg(const py::object& x) {
-  try {
-    return py::int_(x).cast<uint64_t>();
-  } catch (const std::exception&) {
-    throw py::type_error("seed: expected an integer in [0, 2^64), got " + type_name(x) + " " +
-                         py::repr(x).cast<std::string>());
-  }
 }
 std::optional<int64_t> optional_int_arg(const py::object& x, const char* name) {
   if (x.is_none()) return std::nullopt;
@@ -115,8 +111,7 @@ std::array<int64_t, 4> out_shape(const Shard& s) {
 LinearAttentionOptions linear_args(const Shard& s, const py::object& feature_map, const py::object& causal,
                                    const py::object& eps, const py::object& n_features, const py::object& seed) {
   return linear_options({}, s.q.view.extent[3], string_arg(feature_map, "feature_map"), bool_arg(causal),
-                        float_arg(eps, "eps"), optional_int_arg(n_features, "n_features"),
-                        seed_arg(seed));
+                        float_arg(eps, "eps"), optional_int_arg(n_features, "n_features"), seed_arg(seed));
 }
 
 py::array linear_forward(int64_t comm, const py::object& q, const py::object& k, const py::object& v,
