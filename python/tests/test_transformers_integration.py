@@ -137,10 +137,13 @@ def test_logits_and_gradients(enabled, name):
 @pytest.mark.parametrize("name", FAMILIES)
 def test_generate_with_cache(enabled, name):
     model = build(name)
-    prompt = tokens(1, 7, seed=3)
+    prompt = tokens(2, 7, seed=3)
+    mask = torch.ones_like(prompt)
+    mask[0, :3] = 0  # a left-padded row beside a full one
+    prompt[0, :3] = 0
 
     def run():
-        return model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+        return model.generate(prompt, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
 
     want, got = both(run)
     assert torch.equal(got, want), f"{name}: {got.tolist()} != {want.tolist()}"
