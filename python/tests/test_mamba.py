@@ -6,8 +6,10 @@ written here from Mamba-2's recurrence, token by token:
     y_t  = (C_tᵀ h_t + D·x_t)·silu(z_t)
 
 forward, final and per-sequence states, gradients (gradcheck in fp64; fp32 against the oracle's
-autograd), the decode step against the chunked scan, extreme gates, half precision, and the refusals."""
+autograd), the decode step against the chunked scan, extreme gates, half precision, the refusals, and
+(with transformers) its torch fallbacks and tiny models of the six Mamba-2 families."""
 
+import importlib
 import inspect
 
 import pytest
@@ -429,6 +431,66 @@ def test_matches_transformers_torch_path():
     got = mamba.selective_state_update(s2, *step, z=t["z"][:, 0], dt_softplus=True,
                                        dt_bias=t["dt_bias"][:, None].expand(H, P))
     assert rel_err(got, want) < 2e-5 and rel_err(s2, s1) < 2e-5
+
+
+_SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
+# The six families whose mixers call mamba_ssm's two functions, as tiny configs: 8 heads of 8, 2 groups,
+# state 16, chunks of 16, one Mamba-2 layer beside an attention layer where the family is hybrid.
+FAMILIES = {
+    "mamba2": ("Mamba2", dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8,
+                              state_size=16, n_groups=2, expand=2, chunk_size=16)),
+    "bamba": ("Bamba", dict(_SMALL, num_hidden_layers=2, attn_layer_indices=[1], mamba_n_heads=8, mamba_d_head=8,
+                            mamba_n_groups=2, mamba_d_state=16, mamba_chunk_size=16)),
+    "falcon_h1": ("FalconH1", dict(_SMALL, num_hidden_layers=2, head_dim=8, mamba_d_ssm=64, mamba_n_heads=8,
+                                   mamba_d_head=8, mamba_n_groups=2, mamba_d_state=16, mamba_chunk_size=16)),
+    "granitemoehybrid": ("GraniteMoeHybrid", dict(_SMALL, num_hidden_layers=2, layer_types=["mamba", "attention"],
+                                                  mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=16,
+                                                  mamba_chunk_size=16, num_local_experts=2, num_experts_per_tok=1,
+                                                  shared_intermediate_size=32)),
+    "zamba2": ("Zamba2", dict(_SMALL, num_hidden_layers=2, layers_block_type=["mamba", "hybrid"], mamba_d_state=16,
+                              mamba_ngroups=2, n_mamba_heads=8, chunk_size=16)),
+    "nemotron_h": ("NemotronH", dict(_SMALL, head_dim=8, layers_block_type=["mamba", "attention"], ssm_state_size=16,
+                                     mamba_num_heads=8, mamba_head_dim=8, n_groups=2, chunk_size=16)),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_transformers_families_match_their_torch_path(family, monkeypatch):
+    """A tiny random model of each family, its two scan functions replaced by linattn.mamba's (called as
+    transformers' hub wrapper calls an implementation: only the keyword arguments its signature names),
+    gives its own torch path's logits and greedy tokens."""
+    transformers = pytest.importorskip("transformers", reason="transformers is optional (the models compared)")
+    modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    prefix, config = FAMILIES[family]
+    torch.manual_seed(0)
+    model = getattr(transformers, prefix + "ForCausalLM")(getattr(transformers, prefix + "Config")(**config)).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # away from the initialisation's zeros, so that every mixer path counts
+            p.normal_(0, 0.3)
+    ids = torch.randint(0, 64, (2, 37), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        want = model(ids).logits
+        want_tokens = model.generate(ids[:, :10], attention_mask=mask[:, :10], max_new_tokens=6, do_sample=False)
+    calls = []
+
+    def as_the_hub_calls(f):
+        names = set(inspect.signature(f).parameters)
+
+        def call(*args, **kwargs):
+            calls.append(f.__name__)
+            return f(*args, **{k: v for k, v in kwargs.items() if k in names})
+
+        return call
+
+    monkeypatch.setattr(modeling, "mamba2_chunk_scan", as_the_hub_calls(mamba.mamba_chunk_scan_combined))
+    monkeypatch.setattr(modeling, "mamba2_selective_state_update", as_the_hub_calls(mamba.selective_state_update))
+    with torch.no_grad():
+        got = model(ids).logits
+        tokens = model.generate(ids[:, :10], attention_mask=mask[:, :10], max_new_tokens=6, do_sample=False)
+    assert {"mamba_chunk_scan_combined", "selective_state_update"} <= set(calls)
+    assert rel_err(got, want) < 1e-5
+    assert torch.equal(tokens, want_tokens)
 
 
 # ----------------------------------------------------------------------------------------------
