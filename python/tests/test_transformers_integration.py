@@ -21,8 +21,6 @@ if not lt.SUPPORTED_VERSIONS[0] <= tuple(int(x) for x in transformers.__version_
 
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-hf_logging.set_verbosity_error()  # transformers' "falling back" notices, once per kernel
-
 VOCAB = 64
 _COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                intermediate_size=48, pad_token_id=0, bos_token_id=1, eos_token_id=2)
@@ -81,10 +79,18 @@ def modeling(name):
     return sys.modules[f"transformers.models.{name}.modeling_{name}"]
 
 
-# Every family's modeling module is imported before enable() here: the "after import" case (the
-# "before import" case runs in a fresh interpreter, test_enable_before_import).
-for _name in FAMILIES:
-    build(_name)
+@pytest.fixture(scope="module", autouse=True)
+def modeling_modules_imported():
+    """Every family's modeling module imported before any enable() here: the "after import" case (the
+    "before import" case runs in a fresh interpreter, test_enable_before_import). transformers' "falling
+    back" notices are silenced meanwhile."""
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    for name in FAMILIES:
+        build(name)
+    yield
+    lt.disable()
+    hf_logging.set_verbosity(verbosity)
 
 
 @pytest.fixture

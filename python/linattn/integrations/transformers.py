@@ -31,7 +31,7 @@ What is routed (CPU tensors only):
 Not routed: the gated RMS norm (transformers reaches it only through the `kernels` package's layer
 mapping, "RMSNormGated"; its torch module runs, as without linattn).
 
-Tested with transformers 5.25.0 (without the `kernels` package); enable() refuses other minor versions.
+Tested with transformers 5.25.0 and its dependency kernels 0.19.1; enable() refuses other minor versions.
 """
 
 import functools
