@@ -31,8 +31,8 @@ _GDN = dict(head_dim=16, linear_key_head_dim=16, linear_value_head_dim=8, linear
 _MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
 # The KDA families (multi-head latent attention in their full-attention layers).
 _KDA = dict(num_key_value_heads=2, kv_lora_rank=16, q_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
-            v_head_dim=8, moe_intermediate_size=16, num_experts_per_tok=2, n_shared_experts=1, linear_head_dim=8, linear_num_heads=4,
-            layer_types=_HYBRID)
+            v_head_dim=8, moe_intermediate_size=16, num_experts_per_tok=2, n_shared_experts=1, linear_head_dim=8,
+            linear_num_heads=4, layer_types=_HYBRID)
 
 FAMILIES = {
     "qwen3_next": ("Qwen3NextConfig", {**_GDN, **_MOE}),
@@ -171,17 +171,25 @@ def test_padded_batch(enabled, name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_packed_batch_equals_separate_sequences(enabled, name):
+@pytest.mark.parametrize("keywords", ["cu_seq_lens", "seq_idx", "cu_seq_lens with a cache"])
+def test_packed_batch_equals_separate_sequences(enabled, name, keywords):
     """transformers' packed format (DataCollatorWithFlattening's): one row, positions restarting, and
-    cu_seq_lens_q / cu_seq_lens_k; the convolution, the recurrences and the full attention all keep the
-    sequences apart, so each equals the sequence run alone."""
+    cu_seq_lens_q / cu_seq_lens_k (return_flash_attn_kwargs) or seq_idx (return_seq_idx); the
+    convolution, the recurrences and the full attention all keep the sequences apart, so each equals the
+    sequence run alone, also while the model keeps a cache (the convolution's is then padded)."""
+    if name == "qwen4_exp" and keywords.endswith("cache"):
+        pytest.skip("qwen4_exp's QSA indexer (transformers' torch code, outside the kernel hook) computes other "
+                    "keys for a packed row when a cache is kept (its first differing output is indexer.k_layernorm)")
     model = build(name)
     lengths = [6, 1, 9]
     parts = [tokens(1, n, seed=10 + i) for i, n in enumerate(lengths)]
     cu = torch.tensor([0, 6, 7, 16], dtype=torch.int32)
+    if keywords.startswith("cu_seq_lens"):
+        packing = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))
+    else:
+        packing = dict(seq_idx=torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(lengths)])[None])
     packed = model(torch.cat(parts, 1), position_ids=torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0),
-                   cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths),
-                   use_cache=False).logits.detach()
+                   use_cache=keywords.endswith("cache"), **packing).logits.detach()
     for i, part in enumerate(parts):
         alone = model(part, use_cache=False).logits.detach()
         assert_close(packed[:, int(cu[i]):int(cu[i + 1])], alone, 1e-5, f"{name} packed sequence {i}")

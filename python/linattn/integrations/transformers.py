@@ -22,11 +22,11 @@ What is routed (CPU tensors only):
 - chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, chunk_kda, fused_recurrent_kda: linattn.fla's
   functions of the same names (flash-linear-attention's semantics). Keywords are passed as transformers
   passes them to flash-linear-attention (those the function names); packed sequences given as
-  transformers' `cu_seq_lens_q` become `cu_seqlens` where the model did not pass it (the KDA families).
+  transformers' `cu_seq_lens_q`, or as `seq_idx`, become `cu_seqlens` where the model did not pass it.
 - causal_conv1d_fn, causal_conv1d_update: linattn.integrations.causal_conv1d (causal-conv1d's semantics),
   which keeps packed sequences apart (seq_idx, or transformers' `cu_seq_lens_q`).
 - the "sdpa" attention function (AttentionInterface): with transformers' packed-batch keywords
-  (`cu_seq_lens_q` / `cu_seq_lens_k`, batch 1, CPU) each sequence is attended separately with torch's
+  (`cu_seq_lens_q` / `cu_seq_lens_k`, or `seq_idx`; batch 1, CPU) each sequence is attended separately with torch's
   scaled_dot_product_attention; every other call goes to transformers' own sdpa_attention_forward.
 Not routed: the gated RMS norm (transformers reaches it only through the `kernels` package's layer
 mapping, "RMSNormGated"; its torch module runs, as without linattn).
@@ -71,6 +71,13 @@ def _transformers():
 # The CPU implementations, by kernel name.
 
 
+def _offsets_of(seq_idx):
+    """cu_seqlens [N + 1] of one row's sequence indices seq_idx [1, T] (causal-conv1d's packing format)."""
+    ids = torch.as_tensor(seq_idx).reshape(-1)
+    starts = torch.nonzero(ids[1:] != ids[:-1]).reshape(-1) + 1
+    return torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), ids.numel())])
+
+
 def _fla_op(name, torch_function):
     """linattn.fla.<name> called as transformers calls flash-linear-attention: arguments bound by the torch
     fallback's own signature (query, key, value, ... ) and given to linattn by flash-linear-attention's
@@ -86,8 +93,11 @@ def _fla_op(name, torch_function):
         bound = signature.bind(*args, **kwargs).arguments
         extra = bound.pop(var_keyword, {})
         given = {renamed.get(k, k): v for k, v in {**bound, **extra}.items()}
-        if given.get("cu_seqlens") is None and given.get("cu_seq_lens_q") is not None:
-            given["cu_seqlens"] = given["cu_seq_lens_q"]  # a packed batch the model did not pass on
+        if given.get("cu_seqlens") is None:  # a packed batch the model did not pass on (the KDA families)
+            if given.get("cu_seq_lens_q") is not None:
+                given["cu_seqlens"] = given["cu_seq_lens_q"]
+            elif given.get("seq_idx") is not None and given["q"].shape[0] == 1:
+                given["cu_seqlens"] = _offsets_of(given["seq_idx"])
         return op(**{k: v for k, v in given.items() if k in names})
 
     return run
@@ -98,13 +108,15 @@ def _conv_fn(torch_function):
 
     def run(hidden_states, weight, bias=None, activation=None, seq_idx=None, cu_seqlens=None, cu_seq_lens_q=None,
             **kwargs):
-        if seq_idx is None and cu_seqlens is None and cu_seq_lens_q is not None and hidden_states.shape[0] == 1:
-            cu = torch.as_tensor(cu_seq_lens_q).to(torch.long)
+        cu = cu_seqlens if cu_seqlens is not None else cu_seq_lens_q
+        if cu is None and seq_idx is not None:
+            cu = _offsets_of(seq_idx)
+        if cu is not None and hidden_states.shape[0] == 1:
+            cu = torch.as_tensor(cu).to(torch.long)
             # The cache may put earlier inputs (or zeros) before the batch's tokens: they precede the first sequence.
             extra = hidden_states.shape[-1] - int(cu[-1])
-            cu_seqlens = torch.cat([cu[:1], cu[1:] + extra]) if extra > 0 else cu
-        return causal_conv1d_fn(hidden_states, weight, bias, seq_idx=seq_idx, activation=activation,
-                                cu_seqlens=cu_seqlens)
+            cu = torch.cat([cu[:1], cu[1:] + extra]) if extra > 0 else cu
+        return causal_conv1d_fn(hidden_states, weight, bias, activation=activation, cu_seqlens=cu)
 
     return run
 
@@ -233,14 +245,16 @@ def _routing_decorator(decorator):
 
 def _packed_sdpa(sdpa):
     """transformers' "sdpa" attention function, except that a CPU call with packed sequences (batch 1,
-    cu_seq_lens_q and cu_seq_lens_k covering the tokens) attends each sequence to its own keys only, within
-    the model's own mask where it gives one."""
+    cu_seq_lens_q and cu_seq_lens_k, or seq_idx, covering the tokens) attends each sequence to its own keys
+    only, within the model's own mask where it gives one."""
 
     @functools.wraps(sdpa)
     def sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                                **kwargs):
         cu_q = kwargs.get("cu_seq_lens_q")
-        cu_k = kwargs.get("cu_seq_lens_k", cu_q)
+        if cu_q is None and kwargs.get("seq_idx") is not None and query.shape[0] == 1:
+            cu_q = _offsets_of(kwargs["seq_idx"])
+        cu_k = kwargs.get("cu_seq_lens_k")
         cu_k = cu_q if cu_k is None else cu_k
         plain = (query.device.type != "cpu" or cu_q is None or query.shape[0] != 1
                  or int(cu_q[-1]) != query.shape[2] or int(cu_k[-1]) != key.shape[2]
