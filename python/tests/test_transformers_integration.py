@@ -212,6 +212,30 @@ def test_bfloat16(enabled, name):
     assert linattn_err <= max(2 * fallback_err, 1e-2 * exact.abs().max().item()), (linattn_err, fallback_err)
 
 
+def test_decay_gradient_under_strong_decay(enabled):
+    """docs/models.md's gradient finding, as a check: through qwen3_5's own gated delta rule function under
+    enable(), the gradient of A_log (the decay rate exp(A_log) = 54.6) is within 1e-4 of an fp64 truth
+    (test_delta.py's recurrence, token by token); transformers' fallback is off by 9.5% there."""
+    from test_delta import naive
+    generator = torch.Generator().manual_seed(0)
+    B, T, H, K = 1, 64, 2, 16
+    q, k, v = (torch.randn(B, T, H, K, dtype=torch.float64, generator=generator) for _ in range(3))
+    a, beta = torch.randn(B, T, H, dtype=torch.float64, generator=generator), torch.rand(B, T, H, dtype=torch.float64)
+    weights = torch.randn(B, T, H, K, dtype=torch.float64, generator=generator)
+
+    def grad(run, dtype):
+        A_log = torch.full((H,), 4.0, dtype=dtype, requires_grad=True)
+        g = -A_log.exp() * torch.nn.functional.softplus(a.to(dtype))
+        (run(*(x.to(dtype) for x in (q, k, v)), g, beta.to(dtype)).double() * weights).sum().backward()
+        return A_log.grad.double()
+
+    truth = grad(lambda q, k, v, g, b: naive(q, k, v, b, g.unsqueeze(-1).expand(q.shape), K ** -0.5,
+                                             normalize=True)[0], torch.float64)
+    chunk = modeling("qwen3_5").torch_chunk_gated_delta_rule
+    got = grad(lambda q, k, v, g, b: chunk(q, k, v, g=g, beta=b, use_qk_l2norm_in_kernel=True)[0], torch.float32)
+    assert ((got - truth).abs() / truth.abs()).max() < 1e-4, (got, truth)
+
+
 def test_disable_restores_everything():
     from transformers.integrations import hub_kernels
     from transformers.modeling_utils import AttentionInterface
