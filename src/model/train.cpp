@@ -10,9 +10,11 @@
 #include <string>
 
 #include "linattn/error.hpp"
+#include "linattn/file_io.hpp"
 #include "linattn/limits.hpp"
 #include "linattn/model/model_file.hpp"
 #include "model/key_values.hpp"
+#include "model/rank_agreement.hpp"
 
 namespace linattn::model {
 
@@ -128,6 +130,19 @@ Trainer::Trainer(ModelConfig config, TrainOptions options, std::shared_ptr<const
   model_ = std::make_unique<Transformer<float>>(config);
   model_->set_sequence_parallel(this->parallel(), shard_.begin);
   optimizer_ = AdamW(int64_t(model_->params().size()), AdamWOptions{0.9, 0.95, 1e-8, options_.weight_decay});
+  if (ranks > 1) {
+    // The model and the run, and the text the batches come from (by content: each rank may spell
+    // its path differently; where checkpoints go is rank 0's business).
+    std::vector<detail::AgreedItem> items;
+    detail::add_lines(items, config_to_text(model_->config()), "model setting");
+    detail::add_lines(items, train_options_to_text(options_), "training option", {"data", "checkpoint"});
+    if (!options_.data.empty()) {
+      std::string text = read_file(options_.data);
+      const std::string shown = options_.data + " (" + std::to_string(text.size()) + " bytes)";
+      items.push_back({"data file", std::move(text), shown});
+    }
+    detail::require_agreement(this->parallel(), items);
+  }
 }
 
 Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume,
@@ -163,6 +178,16 @@ Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOpt
   trainer.optimizer_.m() = std::move(f.adam_m);
   trainer.optimizer_.v() = std::move(f.adam_v);
   trainer.optimizer_.set_step(f.step);
+  if (trainer.parallel().ranks() > 1) {
+    // The options agreed in the constructor; the state each rank read must be the same too.
+    auto bytes = [](const std::vector<float>& x) {
+      return std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
+    };
+    detail::require_agreement(trainer.parallel(), {{"checkpoint state (weights, AdamW moments, step)",
+                                                    bytes(trainer.model_->params()) + bytes(trainer.optimizer_.m()) +
+                                                        bytes(trainer.optimizer_.v()) + std::to_string(f.step),
+                                                    name + " at step " + std::to_string(f.step)}});
+  }
   return trainer;
 }
 

@@ -1,11 +1,13 @@
 """The command's defects from the third campaign (issue 42, items 7, 13 and 14), one test each, named
 after the defect; docs/reliability.md lists them. Each tripped before its fix."""
+import shutil
 import struct
+import subprocess
 import zlib
 
 import pytest
 
-from conftest import assert_one_line_error, run_cli
+from conftest import MPI_ENV, assert_one_line_error, binary, run_cli
 
 TINY_MODEL = ["--d-model", 16, "--heads", 2, "--layers", 1, "--mlp-hidden", 32, "--batch", 2, "--seq-len", 12,
               "--eval-batches", 1, "--threads", 1]
@@ -127,3 +129,50 @@ def test_defect42_13_flag_names_are_taken_in_any_case(tmp_path):
                    "--budget", 0, "--min-reps", 1, "--out", tmp_path / "cmp")
     assert proc.returncode == 0, proc.stderr
     assert "gla " in proc.stdout and "N = 16 " in proc.stdout and "N = 64 " in proc.stdout
+
+
+def _mpi_train(tmp_path, rank0, rank1):
+    """`mpirun` with one rank running `linattn train --seq-parallel RANK0...` and one `... RANK1...`
+    (MPMD); skips where mpirun is missing or linattn was built without MPI."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun not found")
+    command = [mpirun, "--oversubscribe", "-np", "1", binary(), "train", "--seq-parallel", *map(str, rank0), ":",
+               "-np", "1", binary(), "train", "--seq-parallel", *map(str, rank1)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, env=MPI_ENV, cwd=tmp_path)
+    if "built without MPI" in proc.stderr:
+        pytest.skip("linattn built without linattn_mpi")
+    return proc
+
+
+@pytest.mark.parametrize("flag,rank0,rank1,name", [
+    ("--seq-len", 12, 16, "training option seq_len"),
+    ("--lr", 0.001, 0.002, "training option lr"),
+    ("--d-model", 16, 8, "model setting d_model"),
+])
+def test_defect42_06_seq_parallel_ranks_disagreeing_on_options_end_the_job(tmp_path, flag, rank0, rank1, name):
+    # Ranks with another --seq-len or --lr trained and exited 0.
+    pairs = [TINY_TRAIN[i:i + 2] for i in range(0, len(TINY_TRAIN), 2)]
+    common = ["--steps", 2, "--out", "m.model", *(x for pair in pairs if pair[0] != flag for x in pair)]
+    proc = _mpi_train(tmp_path, [*common, flag, rank0], [*common, flag, rank1])
+    assert proc.returncode != 0, (proc.stdout, proc.stderr)
+    assert f"rank 1's {name} differs from rank 0's" in proc.stderr, proc.stderr
+    assert not (tmp_path / "m.model").exists()
+
+
+def test_defect42_06_seq_parallel_ranks_disagreeing_on_data_or_checkpoint_end_the_job(tmp_path, checkpoint):
+    text = "the same letters in another order\n" * 40  # the same vocabulary: only the contents differ
+    (tmp_path / "a.txt").write_text(text)
+    (tmp_path / "b.txt").write_text(text[::-1])
+    text = ["--task", "text", "--steps", 2, "--out", "m.model", *TINY_TRAIN]
+    proc = _mpi_train(tmp_path, [*text, "--data", "a.txt"], [*text, "--data", "b.txt"])
+    assert proc.returncode != 0 and "rank 1's data file differs from rank 0's" in proc.stderr, proc.stderr
+    # The same options, another first moment: a checkpoint that differs in its state alone.
+    data, count = checkpoint
+    (tmp_path / "a.ckpt").write_bytes(data)
+    (tmp_path / "b.ckpt").write_bytes(with_float(data, len(data) - 4 - 8 * count, 0.5))
+    resume = ["--steps", 3, "--out", "m.model", "--threads", 1]
+    proc = _mpi_train(tmp_path, ["--resume", "a.ckpt", *resume], ["--resume", "b.ckpt", *resume])
+    assert proc.returncode != 0 and "rank 1's checkpoint state (weights, AdamW moments, step) differs" in proc.stderr, \
+        proc.stderr
+    assert not (tmp_path / "m.model").exists()
