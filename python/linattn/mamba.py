@@ -11,10 +11,12 @@ G groups of B and C, each read by H/G consecutive heads (head h reads group h //
 
 This is simple GLA (linattn.fla.chunk_simple_gla) with q = C, k = B, v = dt·x, g = dt·A (a log decay
 per head and token), scale 1, K = N and V = P; mamba_ssm's states [batch, H, P, N] are flash-linear-
-attention's [N, H, K, V] transposed, which fla's state_v_first=True takes and gives. The recurrence runs
-in linattn.fla (its token-by-token forward, the faster one on the CPU, and its chunked backward); the
-time step, the group broadcast, D and the z gate are torch ops, so autograd reaches x, dt, A,
-B, C, D, z, dt_bias and initial_states.
+attention's [N, H, K, V] transposed, which fla's state_v_first=True takes and gives. mamba_chunk_scan_combined
+runs the recurrence in linattn.fla (its token-by-token forward, the faster one on the CPU, and its
+chunked backward); the time step, the group broadcast, D and the z gate are torch ops, so autograd
+reaches x, dt, A, B, C, D, z, dt_bias and initial_states. selective_state_update advances mamba_ssm's
+[P, N] state in place with torch's batched products (the decode step, where the transposes to fla's
+layout would cost more than the step).
 
 float32 inputs run linattn's fast operators; float64 (x's dtype decides) runs the fp64 oracle, token by
 token, for gradcheck; bfloat16 and float16 are widened to float32 and the output rounded back to x's
@@ -82,15 +84,10 @@ def _dt_limit(dt_limit):
     return lo, hi
 
 
-def _tied(name, t, dims, what):
-    """t with its trailing `dims` dimensions dropped, after checking t is constant along them (a broadcast,
-    as the models pass A, dt and dt_bias to selective_state_update): linattn's decay and time step are one
-    number per head."""
-    first = t[(...,) + (slice(0, 1),) * dims]
-    if not all(s == 0 for s in t.stride()[-dims:]) and not torch.equal(t, first.expand_as(t)):
-        raise NotImplementedError(f"{name}: varies over {what}; linattn takes one value per head (a per-head "
-                                  f"decay, simple GLA), so {name} must be constant over {what} (a broadcast)")
-    return first.reshape(t.shape[:-dims])
+def _narrowed(t):
+    """t with each broadcast axis (stride 0, as the models pass A, dt, D and dt_bias to the step) narrowed to
+    size 1: the same values under broadcasting, computed once instead of once per element."""
+    return t[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(t.stride(), t.shape))]
 
 
 # ---- the arithmetic shared by both functions ------------------------------------------------------
@@ -317,14 +314,19 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     """One token of Mamba-2 per sequence (decoding), updating `state` in place.
 
     state [batch_state, nheads, headdim, dstate], x [batch, nheads, headdim], dt [batch, nheads, headdim]
-    (constant over headdim: a broadcast, as the models pass it) or [batch, nheads], A [nheads, headdim,
-    dstate] (constant over headdim and dstate) or [nheads], B and C [batch, ngroups, dstate], D [nheads,
-    headdim] or [nheads], z like x, dt_bias [nheads, headdim] (constant over headdim) or [nheads],
-    state_batch_indices [batch] (row b reads and updates state[state_batch_indices[b]]; without it
-    batch_state = batch). mamba_ssm's one-head form (state [batch_state, headdim, dstate], x, dt and z
-    [batch, headdim], A [headdim, dstate], B and C [batch, dstate], D and dt_bias [headdim]) is taken too.
-    No dt_limit: mamba_ssm's step takes none. Returns out [batch, nheads, headdim] (or [batch, headdim]) in
-    x's dtype; state then holds the state after the token, in its own dtype.
+    or [batch, nheads], A [nheads, headdim, dstate] or [nheads], B and C [batch, ngroups, dstate], D
+    [nheads, headdim] or [nheads], z like x, dt_bias [nheads, headdim] or [nheads], state_batch_indices
+    [batch] (row b reads and updates state[state_batch_indices[b]]; without it batch_state = batch).
+    mamba_ssm's one-head form (state [batch_state, headdim, dstate], x, dt and z [batch, headdim], A
+    [headdim, dstate], B and C [batch, dstate], D and dt_bias [headdim]) is taken too. A, dt and dt_bias
+    may vary over headdim and dstate as in mamba_ssm; broadcast ones (stride 0, as the models pass them)
+    cost one value per head. No dt_limit: mamba_ssm's step takes none. Returns out [batch, nheads,
+    headdim] (or [batch, headdim]) in x's dtype; state then holds the state after the token, in its own
+    dtype.
+
+    The step is torch's in-place batched products on mamba_ssm's [P, N] state: linattn's decayed step keeps
+    the transposed [N, P] state, and the two transposes a call would need cost several times the step
+    (docs/mamba.md). Token by token it gives what mamba_chunk_scan_combined gives (tested).
     """
     _tensor("state", state, "[batch, nheads, headdim, dstate]")
     if state.dim() not in (3, 4):
@@ -338,14 +340,14 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     _shaped("x", x, (batch, H, P), "[batch, nheads, headdim]")
     dt_layout = "[batch, nheads, headdim] or [batch, nheads]"
     if _tensor("dt", dt, dt_layout).dim() == 2 and H > 1:
-        dt = _shaped("dt", dt, (batch, H), dt_layout)
+        dt = _shaped("dt", dt, (batch, H), dt_layout).unsqueeze(-1)
     else:
-        dt = _tied("dt", _shaped("dt", _lift("dt", dt, dt_layout, 2, 1), (batch, H, P), dt_layout), 1, "headdim")
+        dt = _narrowed(_shaped("dt", _lift("dt", dt, dt_layout, 2, 1), (batch, H, P), dt_layout))
     A_layout = "[nheads, headdim, dstate] or [nheads]"
     if _tensor("A", A, A_layout).dim() == 1:
-        _shaped("A", A, (H,), A_layout)
+        A = _shaped("A", A, (H,), A_layout).view(H, 1, 1)
     else:
-        A = _tied("A", _shaped("A", _lift("A", A, A_layout, 2, 0), (H, P, N), A_layout), 2, "headdim and dstate")
+        A = _narrowed(_shaped("A", _lift("A", A, A_layout, 2, 0), (H, P, N), A_layout))
     B = _lift("B", B, "[batch, ngroups, dstate]", 2, 1)
     G = B.shape[1] if B.dim() == 3 else 0
     if B.dim() != 3 or B.shape[0] != batch or B.shape[2] != N or G == 0 or H % G != 0:
@@ -358,13 +360,12 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     if z is not None:
         z = _shaped("z", _lift("z", z, "[batch, nheads, headdim]", 2, 1), (batch, H, P), "[batch, nheads, headdim]")
     if dt_bias is not None:
-        dt_bias = _tied("dt_bias", _per_head_or_dim("dt_bias", dt_bias, H, P, "[nheads, headdim] or [nheads]"), 1,
-                        "headdim")
+        dt_bias = _narrowed(_per_head_or_dim("dt_bias", dt_bias, H, P, "[nheads, headdim] or [nheads]"))
     if state_batch_indices is None:
         if state4.shape[0] != batch:
             raise ValueError(f"state: expected batch {batch} (x's) without state_batch_indices, got "
                              f"{state4.shape[0]}")
-        before = state4
+        slots = None
     else:
         slots = _indices("state_batch_indices", state_batch_indices, (batch,), "[batch]")
         if batch and (int(slots.min()) < 0 or int(slots.max()) >= state4.shape[0]):
@@ -372,16 +373,23 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
                              f"{slots.tolist()}")
         if slots.unique().numel() != batch:
             raise ValueError(f"state_batch_indices: a slot appears twice ({slots.tolist()}); each row needs its own")
-        before = state4[slots]
 
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    step = _time_steps(dt, dt_bias, dt_softplus, None, work)
-    y, after = _recurrence(x.unsqueeze(1), step.unsqueeze(1), A, B.unsqueeze(1), C.unsqueeze(1), before, None, True,
-                           work)
-    with torch.no_grad():  # in place, as mamba_ssm's kernel does (decoding keeps no graph through the state)
-        if state_batch_indices is None:
-            state4.copy_(after)
-        else:
-            state4[slots] = after.to(state.dtype)
-    out = _skip_and_gate(y.squeeze(1), x, D, z, work).to(x.dtype)
+    step = _time_steps(dt, dt_bias, dt_softplus, None, work)  # [batch, H, 1 or P]
+    with torch.no_grad():  # in place, as mamba_ssm's kernel (decoding keeps no graph through the state)
+        # The rows of the state this call advances, as a contiguous tensor of the working dtype: the state
+        # itself where it is one, else a copy written back once (one rounding for a bf16 state).
+        in_place = slots is None and state4.dtype == work and state4.is_contiguous()
+        S = state4 if in_place else (state4 if slots is None else state4[slots]).to(work).contiguous()
+        S.mul_(torch.exp(step.unsqueeze(-1) * A.to(work)))
+        rows = S.view(batch * H, P, N)
+        rows.baddbmm_((step * x.to(work)).reshape(batch * H, P, 1), _per_head(B.unsqueeze(1), H, work).reshape(
+            batch * H, 1, N))
+        y = torch.bmm(rows, _per_head(C.unsqueeze(1), H, work).reshape(batch * H, N, 1)).view(batch, H, P)
+        if not in_place:
+            if slots is None:
+                state4.copy_(S)
+            else:
+                state4[slots] = S.to(state.dtype)
+    out = _skip_and_gate(y, x, D, z, work).to(x.dtype)
     return out if has_heads else out.squeeze(1)
