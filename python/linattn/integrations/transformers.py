@@ -86,13 +86,20 @@ def _fla_op(name, torch_function):
     op = getattr(fla, name)
     names = {p.name for p in inspect.signature(op).parameters.values() if p.kind is not p.VAR_KEYWORD}
     signature = inspect.signature(torch_function)
-    var_keyword = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
     renamed = {"query": "q", "key": "k", "value": "v"}
+    positional = [renamed.get(p.name, p.name) for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
     def run(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs).arguments
-        extra = bound.pop(var_keyword, {})
-        given = {renamed.get(k, k): v for k, v in {**bound, **extra}.items()}
+        if len(args) > len(positional):
+            signature.bind(*args, **kwargs)  # raises the TypeError the torch fallback would
+        # By name, as signature.bind would give them (this is a decoding step's per-token path: cheap).
+        given = dict(zip(positional, args))
+        for key, value in kwargs.items():
+            key = renamed.get(key, key)
+            if key in given:
+                raise TypeError(f"{torch_function.__name__}() got multiple values for argument {key!r}")
+            given[key] = value
         if given.get("cu_seqlens") is None:  # a packed batch the model did not pass on (the KDA families)
             if given.get("cu_seq_lens_q") is not None:
                 given["cu_seqlens"] = given["cu_seq_lens_q"]
