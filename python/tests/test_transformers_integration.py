@@ -326,3 +326,51 @@ def test_conv_keeps_packed_sequences_apart():
         causal_conv1d_fn(x, weight, activation="gelu")
     with pytest.raises(ValueError, match="cu_seqlens"):
         causal_conv1d_fn(x, weight, cu_seqlens=torch.tensor([0, 5]))
+
+
+def test_conv_initial_and_final_states():
+    """causal_conv1d_fn's initial_states continue a sequence (the same outputs as the convolution over
+    the whole) and return_final_states gives the last W − 1 inputs, also into final_states_out;
+    causal_conv1d_update with a state of exactly W − 1 columns."""
+    from linattn.integrations.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+    generator = torch.Generator().manual_seed(1)
+    D, W, T0, T = 3, 4, 5, 2  # T < W - 1: the final state reaches back into the initial one
+    x = torch.randn(2, D, T0 + T, dtype=torch.float64, generator=generator)
+    weight, bias = torch.randn(D, W, dtype=torch.float64, generator=generator), torch.randn(D, dtype=torch.float64)
+    whole, whole_final = causal_conv1d_fn(x, weight, bias, return_final_states=True, activation="swish")
+    assert_close(whole_final, x[..., -(W - 1):], 0, "final state")
+    head_final = causal_conv1d_fn(x[..., :T0], weight, bias, return_final_states=True)[1]
+    out = torch.empty(2, D, W - 1, dtype=torch.float64)
+    tail, final = causal_conv1d_fn(x[..., T0:], weight, bias, initial_states=head_final, return_final_states=True,
+                                   final_states_out=out, activation="swish")
+    assert_close(tail, whole[..., T0:], 1e-12, "continued outputs")
+    assert final is out and torch.equal(out, x[..., -(W - 1):])
+    state = head_final.clone()
+    steps = torch.stack([causal_conv1d_update(x[..., t], state, weight, bias, "silu") for t in range(T0, T0 + T)], -1)
+    assert_close(steps, whole[..., T0:], 1e-12, "update with W - 1 columns")
+    assert torch.equal(state, x[..., -(W - 1):])
+
+
+def test_packed_sdpa_against_the_definition(enabled):
+    """The "sdpa" function under enable(), called as a full-attention layer calls it with packed
+    sequences: each sequence's queries see its own keys only, causally aligned to the keys' end (more
+    keys than queries, as with a cache), grouped key heads; against softmax written out in fp64."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    class Layer(torch.nn.Module):
+        num_key_value_groups, is_causal = 2, True
+
+    generator = torch.Generator().manual_seed(2)
+    cu_q, cu_k = torch.tensor([0, 2, 2, 5]), torch.tensor([0, 4, 5, 9])  # an empty query segment
+    query = torch.randn(1, 4, 5, 8, dtype=torch.float64, generator=generator)
+    key, value = (torch.randn(1, 2, 9, 8, dtype=torch.float64, generator=generator) for _ in range(2))
+    out, weights = ALL_ATTENTION_FUNCTIONS["sdpa"](Layer(), query, key, value, None, scaling=0.3,
+                                                   cu_seq_lens_q=cu_q, cu_seq_lens_k=cu_k)
+    assert weights is None and out.shape == (1, 5, 4, 8)
+    for n in range(3):
+        for i in range(int(cu_q[n]), int(cu_q[n + 1])):
+            last = int(cu_k[n + 1]) - (int(cu_q[n + 1]) - 1 - i)  # query i sees keys up to here
+            for h in range(4):
+                keys = key[0, h // 2, int(cu_k[n]):last]
+                p = torch.softmax(0.3 * keys @ query[0, h, i], 0)
+                assert_close(out[0, i, h], p @ value[0, h // 2, int(cu_k[n]):last], 1e-12, f"sequence {n} query {i}")
