@@ -24,6 +24,8 @@ dtype, as in mamba_ssm. docs/mamba.md has the mapping, what is refused and the f
 gates.
 """
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 
@@ -200,7 +202,7 @@ def _varlen(cu_seqlens, seq_idx, L):
 def _check_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit,
                 return_varlen_states, state_dtype):
     """mamba_chunk_scan_combined's argument checks; returns (dt_limit as floats, seq_idx as int64 or None)."""
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
     _tensor("x", x, "[batch, seqlen, nheads, headdim]", 4)
     batch, L, H, P = x.shape

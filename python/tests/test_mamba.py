@@ -12,6 +12,7 @@ autograd), the decode step against the chunked scan, extreme gates, half precisi
 import importlib
 import inspect
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -160,7 +161,7 @@ def test_float64_runs_the_oracle():
 def test_chunk_size_does_not_change_the_result():
     t = draw(1, 97, 4, 3, 1, 5, seed=4)
     a = run(t, chunk_size=256, **ALL)
-    b = run(t, chunk_size=17, **ALL)
+    b = run(t, chunk_size=np.int64(17), **ALL)  # any integer type, as a config may hold it
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
