@@ -357,24 +357,27 @@ def step_oracle(state, x, dt, A, B, C, D, z, dt_bias):
     return y * F.silu(z.double()), new
 
 
-def test_selective_state_update_takes_A_dt_and_dt_bias_varying_over_headdim_and_dstate():
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-6), (torch.float64, 1e-13)])
+def test_selective_state_update_takes_A_dt_and_dt_bias_varying_over_headdim_and_dstate(dtype, tol):
     """mamba_ssm's general step (A [H, P, N], dt and dt_bias per head dim; Mamba-1's one-head form is the
-    same with H = 1), against the step written elementwise."""
+    same with H = 1), against the step written elementwise; the state a strided view (a slice of a
+    larger cache), updated through it."""
     gen = torch.Generator().manual_seed(24)
     for batch, H, P, G, N, heads in ((2, 4, 3, 2, 5, True), (3, 1, 6, 1, 4, False)):
-        state = torch.randn(batch, H, P, N, generator=gen)
-        x, z, dt = (torch.randn(batch, H, P, generator=gen) for _ in range(3))
-        A = -torch.rand(H, P, N, generator=gen) * 2
-        B, C = (torch.randn(batch, G, N, generator=gen) for _ in range(2))
-        D, dt_bias = (torch.randn(H, P, generator=gen) for _ in range(2))
+        state = torch.randn(batch, H, P + 1, N + 2, generator=gen, dtype=dtype)[:, :, 1:, 2:]
+        x, z, dt = (torch.randn(batch, H, P, generator=gen, dtype=dtype) for _ in range(3))
+        A = -torch.rand(H, P, N, generator=gen, dtype=dtype) * 2
+        B, C = (torch.randn(batch, G, N, generator=gen, dtype=dtype) for _ in range(2))
+        D, dt_bias = (torch.randn(H, P, generator=gen, dtype=dtype) for _ in range(2))
         want_y, want_state = step_oracle(state, x, dt, A, B, C, D, z, dt_bias)
         args = (state, x, dt, A, B, C, D, z, dt_bias)
         if not heads:  # mamba_ssm's one-head form: the head axis left out everywhere
             args = tuple(t.squeeze(0) if t.dim() in (2, 3) and t.shape[0] == 1 else t.squeeze(1) for t in args)
         got = mamba.selective_state_update(*args[:7], z=args[7], dt_bias=args[8], dt_softplus=True)
         assert got.shape == ((batch, H, P) if heads else (batch, P))
-        assert rel_err(got.reshape(want_y.shape), want_y) < 2e-6
-        assert rel_err(args[0].reshape(want_state.shape), want_state) < 2e-6
+        assert got.dtype == dtype and not state.is_contiguous()
+        assert rel_err(got.reshape(want_y.shape), want_y) < tol
+        assert rel_err(state, want_state) < tol
 
 
 def test_selective_state_update_half_state_is_rounded_in_place():
