@@ -236,6 +236,42 @@ def test_decay_gradient_under_strong_decay(enabled):
     assert ((got - truth).abs() / truth.abs()).max() < 1e-4, (got, truth)
 
 
+def _other_families():
+    """The Mamba-2 families (test_mamba.py's tiny configs) and lfm2, whose short convolutions go through the
+    same causal-conv1d hook."""
+    from test_mamba import FAMILIES as MAMBA2
+    return {**MAMBA2, "lfm2": ("Lfm2", dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2,
+                                            layer_types=["conv", "full_attention"]))}
+
+
+@pytest.mark.parametrize("family", ["mamba2", "bamba", "falcon_h1", "granitemoehybrid", "zamba2", "nemotron_h", "lfm2"])
+def test_other_families_through_the_same_hook(enabled, family):
+    """enable() routes every kernel name linattn has, in every family: the Mamba-2 families' scan and step
+    (linattn.mamba) and convolutions, lfm2's convolutions; logits and greedy tokens as transformers' own."""
+    prefix, config = _other_families()[family]
+    torch.manual_seed(0)
+    model = getattr(transformers, prefix + "ForCausalLM")(getattr(transformers, prefix + "Config")(**config)).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # away from the initialisation's zeros, so that every path counts
+            p.normal_(0, 0.3)
+    ids = tokens(2, 21, seed=6)
+
+    def run():
+        with torch.no_grad():
+            return model(ids).logits, model.generate(ids[:, :10], attention_mask=torch.ones_like(ids[:, :10]),
+                                                     max_new_tokens=6, do_sample=False)
+
+    (want, want_tokens), (got, got_tokens) = both(run)
+    assert_close(got, want, 1e-5, f"{family} logits")
+    assert torch.equal(got_tokens, want_tokens)
+    routed = {lt.routed_kernel(v) for v in vars(modeling(family)).values()} - {None}
+    expected = {"causal_conv1d_fn", "causal_conv1d_update"}
+    if family != "lfm2":
+        expected |= {"mamba_chunk_scan_combined", "selective_state_update"}
+    assert routed == expected
+
+
 def test_disable_restores_everything():
     from transformers.integrations import hub_kernels
     from transformers.modeling_utils import AttentionInterface

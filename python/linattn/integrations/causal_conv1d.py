@@ -3,7 +3,7 @@ functions and their semantics, on the CPU, keeping packed sequences apart.
 
 - causal_conv1d_fn(x [B, D, T], weight [D, W], bias [D] or None, seq_idx [B, T] or None,
   initial_states [B, D, W − 1] or None, return_final_states=False, final_states_out=None,
-  activation=None | "silu" | "swish", cu_seqlens=None): y_t = act(bias + Σ_j weight[:, j]·x_{t−W+1+j}),
+  activation=None | "silu" | "swish" | a function, cu_seqlens=None): y_t = act(bias + Σ_j weight[:, j]·x_{t−W+1+j}),
   the taps before a sequence's first token reading zeros (or initial_states). A token whose seq_idx
   differs from the tap's, or (cu_seqlens, B = 1) a tap before its sequence's start, reads zero: packed
   sequences never mix. Returns y, or (y, final_states [B, D, W − 1]) with return_final_states.
@@ -25,7 +25,10 @@ def _activate(y, activation):
         return y
     if activation in ("silu", "swish"):
         return F.silu(y)
-    raise ValueError(f"activation: expected None, 'silu' or 'swish' (what causal-conv1d computes), got {activation!r}")
+    if callable(activation):  # another activation a model asks for (transformers' callers pass any of theirs)
+        return activation(y)
+    raise ValueError(f"activation: expected None, 'silu', 'swish' (what causal-conv1d computes) or a function, got "
+                     f"{activation!r}")
 
 
 def _check_weight(x, weight, name="x"):

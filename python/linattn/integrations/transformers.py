@@ -23,6 +23,9 @@ What is routed (CPU tensors only):
   functions of the same names (flash-linear-attention's semantics). Keywords are passed as transformers
   passes them to flash-linear-attention (those the function names); packed sequences given as
   transformers' `cu_seq_lens_q`, or as `seq_idx`, become `cu_seqlens` where the model did not pass it.
+- mamba_chunk_scan_combined, selective_state_update (the Mamba-2 families: mamba2, bamba, falcon_h1,
+  granitemoehybrid, zamba2, nemotron_h): linattn.mamba's functions of the same names (mamba_ssm's
+  semantics), keywords given and dropped the same way.
 - causal_conv1d_fn, causal_conv1d_update: linattn.integrations.causal_conv1d (causal-conv1d's semantics),
   which keeps packed sequences apart (seq_idx, or transformers' `cu_seq_lens_q`).
 - the "sdpa" attention function (AttentionInterface): with transformers' packed-batch keywords
@@ -35,6 +38,7 @@ Tested with transformers 5.25.0 and its dependency kernels 0.19.1; enable() refu
 """
 
 import functools
+import importlib
 import inspect
 import re
 import sys
@@ -78,15 +82,15 @@ def _offsets_of(seq_idx):
     return torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), ids.numel())])
 
 
-def _fla_op(name, torch_function):
-    """linattn.fla.<name> called as transformers calls flash-linear-attention: arguments bound by the torch
-    fallback's own signature (query, key, value, ... ) and given to linattn by flash-linear-attention's
-    names, those it does not name dropped (as transformers drops them for flash-linear-attention)."""
-    from .. import fla
-    op = getattr(fla, name)
+def _linattn_op(module, name, renamed, torch_function, packed_from_model=False):
+    """linattn.<module>.<name> called as transformers calls the package it stands for: arguments bound by
+    the torch fallback's own signature and given to linattn by the package's names (renamed maps the one
+    to the other), those the function does not name dropped, as transformers drops them for the package.
+    packed_from_model: take packed sequences from transformers' `cu_seq_lens_q` or `seq_idx` where the
+    model did not pass `cu_seqlens` (the KDA families never do)."""
+    op = getattr(importlib.import_module(f"..{module}", __package__), name)
     names = {p.name for p in inspect.signature(op).parameters.values() if p.kind is not p.VAR_KEYWORD}
     signature = inspect.signature(torch_function)
-    renamed = {"query": "q", "key": "k", "value": "v"}
     positional = [renamed.get(p.name, p.name) for p in signature.parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
@@ -100,7 +104,7 @@ def _fla_op(name, torch_function):
             if key in given:
                 raise TypeError(f"{torch_function.__name__}() got multiple values for argument {key!r}")
             given[key] = value
-        if given.get("cu_seqlens") is None:  # a packed batch the model did not pass on (the KDA families)
+        if packed_from_model and given.get("cu_seqlens") is None:
             if given.get("cu_seq_lens_q") is not None:
                 given["cu_seqlens"] = given["cu_seq_lens_q"]
             elif given.get("seq_idx") is not None and given["q"].shape[0] == 1:
@@ -108,6 +112,24 @@ def _fla_op(name, torch_function):
         return op(**{k: v for k, v in given.items() if k in names})
 
     return run
+
+
+def _fla_op(name):
+    return functools.partial(_linattn_op, "fla", name, {"query": "q", "key": "k", "value": "v"},
+                             packed_from_model=True)
+
+
+def _mamba_op(name):
+    return functools.partial(_linattn_op, "mamba", name, {"hidden_states": "x"})
+
+
+def _activation(name):
+    """A convolution's activation as causal_conv1d takes it: silu by name, any other of transformers'
+    activations as its function (transformers' fallback applies whichever the model names)."""
+    if name in (None, "silu", "swish"):
+        return name
+    from transformers.activations import ACT2FN
+    return ACT2FN[name]
 
 
 def _conv_fn(torch_function):
@@ -123,7 +145,7 @@ def _conv_fn(torch_function):
             # The cache may put earlier inputs (or zeros) before the batch's tokens: they precede the first sequence.
             extra = hidden_states.shape[-1] - int(cu[-1])
             cu = torch.cat([cu[:1], cu[1:] + extra]) if extra > 0 else cu
-        return causal_conv1d_fn(hidden_states, weight, bias, activation=activation, cu_seqlens=cu)
+        return causal_conv1d_fn(hidden_states, weight, bias, activation=_activation(activation), cu_seqlens=cu)
 
     return run
 
@@ -132,16 +154,18 @@ def _conv_update(torch_function):
     from .causal_conv1d import causal_conv1d_update
 
     def run(hidden_states, conv_state, weight, bias=None, activation=None, **kwargs):
-        return causal_conv1d_update(hidden_states, conv_state, weight, bias, activation=activation)
+        return causal_conv1d_update(hidden_states, conv_state, weight, bias, activation=_activation(activation))
 
     return run
 
 
 _ROUTES = {
-    ("chunk_gated_delta_rule", "fla"): functools.partial(_fla_op, "chunk_gated_delta_rule"),
-    ("fused_recurrent_gated_delta_rule", "fla"): functools.partial(_fla_op, "fused_recurrent_gated_delta_rule"),
-    ("chunk_kda", "fla"): functools.partial(_fla_op, "chunk_kda"),
-    ("fused_recurrent_kda", "fla"): functools.partial(_fla_op, "fused_recurrent_kda"),
+    ("chunk_gated_delta_rule", "fla"): _fla_op("chunk_gated_delta_rule"),
+    ("fused_recurrent_gated_delta_rule", "fla"): _fla_op("fused_recurrent_gated_delta_rule"),
+    ("chunk_kda", "fla"): _fla_op("chunk_kda"),
+    ("fused_recurrent_kda", "fla"): _fla_op("fused_recurrent_kda"),
+    ("mamba_chunk_scan_combined", "mamba_ssm"): _mamba_op("mamba_chunk_scan_combined"),
+    ("selective_state_update", "mamba_ssm"): _mamba_op("selective_state_update"),
     ("causal_conv1d_fn", "causal_conv1d"): _conv_fn,
     ("causal_conv1d_update", "causal_conv1d"): _conv_update,
 }
