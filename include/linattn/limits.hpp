@@ -19,6 +19,12 @@ inline constexpr int64_t kMaxEvalBatches = int64_t(1) << 16;
 // features already take 64 MiB per thread) and causal chunk length.
 inline constexpr int64_t kMaxFavorFeatures = 4096;
 inline constexpr int64_t kMaxChunkSize = 65536;
+// Chunk length of the decayed family's and the delta rule's chunked forms (options.chunk_size): their
+// scratch holds [C, C] matrices per thread (the decayed family three: the decays, the scores and their
+// gradient, 12 MiB at 1024; the delta rule five: its two score triangles, the inverse and two
+// gradients, 20 MiB), quadratic where the causal linear chunk's is linear. Longer chunks only add work.
+inline constexpr int64_t kMaxDecayChunkSize = 1024;
+inline constexpr int64_t kMaxDeltaChunkSize = 1024;
 // Random features of an operator chosen by a flag (`run --features`, `bench --features`).
 inline constexpr int64_t kMaxFeatures = 65536;
 // Tokens `generate` samples or times.

@@ -34,6 +34,13 @@ void MulExpDifferenceN(float* y, const float* x, const float* HWY_RESTRICT a, co
   for (; i < n; ++i) y[i] = x[i] * std::exp(sign * (b ? a[i] - b[i] : a[i]));
 }
 
+// A log decay floored at kLogDecayFloor (NaN stays NaN: it must reach what depends on it).
+HWY_INLINE V Floored(D d, V x) {
+  const V floor = hn::Set(d, kLogDecayFloor);
+  return hn::IfThenElse(hn::Lt(x, floor), floor, x);
+}
+HWY_INLINE float Floored(float x) { return x < kLogDecayFloor ? kLogDecayFloor : x; }
+
 // One row of running sums against the span: whether any column's range, with row + prev in it (and 0
 // when from_zero), would span more than max_span. The row itself is not written.
 HWY_INLINE bool SpanExceeded(D d, const float* HWY_RESTRICT row, const float* HWY_RESTRICT prev,
@@ -44,14 +51,14 @@ HWY_INLINE bool SpanExceeded(D d, const float* HWY_RESTRICT row, const float* HW
   auto over = hn::Lt(span, span);  // all false
   int64_t i = 0;
   for (; i + L <= cols; i += L) {
-    const V r = hn::Add(hn::LoadU(d, row + i), hn::LoadU(d, prev + i));
+    const V r = hn::Add(Floored(d, hn::LoadU(d, row + i)), hn::LoadU(d, prev + i));
     V h = hn::Max(hn::LoadU(d, hi + i), r), l = hn::Min(hn::LoadU(d, lo + i), r);
     if (from_zero) h = hn::Max(h, zero), l = hn::Min(l, zero);
     over = hn::Or(over, hn::Gt(hn::Sub(h, l), span));
   }
   bool exceeds = !hn::AllFalse(d, over);
   for (; i < cols; ++i) {
-    const float r = row[i] + prev[i];
+    const float r = Floored(row[i]) + prev[i];
     float h = std::max(hi[i], r), l = std::min(lo[i], r);
     if (from_zero) h = std::max(h, 0.0f), l = std::min(l, 0.0f);
     exceeds |= h - l > max_span;
@@ -59,23 +66,46 @@ HWY_INLINE bool SpanExceeded(D d, const float* HWY_RESTRICT row, const float* HW
   return exceeds;
 }
 
+// Floors row 0 in place; whether a column of it alone is below −max_span (a reset, or near one): such a
+// token ends its chunk, so that the sums after it never sit far from 0, where fp32 would round the next
+// tokens' decays away.
+HWY_INLINE bool FirstRowFloored(D d, float* HWY_RESTRICT row, int64_t cols, float max_span) {
+  const int64_t L = int64_t(hn::Lanes(d));
+  const V low = hn::Set(d, -max_span);
+  auto below = hn::Lt(low, low);  // all false
+  int64_t i = 0;
+  for (; i + L <= cols; i += L) {
+    const V r = Floored(d, hn::LoadU(d, row + i));
+    hn::StoreU(r, d, row + i), below = hn::Or(below, hn::Lt(r, low));
+  }
+  bool any = !hn::AllFalse(d, below);
+  for (; i < cols; ++i) row[i] = Floored(row[i]), any |= row[i] < -max_span;
+  return any;
+}
+
 int64_t RunningLogDecaysN(const ChunkDecays& c, int64_t rows, float max_span, bool from_zero, bool stop_early) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d)), cols = c.cols;
+  const bool alone = FirstRowFloored(d, c.b, cols, max_span) && stop_early;
   std::copy_n(c.b, cols, c.lo), std::copy_n(c.b, cols, c.hi);
   int64_t t = 1;
-  for (; t < rows; ++t) {
+  for (; t < rows && !alone; ++t) {
     float* row = c.b + t * c.ld;
     const float* prev = row - c.ld;
     if (stop_early && SpanExceeded(d, row, prev, c.lo, c.hi, cols, max_span, from_zero)) break;
     int64_t i = 0;
     for (; i + L <= cols; i += L) {
-      const V r = hn::Add(hn::LoadU(d, row + i), hn::LoadU(d, prev + i));
+      const V r = hn::Add(Floored(d, hn::LoadU(d, row + i)), hn::LoadU(d, prev + i));
       hn::StoreU(r, d, row + i);
-      hn::StoreU(hn::Min(hn::LoadU(d, c.lo + i), r), d, c.lo + i);
-      hn::StoreU(hn::Max(hn::LoadU(d, c.hi + i), r), d, c.hi + i);
+      // The range leaves a NaN out (a NaN midpoint would reach the chunk's earlier rows).
+      const V lo = hn::LoadU(d, c.lo + i), hi = hn::LoadU(d, c.hi + i);
+      hn::StoreU(hn::IfThenElse(hn::Lt(r, lo), r, lo), d, c.lo + i);
+      hn::StoreU(hn::IfThenElse(hn::Gt(r, hi), r, hi), d, c.hi + i);
     }
-    for (; i < cols; ++i) row[i] += prev[i], c.lo[i] = std::min(c.lo[i], row[i]), c.hi[i] = std::max(c.hi[i], row[i]);
+    for (; i < cols; ++i) {
+      row[i] = Floored(row[i]) + prev[i];
+      c.lo[i] = std::min(c.lo[i], row[i]), c.hi[i] = std::max(c.hi[i], row[i]);  // NaN left out, as above
+    }
   }
   const float* last = c.b + (t - 1) * c.ld;
   const V half = hn::Set(d, 0.5f);

@@ -6,16 +6,23 @@
 
 namespace linattn::kernels {
 
+// The floor of every log decay a chunk's running sums take: below about −104 e^{g} is 0 in fp32, so a
+// product of decays across such a token is 0 either way. −inf and −1e30 (resets) become it, so that the
+// sums stay finite and no factor is e^{−inf + inf}; NaN stays NaN.
+inline constexpr float kLogDecayFloor = -128.0f;
+
 // y: [n] = x · exp(sign · (a − b)), elementwise (b null: 0). y may be x.
 void mul_exp_difference(float* y, const float* x, const float* a, const float* b, float sign, int64_t n);
 
 // The running log decays of one chunk whose factors must stay bounded, and its column factors.
 // b: [rows, ld], row t holding token t's log decays [cols] on entry and Σ_{u ≤ t} of them on return
-// for the rows taken (the rows not taken are left as they were). The rows taken: all of them unless stop_early, else
-// the longest prefix (always ≥ 1 row) over which no column's running sum spans more than max_span,
-// counting 0 (the chunk's start) in the span when from_zero. Then, per column over the rows taken,
-// with lo..hi its range: mid = (lo + hi) / 2, last = b_n (the last row taken), e_mid = e^{mid},
-// e_last_mid = e^{b_n − mid}. lo, hi: [cols] scratch.
+// for the rows taken (the rows not taken are left as they were), each log decay floored at
+// kLogDecayFloor. The rows taken: all of them unless stop_early, else the longest prefix (always ≥ 1
+// row) over which no column's running sum spans more than max_span, counting 0 (the chunk's start) in
+// the span when from_zero; a first row with a log decay below −max_span is taken alone (a reset ends
+// its chunk). Then, per column over the rows taken, with lo..hi its range (a NaN left out, so that a
+// later token's NaN never reaches the midpoint of the earlier rows): mid = (lo + hi) / 2, last = b_n
+// (the last row taken), e_mid = e^{mid}, e_last_mid = e^{b_n − mid}. lo, hi: [cols] scratch.
 struct ChunkDecays {
   float* b;
   int64_t ld, cols;

@@ -1,6 +1,8 @@
 #include "kernels/triangle.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/gemm.hpp"
 #include "kernels/tile.hpp"
@@ -8,6 +10,27 @@
 namespace linattn::kernels {
 namespace {
 constexpr int64_t kStrip = kPad;
+}  // namespace
+
+bool finite_row(const float* x, int64_t n) {
+  uint32_t non_finite = 0;  // an all-ones exponent: Inf or NaN (integer arithmetic, so that it vectorises)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    non_finite |= uint32_t((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return non_finite == 0;
+}
+
+void triangle_strip(Tile c, Strided a, ConstTile b, const StripBounds& bounds, bool ends, int64_t whole,
+                    const GemmOptions& options) {
+  if (!options.accumulate) {
+    gemm(c, a, b, options);
+    if (finite_row(c.data + whole * c.ld, c.cols)) return;
+  }
+  GemmOptions ranged = options;
+  (ends ? ranged.k_end : ranged.k_begin) = bounds.at;
+  gemm(c, a, b, ranged);
 }
 
 void mask_lower(float* x, int64_t ld, const float* W, int64_t ldw, int64_t n, bool strict) {
@@ -32,8 +55,8 @@ void lower_product(float* c, int64_t ldc, const float* A, int64_t lda, const flo
                    int64_t cols, bool accumulate) {
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
-    gemm({c + r * ldc, ldc, rows, cols}, plain(A + r * lda, lda), {B, ldb, std::min(n, r + rows), cols},
-         {.accumulate = accumulate});
+    triangle_strip({c + r * ldc, ldc, rows, cols}, plain(A + r * lda, lda), {B, ldb, std::min(n, r + rows), cols},
+                   StripBounds(r + 1, rows), true, rows - 1, {.accumulate = accumulate});
   }
 }
 
@@ -41,8 +64,8 @@ void lower_transposed_product(float* c, int64_t ldc, const float* A, int64_t lda
                               int64_t n, int64_t cols, bool accumulate) {
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
-    gemm({c + r * ldc, ldc, rows, cols}, {A + r * lda + r, 1, lda}, {B + r * ldb, ldb, n - r, cols},
-         {.accumulate = accumulate});
+    triangle_strip({c + r * ldc, ldc, rows, cols}, {A + r * lda + r, 1, lda}, {B + r * ldb, ldb, n - r, cols},
+                   StripBounds(0, rows), false, 0, {.accumulate = accumulate});
   }
 }
 

@@ -1,5 +1,6 @@
 #include "ops/decay/decay_checks.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -44,7 +45,9 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
   check_attention_inputs(op, q, k, v);
   check_extent(op, "k", k, 1, q.seq(), "q's sequence length (the decayed family is causal: T keys for T queries)");
   check_scale(op, o.scale);
-  if (o.chunk_size < 1) fail_with(op, "options.chunk_size is ", o.chunk_size, ", expected ≥ 1");
+  // Before anything is allocated: a chunk's scratch is quadratic in its length (limits.hpp).
+  check_bounded(op, "options.chunk_size", o.chunk_size, int64_t(1), limits::kMaxDecayChunkSize,
+                "a chunk's scratch holds [chunk_size, chunk_size] matrices per thread");
   DecayProblem p{q.batch(), q.seq(), q.heads(), q.dim(), v.dim(), q.batch(), 1.0f, o.decay, {}};
   p.scale = o.scale ? *o.scale : float(1.0 / std::sqrt(double(p.K)));
   const std::string name = decay_name(o.decay);
@@ -67,6 +70,12 @@ DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTenso
   p.N = int64_t(p.sequences.size());
   checked_mul(op, "N × H × K × V", checked_mul(op, "N × H", p.N, p.H), checked_mul(op, "K × V", p.K, p.V));
   return p;
+}
+
+int64_t chunk_rows(const std::vector<DecaySequence>& sequences, int64_t chunk_size) {
+  int64_t longest = 1;
+  for (const DecaySequence& s : sequences) longest = std::max(longest, s.end - s.begin);
+  return std::min(chunk_size, longest);
 }
 
 std::vector<DecaySequence> packed_sequences(const char* op, int64_t B, int64_t T, std::span<const int64_t> cu) {

@@ -30,9 +30,13 @@ struct DecayProblem {
 
 // q, k [B, T, H, K] and v [B, T, H, V] agreeing; g shaped for options.decay ([B, T, H, 1] token,
 // [B, T, H, K] key, else an empty view); g_gamma [H] exactly for Decay::head (else empty); scale
-// finite; chunk_size ≥ 1; cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1.
+// finite; chunk_size in [1, kMaxDecayChunkSize] (limits.hpp); cu_seqlens empty or [N + 1] ascending
+// from 0 to T with B = 1.
 DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                    ConstTensorView g, const DecayedAttentionOptions& options);
+// The rows of a chunk's scratch: chunk_size, or the longest sequence where that is shorter (at least 1),
+// as no chunk holds more tokens than its sequence.
+int64_t chunk_rows(const std::vector<DecaySequence>& sequences, int64_t chunk_size);
 // The sequences of a [B, T, ...] input: one per batch row, or those that cu_seqlens packs into batch
 // row 0 ([N + 1] ascending from 0 to T; B must be 1), in state order. Shared by the delta rule.
 std::vector<DecaySequence> packed_sequences(const char* op, int64_t B, int64_t T, std::span<const int64_t> cu_seqlens);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "kernels/decay_factors.hpp"
 #include "kernels/gemm.hpp"
@@ -32,8 +31,8 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
       o_(options),
       per_key_(p.decay == Decay::key),
       backward_(backward),
-      C_(options.chunk_size),
-      Cp_(padded(options.chunk_size)),
+      C_(chunk_rows(p.sequences, options.chunk_size)),
+      Cp_(padded(C_)),
       Kp_(padded(p.K)),
       Vp_(padded(p.V)) {
   const auto size = [](int64_t rows, int64_t cols) { return size_t(rows * cols); };
@@ -44,7 +43,7 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
     Qh_.resize(size(C_, Kp_)), Kh_.resize(size(C_, Kp_)), E_.resize(size(C_, Kp_)), invE_.resize(size(C_, Kp_));
     lo_.resize(size_t(Kp_)), hi_.resize(size_t(Kp_)), em_.resize(size_t(Kp_)), enm_.resize(size_t(Kp_));
   } else {
-    b_.resize(size_t(C_)), nb_.resize(size_t(C_)), row_q_.resize(size_t(C_)), row_k_.resize(size_t(C_));
+    a_.resize(size_t(C_)), row_q_.resize(size_t(C_)), row_k_.resize(size_t(C_));
     W_.resize(size(C_, Cp_));
   }
   A_.resize(size(C_, Cp_)), O_.resize(size(C_, Vp_)), T_.resize(size(std::max(p.K, p.V), Cp_));
@@ -67,13 +66,10 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n,
         {b_.data(), Kp_, Kp_, lo_.data(), hi_.data(), mid_.data(), bn_.data(), em_.data(), enm_.data()}, rows,
         float(kMaxLogSpan), false, n <= 0);
   } else {
+    // Each token's decay a = e^{g} (e^{−inf} = 0: a reset); row_factors forms every factor as a product of them.
     n_ = n > 0 ? n : limit;
-    const double constant = constant_log_decay(o_, x.h);
-    double run = 0;
-    for (int64_t t = 0; t < n_; ++t) {
-      run += p_.decay == Decay::token ? double(g.at(t0 + t)[0]) : constant;
-      b_[size_t(t)] = float(run), nb_[size_t(t)] = float(-run);
-    }
+    const float constant = float(std::exp(constant_log_decay(o_, x.h)));
+    for (int64_t t = 0; t < n_; ++t) a_[size_t(t)] = p_.decay == Decay::token ? std::exp(g.at(t0 + t)[0]) : constant;
   }
   const int64_t rows = n_;
   kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.h), t0, rows);
@@ -107,20 +103,28 @@ int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n,
   return n_;
 }
 
+// Every factor a product of the tokens' decays a_t, never the exp of a running sum of log decays: in
+// fp32 such a sum swallows the decays after a hard reset (g = −1e30), and −inf − (−inf) is NaN, where a
+// product is exactly 0 across a reset, as the oracle's is (elsewhere within one rounding per token).
 void DecayChunk::row_factors(bool queries) {
   const int64_t rows = n_;
-  gamma_ = std::exp(b_[size_t(rows - 1)]);
-  const float inf = std::numeric_limits<float>::infinity();
-  for (int64_t t = 0; t < rows; ++t) {
-    row_k_[size_t(t)] = std::exp(b_[size_t(rows - 1)] - b_[size_t(t)]);
-    if (!queries) continue;
-    row_q_[size_t(t)] = std::exp(b_[size_t(t)]);
-    // W[t, s] = e^{b_t − b_s} = e^{(−b_s) − (−b_t)} for s ≤ t.
-    if (p_.decay != Decay::none)
-      kernels::exp_shifted(W_.data() + t * Cp_, nb_.data(), t + 1, nb_[size_t(t)], inf, 1.0f);
-  }
+  // e^{b_n − b_t} = Π_{t < u ≤ n} a_u, from the chunk's end; e^{b_n} = that product for t = 0, times a_0.
+  row_k_[size_t(rows - 1)] = 1.0f;
+  for (int64_t t = rows - 2; t >= 0; --t) row_k_[size_t(t)] = row_k_[size_t(t + 1)] * a_[size_t(t + 1)];
+  gamma_ = row_k_[0] * a_[0];
   kernels::scale_rows(Kd_.data(), Kp_, K_.data(), Kp_, row_k_.data(), rows, Kp_);
-  if (queries) kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
+  if (!queries) return;
+  // e^{b_t} = Π_{u ≤ t} a_u, and W[t, s] = e^{b_t − b_s} = W[t − 1, s] · a_t for s < t, W[t, t] = 1.
+  float run = 1.0f;
+  for (int64_t t = 0; t < rows; ++t) {
+    run *= a_[size_t(t)], row_q_[size_t(t)] = run;
+    if (p_.decay == Decay::none) continue;
+    float* w = W_.data() + t * Cp_;
+    const float a = a_[size_t(t)];
+    for (int64_t s = 0; s < t; ++s) w[s] = w[s - Cp_] * a;  // the row above
+    w[t] = 1.0f;
+  }
+  kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
 }
 
 // A: [n, n] = mask(left rightᵀ) ⊙ W, lower triangle by strips; right_t: rightᵀ [depth, Cp].
@@ -147,9 +151,10 @@ void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t
   const float *left = intra_left(), *right = intra_right();
   kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
   intra_scores(A_.data(), left, T_.data(), Kp_, K);
-  // O = (Q ⊙ e^b) S, then += A V.
-  gemm({O_.data(), Vp_, n, V}, plain(Qe_.data(), Kp_), {S, Vp_, K, V}, {.ahead = next ? &next->qk : nullptr});
-  lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, true);
+  // O = A V, then += (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
+  lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, false);
+  gemm({O_.data(), Vp_, n, V}, plain(Qe_.data(), Kp_), {S, Vp_, K, V},
+       {.accumulate = true, .ahead = next ? &next->qk : nullptr});
   kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
   advance(S, next ? &next->vg : nullptr);
 }
@@ -197,9 +202,9 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
     lower_product(dQ_.data(), Kp_, dA_.data(), Cp_, K_.data(), Kp_, n, K, true);
     lower_transposed_product(dK_.data(), Kp_, dA_.data(), Cp_, Q_.data(), Kp_, n, K, true);
   }
-  // dV = (K ⊙ e^{b_n − b}) dS + Aᵀ dO.
-  gemm({dV_.data(), Vp_, n, V}, plain(Kd_.data(), Kp_), {dS, Vp_, K, V});
-  lower_transposed_product(dV_.data(), Vp_, A_.data(), Cp_, dO_.data(), Vp_, n, V, true);
+  // dV = Aᵀ dO + (K ⊙ e^{b_n − b}) dS (the triangle first: overwriting, it needs no per-row ranges).
+  lower_transposed_product(dV_.data(), Vp_, A_.data(), Cp_, dO_.data(), Vp_, n, V, false);
+  gemm({dV_.data(), Vp_, n, V}, plain(Kd_.data(), Kp_), {dS, Vp_, K, V}, {.accumulate = true});
   // ∂L/∂b_t = Q ⊙ dQ − K ⊙ dK (Q = scale·q, so q·dq = Q·dQ), without the diagonal; the last token of
   // a sequence leaves out its pair with the final state (the caller adds that pair's share).
   const int64_t cols = p_.gate_cols();

@@ -4,7 +4,8 @@
 //   O = (Q ⊙ e^{b}) S + [(Q̂ K̂ᵀ) ⊙ W] V,      S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V,
 // with Q = scale·q. The intra-chunk decay e^{b_t − b_s} enters one of two ways:
 //  - one log decay per token (none, retention, lightning, simple GLA): W[t, s] = e^{b_t − b_s} for
-//    s ≤ t, each factor the exp of its own (non-positive) difference; Q̂ = Q, K̂ = K;
+//    s ≤ t, each factor a product of the tokens' decays a = e^{g} (exactly 0 across a reset, g = −inf
+//    or −1e30, where a running sum in fp32 would swallow the decays after it); Q̂ = Q, K̂ = K;
 //  - one per key dimension (GLA): W is the causal mask and the decay is split around a midpoint m
 //    of each column, Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}. A chunk ends early where a column's b
 //    would span more than kMaxLogSpan, so no factor exceeds e^{kMaxLogSpan/2} (docs/decayed-attention.md).
@@ -78,7 +79,8 @@ class DecayChunk {
   bool backward_;  // the backward's scratch (and factors) too
   int64_t C_, Cp_, Kp_, Vp_, n_ = 0;
   std::vector<float> Q_, K_, V_;          // [C, Kp], [C, Kp], [C, Vp]
-  std::vector<float> b_, nb_, mid_, bn_;  // per row: b [C], −b [C]; per key: b [C, Kp], m [Kp], b_n [Kp]
+  std::vector<float> a_;                  // per row: each token's decay e^{g} [C]
+  std::vector<float> b_, mid_, bn_;       // per key: b [C, Kp], m [Kp], b_n [Kp]
   std::vector<float> E_, invE_;           // per key: e^{b − m}, e^{m − b}: [C, Kp]
   std::vector<float> Qe_, Kd_, Qh_, Kh_;  // Q ⊙ e^b, K ⊙ e^{b_n − b}, Q̂, K̂: [C, Kp] (Q̂, K̂ per key only)
   std::vector<float> W_, A_, O_, T_;      // [C, Cp], [C, Cp], [C, Vp], transposes [max(K, V), Cp]

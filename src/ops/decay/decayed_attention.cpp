@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/validate.hpp"
 #include "kernels/decay_factors.hpp"
 #include "ops/decay/decay_checks.hpp"
 #include "ops/decay/decay_chunk.hpp"
+#include "ops/decay/parallel_errors.hpp"
 #include "ops/decay/state_rows.hpp"
 
 namespace linattn {
@@ -82,23 +84,27 @@ void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& option
   const int64_t sequences = int64_t(p.sequences.size()), threads = std::max(1, omp_get_max_threads());
   const int64_t groups = std::clamp<int64_t>((threads + sequences - 1) / std::max<int64_t>(sequences, 1), 1, p.H);
   const int64_t per_group = (p.H + groups - 1) / groups, tasks = sequences * groups;
+  detail::ParallelErrors errors;  // out of memory included: nothing may leave the region
 #pragma omp parallel if (tasks > 1)
   {
-    DecayChunk chunk(p, options, backward);
+    std::optional<DecayChunk> chunk;
     std::vector<HeadRun> runs;
+    errors.run([&] { chunk.emplace(p, options, backward); });
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const detail::DecaySequence& s = p.sequences[size_t(task / groups)];
-      const int64_t h0 = task % groups * per_group, h1 = std::min(p.H, h0 + per_group);
-      if (h0 >= h1) continue;
-      runs.resize(size_t(h1 - h0));
-      for (int64_t h = h0; h < h1; ++h) {
-        HeadRun& r = runs[size_t(h - h0)];
-        r.x = DecayHead{q, k, v, g, s.b, h}, r.index = s.n * p.H + h, r.t = s.begin;
-      }
-      body(chunk, s, runs);
-    }
+    for (int64_t task = 0; task < tasks; ++task)
+      errors.run([&] {
+        const detail::DecaySequence& s = p.sequences[size_t(task / groups)];
+        const int64_t h0 = task % groups * per_group, h1 = std::min(p.H, h0 + per_group);
+        if (h0 >= h1) return;
+        runs.resize(size_t(h1 - h0));
+        for (int64_t h = h0; h < h1; ++h) {
+          HeadRun& r = runs[size_t(h - h0)];
+          r.x = DecayHead{q, k, v, g, s.b, h}, r.index = s.n * p.H + h, r.t = s.begin;
+        }
+        body(*chunk, s, runs);
+      });
   }
+  errors.rethrow();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
 #include "ops/decay/decay_checks.hpp"
+#include "ops/decay/parallel_errors.hpp"
 
 namespace linattn::detail {
 
@@ -33,15 +34,19 @@ void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floa
     const int64_t threads = omp_get_max_threads();
     const int64_t blocks = std::clamp<int64_t>((2 * threads + sequences - 1) / sequences, 1, H);
     const int64_t per_block = (H + blocks - 1) / blocks, tasks = sequences * blocks;
+    ParallelErrors errors;  // out of memory included: nothing may leave the region
 #pragma omp parallel
     {
-      float* s = kept_scratch(floats_per_head * size_t(per_block) + floats_per_block);
+      float* s = nullptr;
+      errors.run([&] { s = kept_scratch(floats_per_head * size_t(per_block) + floats_per_block); });
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t task = 0; task < tasks; ++task) {
-        const int64_t h0 = task % blocks * per_block;
-        if (h0 < H) body(task / blocks, h0, std::min(per_block, H - h0), s);
-      }
+      for (int64_t task = 0; task < tasks; ++task)
+        errors.run([&] {
+          const int64_t h0 = task % blocks * per_block;
+          if (h0 < H) body(task / blocks, h0, std::min(per_block, H - h0), s);
+        });
     }
+    errors.rethrow();
   } else {
     float* s = kept_scratch(floats_per_head * size_t(H) + floats_per_block);
     for (int64_t n = 0; n < sequences; ++n) body(n, int64_t(0), H, s);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/validate.hpp"
+#include "linattn/limits.hpp"
 
 namespace linattn {
 
@@ -25,7 +26,9 @@ DeltaProblem check_delta_arguments(const char* op, ConstTensorView q, ConstTenso
   check_attention_inputs(op, q, k, v);
   check_extent(op, "k", k, 1, q.seq(), "q's sequence length (the delta rule is causal: T keys for T queries)");
   check_scale(op, o.scale);
-  if (o.chunk_size < 1) fail_with(op, "options.chunk_size is ", o.chunk_size, ", expected ≥ 1");
+  // Before anything is allocated: a chunk's scratch is quadratic in its length (limits.hpp).
+  check_bounded(op, "options.chunk_size", o.chunk_size, int64_t(1), limits::kMaxDeltaChunkSize,
+                "a chunk's scratch holds [chunk_size, chunk_size] matrices per thread");
   DeltaProblem p{q.batch(), q.seq(), q.heads(), q.dim(), v.dim(), q.batch(), 1.0f, o.gate, o.qk_l2norm, {}};
   p.scale = o.scale ? *o.scale : float(1.0 / std::sqrt(double(p.K)));
   const char* axes[] = {"q's batch", "q's sequence length", "q's heads"};

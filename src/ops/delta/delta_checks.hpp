@@ -27,8 +27,8 @@ struct DeltaProblem {
 };
 
 // q, k [B, T, H, K], v [B, T, H, V] and beta [B, T, H, 1] agreeing; g shaped for options.gate
-// ([B, T, H, 1] token, [B, T, H, K] key, else an empty view); scale finite; chunk_size ≥ 1;
-// cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1.
+// ([B, T, H, 1] token, [B, T, H, K] key, else an empty view); scale finite; chunk_size in
+// [1, kMaxDeltaChunkSize] (limits.hpp); cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1.
 DeltaProblem check_delta_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                    ConstTensorView beta, ConstTensorView g, const DeltaRuleOptions& options);
 // A state argument (`name`) of exactly N·H·K·V elements, or empty.

@@ -27,8 +27,8 @@ DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
     : p_(p),
       gated_(p.gate != DeltaGate::none),
       backward_(backward),
-      C_(chunk_size),
-      Cp_(padded(chunk_size)),
+      C_(chunk_rows(p.sequences, chunk_size)),
+      Cp_(padded(C_)),
       Kp_(padded(p.K)),
       Vp_(padded(p.V)),
       Xp_(padded(p.V) + padded(p.K)) {
@@ -151,9 +151,9 @@ void DeltaChunk::advance(float* S) {
 void DeltaChunk::forward(float* S, TensorView out, const DeltaHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float* N = written_values(S, false);
-  // O = (Q ⊙ e^b) S + P N.
-  gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V});
-  lower_product(O_.data(), Vp_, P_.data(), Cp_, N, ldn_, n, V, true);
+  // O = P N + (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
+  lower_product(O_.data(), Vp_, P_.data(), Cp_, N, ldn_, n, V, false);
+  gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V}, {.accumulate = true});
   kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
   if (gated_)
     for (int64_t c = 0; c < K; ++c) {
@@ -168,9 +168,10 @@ void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const
   const int64_t K = p_.K, V = p_.V, n = n_;
   written_values(S, true);
   kernels::pack_rows({dO_.data(), Vp_, n, V}, kernels::head_rows(dout, x.b, x.h), t0, n);
-  // dN = Kd dS + Pᵀ dO (the state after the chunk and the outputs both read N).
-  gemm({dN_.data(), Vp_, n, V}, plain(Kd(), Kp_), {dS, Vp_, K, V});
-  lower_transposed_product(dN_.data(), Vp_, P_.data(), Cp_, dO_.data(), Vp_, n, V, true);
+  // dN = Pᵀ dO + Kd dS (the state after the chunk and the outputs both read N; the triangle first:
+  // overwriting, it needs no per-row ranges).
+  lower_transposed_product(dN_.data(), Vp_, P_.data(), Cp_, dO_.data(), Vp_, n, V, false);
+  gemm({dN_.data(), Vp_, n, V}, plain(Kd(), Kp_), {dS, Vp_, K, V}, {.accumulate = true});
   // dQe = dO Sᵀ; dP = lower(dO Nᵀ), its diagonal apart (its decay factors cancel: see the gate below).
   kernels::transpose(St_.data(), Kp_, S, Vp_, K, V);
   gemm({dQe_.data(), Kp_, n, K}, plain(dO_.data(), Vp_), {St_.data(), Kp_, V, K});

@@ -5,9 +5,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "core/validate.hpp"
+#include "ops/decay/parallel_errors.hpp"
 #include "ops/decay/state_rows.hpp"
 #include "ops/delta/delta_checks.hpp"
 #include "ops/delta/delta_chunk.hpp"
@@ -30,13 +32,19 @@ struct Scratch {
 template <class Body>
 void for_each_head(const DeltaProblem& p, int64_t chunk_size, bool backward, Body body) {
   const int64_t tasks = int64_t(p.sequences.size()) * p.H;
+  detail::ParallelErrors errors;  // out of memory included: nothing may leave the region
 #pragma omp parallel if (tasks > 1)
   {
-    Scratch scratch{DeltaChunk(p, chunk_size, backward), {}, {}, {}, {}};
-    scratch.S.resize(size_t(p.K * scratch.chunk.Vp())), scratch.dS.resize(scratch.S.size());
+    std::optional<Scratch> scratch;
+    errors.run([&] {
+      scratch.emplace(DeltaChunk(p, chunk_size, backward));
+      scratch->S.resize(size_t(p.K * scratch->chunk.Vp())), scratch->dS.resize(scratch->S.size());
+    });
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) body(scratch, p.sequences[size_t(task / p.H)], task % p.H);
+    for (int64_t task = 0; task < tasks; ++task)
+      errors.run([&] { body(*scratch, p.sequences[size_t(task / p.H)], task % p.H); });
   }
+  errors.rethrow();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/validate.hpp"
+#include "kernels/triangle.hpp"
 #include "ops/linear/linear_common.hpp"
 
 namespace linattn {
@@ -138,14 +139,16 @@ void masked_product(float* A, int64_t lda, int64_t Cp, const float* X, int64_t l
   mask_triangle(A, lda, Cp, n, lower);
 }
 
-// C: [n, cols] += A B with A: [n, n] triangular (lower: A[i, j] = 0 for j > i; upper: for j < i), B: [n, cols].
-void triangular_acc(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t n,
-                    int64_t cols, bool lower) {
+// C: [n, cols] (+)= A B with A: [n, n] triangular (lower: A[i, j] = 0 for j > i; upper: for j < i), B: [n, cols];
+// each row only as deep as its side of the diagonal, so that no masked 0 meets a NaN row of B.
+void triangular_product(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t n,
+                        int64_t cols, bool lower, bool accumulate) {
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
     const int64_t k0 = lower ? 0 : r, k1 = lower ? r + rows : n;
-    kernels::gemm({C + r * ldc, ldc, rows, cols}, {A + r * lda + k0, lda, 1}, {B + k0 * ldb, ldb, k1 - k0, cols},
-                  {.accumulate = true});
+    kernels::triangle_strip({C + r * ldc, ldc, rows, cols}, {A + r * lda + k0, lda, 1},
+                            {B + k0 * ldb, ldb, k1 - k0, cols}, kernels::StripBounds(lower ? r + 1 : 0, rows), lower,
+                            lower ? rows - 1 : 0, {.accumulate = accumulate});
   }
 }
 
@@ -246,8 +249,10 @@ void forward_chunk(ChunkScratch& w, TensorView out, ConstTensorView q, ConstTens
   const kernels::RowsAhead next_q = ahead.of(q, out, true, C);
   for (int64_t r = 0; r < n; r += kStrip) {
     const int64_t rows = std::min(kStrip, n - r);
-    kernels::gemm({o + r * ldo, ldo, rows, p.Ep}, {X + r * Kp, Kp, 1}, {w.SV(), p.Ep, p.Mp + r + rows, p.Ep},
-                  {.row_scale = scale ? scale + r : nullptr, .ahead = r + kStrip >= n ? &next_q : nullptr});
+    // Row t reads the state and V's rows up to t only: a NaN or Inf at a later token stays out of it.
+    kernels::triangle_strip({o + r * ldo, ldo, rows, p.Ep}, {X + r * Kp, Kp, 1}, {w.SV(), p.Ep, p.Mp + r + rows, p.Ep},
+                            kernels::StripBounds(p.Mp + r + 1, rows), true, rows - 1,
+                            {.row_scale = scale ? scale + r : nullptr, .ahead = r + kStrip >= n ? &next_q : nullptr});
   }
   if (!direct) kernels::unpack_rows(head_rows(out, b, h), t, {w.num.data(), p.Ep, n, p.E}, n);
   // S += φ(K)ᵀ V, z += Σ φ(K)
@@ -290,13 +295,14 @@ void backward_chunk_forward_sweep(ChunkScratch& w, TensorView dq, ConstTensorVie
   float* z = w.z();
   w.load(p, q, k, v, b, h, t, n, valid);
   kernels::pack_rows({w.g.data(), p.Ep, n, p.E}, head_rows(dout, b, h), t, n);
-  // P = dout Sᵀ + mask(dout Vᵀ) φ(K); meanwhile the next item's q and k rows are fetched
+  // P = mask(dout Vᵀ) φ(K) + dout Sᵀ (the triangle first: overwriting, it needs no per-row ranges); meanwhile
+  // the next item's q and k rows are fetched
+  masked_product(w.W.data(), w.Cp, w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
+  triangular_product(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true, false);
   kernels::transpose(w.St.data(), p.Mp, S, p.Ep, p.M, p.E);
   const kernels::RowsAhead next_qk = ahead.of(q, k, false, w.C);
   kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.g.data(), p.Ep, 1}, {w.St.data(), p.Mp, p.E, p.Mp},
-                {.ahead = &next_qk});
-  masked_product(w.W.data(), w.Cp, w.Cp, w.g.data(), p.Ep, w.V, w.ldv, n, p.E, w.T.data(), true);
-  triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_k.data(), p.Mp, n, p.Mp, true);
+                {.accumulate = true, .ahead = &next_qk});
   if (p.normalize) {
     masked_product(w.A.data(), w.Cp, w.Cp, w.phi_q.data(), p.Mp, w.phi_k.data(), p.Mp, n, p.M, w.T.data(), true);
     kernels::row_dots(w.den.data(), w.phi_q.data(), p.Mp, z, n, p.M);
@@ -341,20 +347,23 @@ void backward_chunk_reverse_sweep(ChunkScratch& w, TensorView dk, TensorView dv,
       dden[r] = w.dden_all()[t + r];
     }
   }
-  // dφ(K) = g + V Gᵀ + (mask_{i ≥ j}(V dnumᵀ) + dden) φ(Q)
-  for (int64_t r = 0; r < n; ++r) std::copy_n(g, p.Mp, w.P.data() + r * p.Mp);
-  kernels::transpose(w.St.data(), p.Mp, G, p.Ep, p.M, p.E);
-  kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.V, w.ldv, 1}, {w.St.data(), p.Mp, p.E, p.Mp},
-                {.accumulate = true, .ahead = &next_qk});
+  // dφ(K) = (mask_{i ≥ j}(V dnumᵀ) + dden) φ(Q) + g + V Gᵀ (the triangle first: overwriting, it needs no
+  // per-row ranges)
   masked_product(w.W.data(), w.Cp, w.Cp, w.V, w.ldv, w.g.data(), p.Ep, n, p.E, w.T.data(), false);
   if (p.normalize)
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = j; i < n; ++i) w.W[j * w.Cp + i] += dden[i];
-  triangular_acc(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_q.data(), p.Mp, n, p.Mp, false);
-  // dV = φ(K) G + mask_{i ≥ j}(φ(K) φ(Q)ᵀ) dnum
-  kernels::gemm({w.num.data(), p.Ep, n, p.Ep}, {w.phi_k.data(), p.Mp, 1}, {G, p.Ep, p.M, p.Ep}, {.ahead = &next_vg});
+  triangular_product(w.P.data(), p.Mp, w.W.data(), w.Cp, w.phi_q.data(), p.Mp, n, p.Mp, false, false);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t m = 0; m < p.Mp; ++m) w.P[r * p.Mp + m] += g[m];
+  kernels::transpose(w.St.data(), p.Mp, G, p.Ep, p.M, p.E);
+  kernels::gemm({w.P.data(), p.Mp, n, p.Mp}, {w.V, w.ldv, 1}, {w.St.data(), p.Mp, p.E, p.Mp},
+                {.accumulate = true, .ahead = &next_qk});
+  // dV = mask_{i ≥ j}(φ(K) φ(Q)ᵀ) dnum + φ(K) G
   masked_product(w.A.data(), w.Cp, w.Cp, w.phi_k.data(), p.Mp, w.phi_q.data(), p.Mp, n, p.M, w.T.data(), false);
-  triangular_acc(w.num.data(), p.Ep, w.A.data(), w.Cp, w.g.data(), p.Ep, n, p.Ep, false);
+  triangular_product(w.num.data(), p.Ep, w.A.data(), w.Cp, w.g.data(), p.Ep, n, p.Ep, false, false);
+  kernels::gemm({w.num.data(), p.Ep, n, p.Ep}, {w.phi_k.data(), p.Mp, 1}, {G, p.Ep, p.M, p.Ep},
+                {.accumulate = true, .ahead = &next_vg});
   store_feature_grad(head_rows(dk, b, h), w.features, p, FeatureRole::key, w.P.data(), w.phi_k.data(),
                      head_rows(k, b, h), t, n, valid);
   kernels::unpack_rows(head_rows(dv, b, h), t, {w.num.data(), p.Ep, n, p.E}, valid);
