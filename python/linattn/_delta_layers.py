@@ -122,10 +122,10 @@ class DeltaNet(nn.Module):
         return _output(self, o, hidden_states, indices, batch_size, q_len), None, past_key_values
 
 
-def time_step_bias(n):
-    """Mamba-2's initial dt_bias [n]: a time step log-uniform in [1e-3, 0.1] (at least 1e-4), through the
-    inverse of softplus."""
-    dt = torch.exp(torch.rand(n) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clamp(min=1e-4)
+def time_step_bias(n, dt_min=0.001, dt_max=0.1, dt_init_floor=1e-4):
+    """Mamba-2's initial dt_bias [n]: a time step log-uniform in [dt_min, dt_max] (at least dt_init_floor),
+    through the inverse of softplus."""
+    dt = torch.exp(torch.rand(n) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=dt_init_floor)
     bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
     bias._no_weight_decay = True
     return bias
