@@ -26,6 +26,8 @@ LIBRARY_BELOW = {
     "src/ops/decay": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/decay"},
     # The delta rule builds on the decayed family's machinery (checks, chunk factors, state rows, drivers).
     "src/ops/delta": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/decay", "ops/delta"},
+    # The DPLR delta rule (RWKV-7) reuses the decayed family's checks, packed sequences and token drivers.
+    "src/ops/dplr": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/decay", "ops/dplr"},
     "src/capi": PUBLIC | {"capi"},
     "src/distributed": PUBLIC | {"core", "kernels", "feature_maps", "distributed"},
     "src/model": PUBLIC | {"core", "io", "kernels/gelu.hpp", "model"},

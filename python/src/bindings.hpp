@@ -21,6 +21,7 @@ void bind_state(py::module_& m);      // RecurrentState
 void bind_linformer(py::module_& m);  // Linformer, when include/linattn/linformer.hpp exists
 void bind_decay(py::module_& m);      // decayed linear attention (fp32, and the oracle in m.reference)
 void bind_delta(py::module_& m);      // the delta rule (fp32, and the oracle in m.reference)
+void bind_dplr(py::module_& m);       // the DPLR delta rule, RWKV-7 (fp32, and the oracle in m.reference)
 void bind_info(py::module_& m);       // info(): CPU features and SIMD dispatch
 void bind_half(py::module_& m);       // softmax and linear attention on bf16/f16 (m.half)
 

@@ -16,6 +16,7 @@ PYBIND11_MODULE(_linattn, m) {
   bind_linformer(m);
   bind_decay(m);  // after bind_reference: it adds to m.reference
   bind_delta(m);  // likewise
+  bind_dplr(m);   // likewise
   bind_info(m);
   bind_half(m);
   m.def("set_num_threads", &linattn::set_num_threads, py::arg("threads"),

@@ -1,0 +1,230 @@
+// The DPLR delta rule (RWKV-7) token by token in fp32, forward and backward. Per sequence, head and token:
+//   s = Sᵀ a,   S ← diag(w) S + b sᵀ + k vᵀ (w = exp(gk)),   o = scale · Sᵀ q,
+// three sweeps over S through the kernels' row helpers (s; the low-rank update; the key-value update
+// with the readout). Threads over blocks of heads of every sequence (the decayed family's driver).
+//
+// The backward walks each sequence in reverse and needs every state S_{t−1}, which the transition cannot
+// give back (diag(w) + b aᵀ may be singular). They are recomputed: a first forward sweep keeps the state at
+// every C-th token (checkpoints), then each stretch of C tokens is replayed from its checkpoint, last
+// stretch first, and walked backwards. C = ⌈√L⌉ for the longest sequence L: memory (L/C + C + 2) · K · V
+// floats per thread, O(√L · K · V), for two forward sweeps' work.
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "kernels/decay_factors.hpp"
+#include "kernels/pack.hpp"
+#include "kernels/rows.hpp"
+#include "linattn/dplr.hpp"
+#include "ops/decay/recurrent_tasks.hpp"
+#include "ops/dplr/dplr_checks.hpp"
+
+namespace linattn {
+namespace {
+
+using detail::DecaySequence;
+using detail::DplrProblem;
+
+// One token of one head: S: [K, V] ← diag(w) S + b sᵀ + k vᵀ with s = Sᵀ a ([V] scratch), and o = Sᵀ q
+// (q already scaled). junk: [V], the readout of the first update, which nothing reads.
+void advance(float* o, float* S, float* s, float* junk, const float* q, const float* k, const float* v, const float* a,
+             const float* b, const float* w, int64_t K, int64_t V) {
+  std::fill_n(s, V, 0.0f);
+  kernels::add_weighted_rows(s, S, V, a, K, V);
+  kernels::rank1_update_readout(junk, S, b, s, q, K, V, w);
+  kernels::rank1_update_readout(o, S, k, v, q, K, V);
+}
+
+// w = exp(gk) for n rows of K (the same call, hence the same bits, in the forward and in the backward's
+// replay); ones: [K] of 1.
+void decays(float* w, const float* ones, const float* gk, int64_t n, int64_t K) {
+  for (int64_t r = 0; r < n; ++r) kernels::mul_exp_difference(w + r * K, ones, gk + r * K, nullptr, 1.0f, K);
+}
+
+void forward_tokens(const DplrProblem& p, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                    ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<float> state) {
+  const int64_t N = p.N, K = p.K, V = p.V;
+  // TokenRows' q, k, v, g (= gk), its e^g (= w) and o, then a, b and the two [V] vectors of advance.
+  const size_t rows_floats = detail::TokenRows::floats_per_head(K, V, K);
+  const size_t per_head = rows_floats + size_t(2 * K + 2 * V);
+  detail::for_each_head_block(
+      N, p.H, N * p.H * p.T * K * V, per_head, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+        const DecaySequence& seq = p.sequences[size_t(n)];
+        detail::TokenRows rows(scratch, heads, K, V, K);
+        float* ar = scratch + rows_floats * size_t(heads);
+        float *br = ar + heads * K, *s = br + heads * K, *junk = s + heads * V;
+        for (int64_t t = seq.begin; t < seq.end; ++t) {
+          rows.load(q, k, v, gk, seq.b, t, h0, p.scale, t + 1 < seq.end ? t + 1 : -1);
+          kernels::pack_rows({ar, K, heads, K}, kernels::token_rows(a, seq.b, t, h0), 0, heads);
+          kernels::pack_rows({br, K, heads, K}, kernels::token_rows(b, seq.b, t, h0), 0, heads);
+          for (int64_t r = 0; r < heads; ++r)
+            advance(rows.o + r * V, state.data() + (seq.n * p.H + h0 + r) * K * V, s, junk, rows.q + r * K,
+                    rows.k + r * K, rows.v + r * V, ar + r * K, br + r * K, rows.a + r * K, K, V);
+          rows.store(out, seq.b, t, h0);
+        }
+      });
+}
+
+// The packed rows of one token of one head, and the gradients the reverse sweep forms for it.
+struct HeadToken {
+  int64_t K, V;
+  float *q, *k, *a, *b, *gk, *w, *ones, *v, *dout, *s, *ds, *junk;  // inputs and scratch
+  float *dq, *dk, *da, *db, *dgk, *dv;                              // this token's gradients
+  static size_t floats(int64_t K, int64_t V) { return size_t(12 * K + 5 * V); }
+  HeadToken(float* f, int64_t K_, int64_t V_) : K(K_), V(V_) {
+    float** ks[] = {&q, &k, &a, &b, &gk, &w, &ones, &dq, &dk, &da, &db, &dgk};
+    for (float** x : ks) *x = f, f += K;
+    float** vs[] = {&v, &dout, &s, &ds, &junk};
+    for (float** x : vs) *x = f, f += V;
+    dv = junk;  // the readout of dS's first update is dv; the second update's readout is not read
+    std::fill_n(ones, K, 1.0f);
+  }
+  // Token t of batch row bi, head h: q (times scale), k, a, b, w = exp(gk), v and (when given) dout.
+  void load(ConstTensorView qv, ConstTensorView kv, ConstTensorView vv, ConstTensorView av, ConstTensorView bv,
+            ConstTensorView gv, ConstTensorView dv_out, int64_t bi, int64_t t, int64_t h, float scale) {
+    const auto row = [&](float* dst, ConstTensorView x, int64_t width, float factor = 1.0f) {
+      kernels::pack_rows({dst, width, 1, width}, kernels::token_rows(x, bi, t, h), 0, 1, factor);
+    };
+    row(q, qv, K, scale), row(k, kv, K), row(a, av, K), row(b, bv, K), row(gk, gv, K), row(v, vv, V);
+    if (dv_out.data) row(dout, dv_out, V);
+    decays(w, ones, gk, 1, K);
+  }
+};
+
+struct Grads {
+  TensorView dq, dk, dv, da, db, dgk;
+};
+
+// One token backwards: dS holds ∂L/∂S_t from the later tokens on entry and ∂L/∂S_{t−1} on return; St and
+// Sp are S_t and S_{t−1}. Writes the token's gradients to g.
+void backward_token(HeadToken& x, float* dS, const float* St, const float* Sp, float scale, const Grads& g, int64_t bi,
+                    int64_t t, int64_t h) {
+  const int64_t K = x.K, V = x.V;
+  // o = Sᵀ (scale·q): dS += (scale·q) doutᵀ; dq = scale · S_t dout. Then dv = dSᵀ k (the readout).
+  kernels::rank1_update_readout(x.dv, dS, x.q, x.dout, x.k, K, V);
+  kernels::row_dots(x.dq, St, V, x.dout, K, V);
+  for (int64_t c = 0; c < K; ++c) x.dq[c] *= scale;
+  // S_t = diag(w) S_{t−1} + b sᵀ + k vᵀ with s = S_{t−1}ᵀ a: dk = dS v, db = dS s, ds = dSᵀ b.
+  std::fill_n(x.s, V, 0.0f), std::fill_n(x.ds, V, 0.0f);
+  kernels::add_weighted_rows(x.s, Sp, V, x.a, K, V);
+  kernels::add_weighted_rows(x.ds, dS, V, x.b, K, V);
+  kernels::row_dots(x.dk, dS, V, x.v, K, V);
+  kernels::row_dots(x.db, dS, V, x.s, K, V);
+  // dgk = w ⊙ rowsum(dS ⊙ S_{t−1}) (∂w/∂gk = w); da = S_{t−1} ds.
+  for (int64_t c = 0; c < K; ++c) {
+    kernels::row_dots(x.dgk + c, dS + c * V, V, Sp + c * V, 1, V);
+    x.dgk[c] *= x.w[c];
+  }
+  kernels::row_dots(x.da, Sp, V, x.ds, K, V);
+  const auto store = [&](TensorView dst, const float* src, int64_t width) {
+    kernels::unpack_rows(kernels::token_rows(dst, bi, t, h), 0, {src, width, 1, width}, 1);
+  };
+  store(g.dq, x.dq, K), store(g.dk, x.dk, K), store(g.dv, x.dv, V), store(g.da, x.da, K), store(g.db, x.db, K),
+      store(g.dgk, x.dgk, K);
+  // dS_{t−1} = diag(w) dS + a dsᵀ (the readout into s, which is not read again).
+  kernels::rank1_update_readout(x.s, dS, x.a, x.ds, x.a, K, V, x.w);
+}
+
+// The checkpoint interval for sequences of at most L tokens: ⌈√L⌉ (at least 1).
+int64_t checkpoint_interval(int64_t L) {
+  int64_t C = std::max<int64_t>(1, int64_t(std::ceil(std::sqrt(double(L)))));
+  while ((C - 1) * (C - 1) >= L && C > 1) --C;  // exact for a perfect square despite rounding
+  return C;
+}
+
+void backward_tokens(const DplrProblem& p, const Grads& g, std::span<float> dinitial_state, ConstTensorView dout,
+                     std::span<const float> dfinal_state, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                     ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<const float> initial_state) {
+  const int64_t K = p.K, V = p.V, KV = K * V, C = checkpoint_interval(p.longest());
+  const int64_t checkpoints = (p.longest() + C - 1) / C;
+  // One head at a time per block: checkpoints, the replayed stretch (C + 1 states), dS, a token's rows.
+  const size_t per_block = size_t((checkpoints + C + 2) * KV) + HeadToken::floats(K, V);
+  detail::for_each_head_block(
+      p.N, p.H, 2 * p.N * p.H * p.T * KV, 0, per_block, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+        const DecaySequence& seq = p.sequences[size_t(n)];
+        float* saved = scratch;                     // [checkpoints, K, V]: S before tokens 0, C, 2C, …
+        float* stretch = saved + checkpoints * KV;  // [C + 1, K, V]: S before each token of a stretch, and after
+        float* dS = stretch + (C + 1) * KV;         // [K, V]
+        HeadToken x(dS + KV, K, V);
+        const int64_t L = seq.end - seq.begin;
+        for (int64_t h = h0; h < h0 + heads; ++h) {
+          const int64_t index = seq.n * p.H + h;
+          const auto load_state = [&](float* S, std::span<const float> from) {
+            if (from.empty())
+              std::fill_n(S, KV, 0.0f);
+            else
+              std::copy_n(from.data() + index * KV, KV, S);
+          };
+          const auto replay = [&](float* S, int64_t i) {  // S ← the state after token i of the sequence
+            x.load(q, k, v, a, b, gk, {}, seq.b, seq.begin + i, h, 1.0f);
+            advance(x.junk, S, x.s, x.ds, x.q, x.k, x.v, x.a, x.b, x.w, K, V);
+          };
+          // Sweep 1: the checkpoints.
+          load_state(stretch, initial_state);
+          for (int64_t i = 0; i < L; ++i) {
+            if (i % C == 0) std::copy_n(stretch, KV, saved + i / C * KV);
+            replay(stretch, i);
+          }
+          // Sweep 2, in reverse, one stretch at a time from its checkpoint.
+          load_state(dS, dfinal_state);
+          for (int64_t c = checkpoints - 1; c >= 0; --c) {
+            const int64_t i0 = c * C, i1 = std::min(L, i0 + C);
+            if (i0 >= L) continue;
+            std::copy_n(saved + c * KV, KV, stretch);
+            for (int64_t i = i0; i < i1; ++i) {
+              std::copy_n(stretch + (i - i0) * KV, KV, stretch + (i - i0 + 1) * KV);
+              replay(stretch + (i - i0 + 1) * KV, i);
+            }
+            for (int64_t i = i1 - 1; i >= i0; --i) {
+              x.load(q, k, v, a, b, gk, dout, seq.b, seq.begin + i, h, p.scale);
+              backward_token(x, dS, stretch + (i - i0 + 1) * KV, stretch + (i - i0) * KV, p.scale, g, seq.b,
+                             seq.begin + i, h);
+            }
+          }
+          if (!dinitial_state.empty()) std::copy_n(dS, KV, dinitial_state.data() + index * KV);
+        }
+      });
+}
+
+}  // namespace
+
+void dplr_delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                       ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<float> state,
+                                       const DplrOptions& options) {
+  const char* op = "dplr_delta_rule_recurrent_forward";
+  const DplrProblem p = detail::check_dplr_arguments(op, q, k, v, a, b, gk, options);
+  detail::check_output_shape(op, "out", out, q, v);
+  if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
+  detail::check_dplr_state(op, "state", state.size(), p);
+  const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
+  detail::check_outputs(op, outputs, detail::dplr_input_regions(q, k, v, a, b, gk));
+  forward_tokens(p, out, q, k, v, a, b, gk, state);
+}
+
+void dplr_delta_rule_recurrent_backward(TensorView dq, TensorView dk, TensorView dv, TensorView da, TensorView db,
+                                        TensorView dgk, std::span<float> dinitial_state, ConstTensorView dout,
+                                        std::span<const float> dfinal_state, ConstTensorView q, ConstTensorView k,
+                                        ConstTensorView v, ConstTensorView a, ConstTensorView b, ConstTensorView gk,
+                                        const DplrOptions& options, std::span<const float> initial_state) {
+  const char* op = "dplr_delta_rule_recurrent_backward";
+  const DplrProblem p = detail::check_dplr_arguments(op, q, k, v, a, b, gk, options);
+  detail::check_output_shape(op, "dout", dout, q, v);
+  const std::pair<const char*, TensorView> grads[] = {{"dq", dq}, {"dk", dk}, {"da", da}, {"db", db}, {"dgk", dgk}};
+  for (const auto& [name, view] : grads) detail::check_like(op, name, view, k, "k");
+  detail::check_like(op, "dv", dv, v, "v");
+  detail::check_dplr_state(op, "initial_state", initial_state.size(), p);
+  detail::check_dplr_state(op, "dfinal_state", dfinal_state.size(), p);
+  detail::check_dplr_state(op, "dinitial_state", dinitial_state.size(), p);
+  std::vector<boundary::Region> inputs = detail::dplr_input_regions(q, k, v, a, b, gk);
+  for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
+                                    boundary::region("initial_state", initial_state)})
+    inputs.push_back(r);
+  std::vector<boundary::Region> outputs{boundary::region("dv", dv), boundary::region("dinitial_state", dinitial_state)};
+  for (const auto& [name, view] : grads) outputs.push_back(boundary::region(name, view));
+  detail::check_outputs(op, outputs, inputs);
+  backward_tokens(p, {dq, dk, dv, da, db, dgk}, dinitial_state, dout, dfinal_state, q, k, v, a, b, gk, initial_state);
+}
+
+}  // namespace linattn
