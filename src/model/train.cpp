@@ -42,6 +42,15 @@ void check_train_options(const TrainOptions& o) {
   if (o.task == "mqar") check_mqar_shape(o.mqar, o.seq_len);
 }
 
+double estimated_training_bytes(const ModelConfig& config, const TrainOptions& options, int ranks) {
+  const double params = double(param_count(config));
+  // Weights, gradients, m, v; a checkpoint copies weights, m and v into a ModelFile and serialises them.
+  const double state = 4.0 * params * (4 + 3 + 3);
+  const double tokens = double(options.batch) * double((options.seq_len + ranks - 1) / std::max(ranks, 1));
+  const double activations = 4.0 * tokens * double(activation_floats_per_token(config));
+  return state + 1.5 * activations + 64.0 * (1 << 20);  // half again for the operators' scratch, plus a margin
+}
+
 namespace {
 constexpr detail::Field<TrainOptions> kOptionFields[] = {{"task", &TrainOptions::task},
                                                          {"data", &TrainOptions::data},

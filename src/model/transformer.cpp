@@ -132,6 +132,20 @@ void Transformer<T>::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), T(0));
 }
 
+// Per token, the buffers resize allocates below (keep the two in step).
+int64_t activation_floats_per_token(const ModelConfig& config) {
+  const int64_t C = config.d_model, L = config.layers, F = config.mlp_hidden, V = config.vocab_size, H = config.heads;
+  const bool normed = has_head_norm(config.attention), delta = is_delta(config.attention);
+  const int64_t G = gate_width(config.attention, C, H);
+  // Per layer: ln1, atty, residual2, ln2, residual3, qkv; the norms' statistics; lse; gate; attn,
+  // head_rstd; beta; fch, fch_gelu.
+  const int64_t per_layer = 8 * C + 4 + H + G + (normed ? C + H : 0) + (delta ? H : 0) + 2 * F;
+  // The step's single buffers: dattn, dgate, dbeta; lnf and its statistics; logits, probs, dlogits;
+  // scratch, dres, dln, datty; dbig; dfch.
+  const int64_t once = (normed ? C : 0) + G + (delta ? H : 0) + C + 2 + 3 * V + 4 * C + std::max(F, 3 * C) + F;
+  return C /* encoded */ + L * per_layer + once;
+}
+
 template <class T>
 void Transformer<T>::resize(int64_t B, int64_t T_len) {
   if (B == B_ && T_len == T_) return;

@@ -17,6 +17,7 @@
 #include "commands/mpi_session.hpp"
 #include "common/command.hpp"
 #include "common/flags.hpp"
+#include "common/memory.hpp"
 #include "common/paths.hpp"
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
@@ -134,13 +135,28 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   check_distinct({out, {resuming && !app.count("--checkpoint") ? "--resume" : "--checkpoint", checkpoint}, csv},
                  {data});
   check_distinct({out, csv}, {{"--resume", a.resume}});
+  const int ranks = parallel ? parallel->ranks() : 1;
+  auto check_training_memory = [&](const model::ModelConfig& config, const model::TrainOptions& options) {
+    check_memory(model::estimated_training_bytes(config, options, ranks),
+                 "train (" + std::to_string(model::param_count(config)) + " parameters, batch " +
+                     std::to_string(options.batch) + " x " + std::to_string(options.seq_len) + " tokens)");
+  };
+  if (!resuming) {  // before the weights are allocated; the vocabulary is at most 256 symbols
+    model::ModelConfig largest = a.config;
+    largest.vocab_size = 256;
+    check_training_memory(largest, a.options);
+  }
   model::Trainer trainer =
       resuming ? model::Trainer::resume(a.resume,
                                         model::ResumeOptions{a.options.data, a.options.checkpoint,
                                                              app.count("--steps") ? a.options.steps : 0},
                                         parallel)
                : model::Trainer(a.config, a.options, parallel);
-  if (resuming) check_resume_flags(app, a, trainer);
+  if (resuming) {
+    check_resume_flags(app, a, trainer);
+    // The weights are read; a step's activations, the large part, are not yet allocated.
+    check_training_memory(trainer.model().config(), trainer.options());
+  }
   const model::ModelConfig& c = trainer.model().config();
   const model::TrainOptions& o = trainer.options();
   say(speaks,

@@ -7,7 +7,18 @@ namespace linattn::cli {
 
 // /proc/meminfo's MemAvailable in bytes; -1 when it cannot be read.
 int64_t mem_available_bytes();
-// Throws Refused (exit 3) when estimate > MemAvailable, naming `what` and both numbers.
+
+// What this process can still allocate: the least of MemAvailable, its memory cgroup's limit less
+// its usage (v2 memory.max − memory.current, v1 memory.limit_in_bytes − memory.usage_in_bytes; its
+// own cgroup's and each visible ancestor's) and RLIMIT_AS less the address space in use. A process
+// in a container with 3 GiB saw the host's MemAvailable and was killed instead of refused.
+struct Available {
+  int64_t bytes = -1;  // -1: no bound could be read
+  std::string source;  // the bound that gave bytes, for messages ("MemAvailable", ...)
+};
+Available available_memory();
+
+// Throws Refused (exit 3) when estimate > available_memory(), naming `what`, both numbers and the bound.
 void check_memory(double estimate, const std::string& what);
 
 // The 1-minute load average (/proc/loadavg); -1 when unreadable.

@@ -1,5 +1,6 @@
 """The command's defects from the third campaign (issue 42, items 7, 13 and 14), one test each, named
 after the defect; docs/reliability.md lists them. Each tripped before its fix."""
+import resource
 import shutil
 import struct
 import subprocess
@@ -176,3 +177,26 @@ def test_defect42_06_seq_parallel_ranks_disagreeing_on_data_or_checkpoint_end_th
     assert proc.returncode != 0 and "rank 1's checkpoint state (weights, AdamW moments, step) differs" in proc.stderr, \
         proc.stderr
     assert not (tmp_path / "m.model").exists()
+
+
+def test_defect42_09_train_refuses_a_run_larger_than_memory_before_allocating(tmp_path, checkpoint):
+    # A checkpoint with batch 65536 (x 16 tokens: inside every bound) allocated until memory ran out;
+    # `train` had no estimate. Under a 1 GiB address-space limit (RLIMIT_AS, one of the bounds the
+    # estimate is checked against, with MemAvailable and the memory cgroup's limit) it is refused.
+    data, _ = checkpoint
+    start = data.index(b"batch=2\n")
+    (length,) = struct.unpack("<q", data[start - 8:start])
+    text = data[start:start + length].replace(b"batch=2\n", b"batch=65536\n").replace(b"seq_len=12\n", b"seq_len=16\n")
+    body = data[:start - 8] + struct.pack("<q", len(text)) + text + data[start + length:-4]
+    big = tmp_path / "big.ckpt"
+    big.write_bytes(body + struct.pack("<I", zlib.crc32(body)))
+    limit = 1 << 30
+    proc = subprocess.run([binary(), "train", "--resume", str(big), "--steps", "3", "--out", str(tmp_path / "o.model"),
+                           "--threads", "1"], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    line = assert_one_line_error(proc, 3)
+    assert "batch 65536 x 16 tokens) needs about" in line and "(RLIMIT_AS less the address space in use)" in line, line
+    # Flags asking for more than the machine has are refused before the weights are allocated.
+    line = assert_one_line_error(run_cli("train", "--batch", 65536, "--seq-len", 16, "--d-model", 4096, "--layers", 64,
+                                         "--heads", 8, "--mlp-hidden", 65536, "--out", tmp_path / "m.model"), 3)
+    assert "needs about" in line and "refusing to start" in line, line

@@ -30,6 +30,11 @@ struct TrainOptions {
 };
 // Throws linattn::Error naming the first bad option.
 void check_train_options(const TrainOptions& options);
+// The bytes a Trainer of this config and these options reaches, erring high: the weights, gradients
+// and AdamW moments, a checkpoint being written, and a step's activations over batch × this rank's
+// share of seq_len tokens (with an allowance for the attention operators' scratch). For refusing a
+// run before it allocates (a checkpoint with batch 65536 passes every bound).
+double estimated_training_bytes(const ModelConfig& config, const TrainOptions& options, int ranks = 1);
 std::string train_options_to_text(const TrainOptions& options);
 TrainOptions train_options_from_text(std::string_view text);
 

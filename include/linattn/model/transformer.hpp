@@ -42,6 +42,9 @@ struct ParamPointers {
 // kinds' layout is the one model files have always had).
 std::vector<ParamTensor> param_tensors(const ModelConfig& config);
 int64_t param_count(const ModelConfig& config);
+// The floats a Transformer holds per token of a batch for one step (its activations and their
+// gradients, what Transformer::resize allocates for B × T tokens), for memory estimates.
+int64_t activation_floats_per_token(const ModelConfig& config);
 template <class P>
 ParamPointers<P> param_pointers(P* base, const ModelConfig& config);
 
