@@ -14,6 +14,7 @@
 
 #include "linattn/error.hpp"
 #include "linattn/reference.hpp"
+#include "linattn/threads.hpp"
 #include "support/finite_difference.hpp"
 #include "support/recurrence_threads.hpp"
 #include "support/tensors.hpp"
@@ -217,6 +218,28 @@ TEST(DplrDeltaRule, ThreadCountsGiveTheSameResult) {
                                    dplr_delta_rule_recurrent_forward(out, p.q.view, p.k.view, p.v.view, p.a.view,
                                                                      p.b.view, p.gk.view, state, p.options());
                                  });
+}
+
+// The backward over 1, 2 and 3 threads (a call large enough to split its heads): every gradient bit for bit
+// the one thread's, and the oracle's.
+TEST(DplrDeltaRule, BackwardOverThreadCountsGivesTheSameResult) {
+  const Problem p = make_problem({2, 130, 4, 16, 16, -0.5f, 0.0f, AB::delta, 1.0f});
+  const int threads = num_threads();
+  std::vector<std::vector<float>> first;
+  for (int n : {1, 2, 3}) {
+    SCOPED_TRACE(n);
+    set_num_threads(n);
+    const Fast f = run_fast(p);
+    std::vector<std::vector<float>> got{f.dinitial};
+    for (const Tensor32* g : {&f.dq, &f.dk, &f.dv, &f.da, &f.db, &f.dgk}) got.push_back(g->storage);
+    if (first.empty()) {
+      first = got;
+      expect_matches_oracle(p.c);
+    } else {
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], first[i]) << "gradient " << i;
+    }
+  }
+  set_num_threads(threads);
 }
 
 // With a = b = 0 the recurrence is GLA's (decayed attention with a log decay per key dimension); with
