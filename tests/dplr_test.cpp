@@ -17,6 +17,7 @@
 #include "linattn/threads.hpp"
 #include "support/finite_difference.hpp"
 #include "support/recurrence_threads.hpp"
+#include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::testing {
@@ -240,6 +241,57 @@ TEST(DplrDeltaRule, BackwardOverThreadCountsGivesTheSameResult) {
     }
   }
   set_num_threads(threads);
+}
+
+// Decoding token by token on a RecurrentState gives the oracle's outputs, through a state file halfway; the
+// position advances; a state of another recurrence, a bf16 state and cu_seqlens are refused by name.
+TEST(DplrDeltaRule, StepDecodesLikeTheOracleAndRoundTripsThroughTheStateFile) {
+  const Case c{2, 40, 2, 8, 6, -0.5f, 0.0f, AB::delta, 1.5f, Layout::padded, {}, false};
+  const Problem p = make_problem(c);
+  const Oracle o = oracle(p);
+  RecurrentState state(c.B, c.H, c.K, c.V, kDplrName);
+  TempDir dir;
+  for (int64_t t = 0; t < c.T; ++t) {
+    const auto at = [&](ConstTensorView x) {
+      ConstTensorView s = x;
+      s.data = x.data + t * x.stride[1], s.extent[1] = 1;
+      return s;
+    };
+    Tensor32 out = make_tensor({c.B, 1, c.H, c.V}, Layout::bnhd);
+    dplr_delta_rule_step(out.view, at(p.q.view), at(p.k.view), at(p.v.view), at(p.a.view), at(p.b.view), at(p.gk.view),
+                         state);
+    reference::Tensor want({c.B, 1, c.H, c.V});
+    for (int64_t bi = 0; bi < c.B; ++bi)
+      for (int64_t h = 0; h < c.H; ++h)
+        for (int64_t d = 0; d < c.V; ++d) want(bi, 0, h, d) = o.forward.out(bi, t, h, d);
+    EXPECT_LT(relative_error(out.view, want), 2e-5) << "token " << t;
+    if (t == 20) {  // halfway, the state goes to a file and comes back
+      state.save(dir.path() / "dplr.state");
+      state = RecurrentState::load(dir.path() / "dplr.state");
+    }
+  }
+  EXPECT_EQ(state.position(), c.T);
+  EXPECT_LT(relative_error(std::vector<float>(state.S().begin(), state.S().end()), o.forward.final_state), 2e-5);
+
+  const Problem one = make_problem({1, 1, 2, 8, 6});
+  Tensor32 out = make_tensor({1, 1, 2, 6}, Layout::bnhd);
+  const auto expect_refused = [&](RecurrentState& s, const DplrOptions& options, const std::string& words) {
+    try {
+      dplr_delta_rule_step(out.view, one.q.view, one.k.view, one.v.view, one.a.view, one.b.view, one.gk.view, s,
+                           options);
+      ADD_FAILURE() << "accepted; expected an error naming " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  RecurrentState gla(1, 2, 8, 6, "gla"), half(1, 2, 8, 6, kDplrName, DType::bf16), fine(1, 2, 8, 6, kDplrName);
+  expect_refused(gla, {}, "'dplr_delta_rule' state");
+  expect_refused(half, {}, "state.dtype() is bf16, expected f32");
+  const std::vector<int64_t> offsets{0, 1};
+  DplrOptions packed;
+  packed.cu_seqlens = offsets;
+  expect_refused(fine, packed, "cu_seqlens");
+  EXPECT_EQ(fine.position(), 0);
 }
 
 // With a = b = 0 the recurrence is GLA's (decayed attention with a log decay per key dimension); with

@@ -9,12 +9,13 @@
 // eigenvalues outside [0, 1] and the state can grow (docs/rwkv7.md, "Numerics").
 // Layout (flash-linear-attention's): q, k, a, b, gk [B, T, H, K], v and out [B, T, H, V], states
 // [N, H, K, V] row-major (N = B, or the number of packed sequences with cu_seqlens). Token by token only
-// for now: the chunked (WY) form is later work.
+// for now (forward, backward, decode step): the chunked (WY) form is later work.
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "linattn/recurrent_state.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/view.hpp"
 
@@ -45,6 +46,18 @@ void dplr_delta_rule_recurrent_backward(TensorView dq, TensorView dk, TensorView
                                         std::span<const float> dfinal_state, ConstTensorView q, ConstTensorView k,
                                         ConstTensorView v, ConstTensorView a, ConstTensorView b, ConstTensorView gk,
                                         const DplrOptions& options = {}, std::span<const float> initial_state = {});
+
+// "dplr_delta_rule": the recurrence's name, which a decoding state records (RecurrentState::feature_map) so
+// that a state of another recurrence is refused.
+inline constexpr const char* kDplrName = "dplr_delta_rule";
+
+// Decoding: the tokens of q, k, v, a, b, gk (any T ≥ 1) against a RecurrentState made for this recurrence
+// (RecurrentState(B, H, K, V, kDplrName), fp32; its z is unused and stays zero). Advances the state and its
+// position, so that it can be saved and restored as any state (docs/state-format.md); cu_seqlens is refused
+// here (one state per batch row).
+void dplr_delta_rule_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView a,
+                          ConstTensorView b, ConstTensorView gk, RecurrentState& state,
+                          const DplrOptions& options = {});
 
 namespace reference {
 

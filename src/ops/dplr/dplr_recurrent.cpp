@@ -188,12 +188,10 @@ void backward_tokens(const DplrProblem& p, const Grads& g, std::span<float> dini
       });
 }
 
-}  // namespace
-
-void dplr_delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                                       ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<float> state,
-                                       const DplrOptions& options) {
-  const char* op = "dplr_delta_rule_recurrent_forward";
+// The checks of a forward whose state (in and out) is `state`, then the tokens.
+void checked_forward(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                     ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<float> state,
+                     const DplrOptions& options) {
   const DplrProblem p = detail::check_dplr_arguments(op, q, k, v, a, b, gk, options);
   detail::check_output_shape(op, "out", out, q, v);
   if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
@@ -201,6 +199,27 @@ void dplr_delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstT
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
   detail::check_outputs(op, outputs, detail::dplr_input_regions(q, k, v, a, b, gk));
   forward_tokens(p, out, q, k, v, a, b, gk, state);
+}
+
+}  // namespace
+
+void dplr_delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                       ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<float> state,
+                                       const DplrOptions& options) {
+  checked_forward("dplr_delta_rule_recurrent_forward", out, q, k, v, a, b, gk, state, options);
+}
+
+void dplr_delta_rule_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView a,
+                          ConstTensorView b, ConstTensorView gk, RecurrentState& state, const DplrOptions& options) {
+  const char* op = "dplr_delta_rule_step";
+  const detail::DecodeState S =
+      detail::check_decode_step<float>(op, state, !options.cu_seqlens.empty(), kDplrName, "kDplrName", q, v);
+  if (S.bf16_storage)
+    detail::fail(op,
+                 "state.dtype() is bf16, expected f32 (the DPLR step keeps its state in fp32: RecurrentState(B, "
+                 "H, K, V, kDplrName))");
+  checked_forward(op, out, q, k, v, a, b, gk, state.S(), options);
+  state.set_position(state.position() + q.seq());
 }
 
 void dplr_delta_rule_recurrent_backward(TensorView dq, TensorView dk, TensorView dv, TensorView da, TensorView db,
