@@ -4,9 +4,14 @@
 // which must leave the outputs (and where they cannot depend on it the gradients) of earlier tokens
 // as the clean run has them. Awkward lengths T = 1, 63, 65, 97 and chunk sizes up to the bound.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,8 +39,11 @@ std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.en
 // e^{−150}·x (below fp32's least subnormal) the fp32 path's 0 is right, not 100% off.
 double error(const std::vector<double>& got, const std::vector<double>& want) {
   double worst = 0, scale = 1;
-  for (size_t i = 0; i < want.size(); ++i)
-    worst = std::max(worst, std::abs(got[i] - want[i])), scale = std::max(scale, std::abs(want[i]));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::abs(got[i] - want[i]);
+    if (!(d <= worst)) worst = d;  // a NaN stays: it is the worst error there is
+    scale = std::max(scale, std::abs(want[i]));
+  }
   return worst / scale;
 }
 double error(ConstTensorView got, const reference::Tensor& want) {
@@ -373,6 +381,52 @@ TEST(ChunkSizeBound, ChunkSizeAtTheBoundMatchesTheOracle) {
     o.decay = Decay::token, o.chunk_size = limits::kMaxDecayChunkSize;
     expect_decayed_matches_oracle(in, o);
   }
+}
+
+// ---- Out of memory inside the families' parallel regions ----
+
+// Runs in a child process (a death test, re-executed: nothing of the parent's OpenMP threads) under an
+// address-space limit that a 1 GiB state cannot fit: the families must throw std::bad_alloc to the caller
+// (which the C API turns into LINATTN_ERROR_OUT_OF_MEMORY), where it used to leave an OpenMP region and
+// end the process (std::terminate, SIGABRT). Exit codes: 0 bad_alloc caught, 2 another exception, 3 none.
+[[noreturn]] void run_out_of_memory(bool delta) {
+  const int64_t K = int64_t(1) << 14, V = K;  // the state alone: K × V floats = 1 GiB
+  std::mt19937_64 rng(3);
+  const Tensor32 q = random_tensor({1, 1, 1, K}, Layout::bnhd, rng), k = random_tensor({1, 1, 1, K}, Layout::bnhd, rng),
+                 v = random_tensor({1, 1, 1, V}, Layout::bnhd, rng),
+                 beta = random_tensor({1, 1, 1, 1}, Layout::bnhd, rng);
+  std::vector<float> out(static_cast<size_t>(V));
+  rlimit limit{};
+  getrlimit(RLIMIT_AS, &limit);
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  limit.rlim_cur = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(256) << 20);
+  setrlimit(RLIMIT_AS, &limit);
+  try {
+    const TensorView o = bnhd(out.data(), 1, 1, 1, V);
+    if (delta)
+      delta_rule_forward(o, q.view, k.view, v.view, beta.view, {}, DeltaRuleOptions{});
+    else
+      decayed_attention_forward(o, q.view, k.view, v.view, {}, DecayedAttentionOptions{});
+  } catch (const std::bad_alloc&) {
+    std::exit(0);
+  } catch (...) {
+    std::exit(2);
+  }
+  std::exit(3);
+}
+
+TEST(ParallelRegions, OutOfMemoryIsThrownToTheCallerNotTerminated) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "an address-space limit breaks the sanitizers' own reservations";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(run_out_of_memory(false), ::testing::ExitedWithCode(0), "") << "decayed_attention_forward";
+  EXPECT_EXIT(run_out_of_memory(true), ::testing::ExitedWithCode(0), "") << "delta_rule_forward";
+#endif
 }
 
 }  // namespace
