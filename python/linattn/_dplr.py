@@ -8,7 +8,8 @@ transposed [V, K] state as S_t = S_{t-1} (diag(exp(gk_t)) + a_t b_tᵀ) + v_t k_
 
 q, k, a, b, gk [B, T, H, K] (gk a log decay), v [B, T, H, V], states [N, H, K, V] (N = B, or the number of
 sequences packed with cu_seqlens). RWKV-7's r is q and its w the log decay gk (w = −exp(·) in the model,
-so exp(w) ∈ (0, 1)); chunk_rwkv7's scale defaults to 1.0, the others' to K^-1/2, as in flash-linear-attention.
+so exp(w) ∈ (0, 1)); chunk_rwkv7's and fused_mul_recurrent_rwkv7's scale defaults to 1.0, the others' to K^-1/2,
+as in flash-linear-attention; fused_mul_recurrent_rwkv7 takes kk and a and forms a = −kk, b = kk ⊙ a.
 
 Every function runs the token-by-token operator, forward and backward: the chunked (WY) form of the
 generalized delta rule is later work, so chunk_dplr_delta_rule and chunk_rwkv7 take the same path as the
@@ -28,6 +29,7 @@ __all__ = [
     "fused_recurrent_dplr_delta_rule",
     "chunk_rwkv7",
     "fused_recurrent_rwkv7",
+    "fused_mul_recurrent_rwkv7",
 ]
 
 
@@ -147,3 +149,18 @@ def fused_recurrent_rwkv7(r, w, k, v, a, b, scale=None, initial_state=None, outp
     _fla()._no_head_first(kwargs)
     return fused_recurrent_dplr_delta_rule(r, k, v, a, b, w, scale=scale, initial_state=initial_state,
                                            output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+
+
+def fused_mul_recurrent_rwkv7(r, w, k, v, kk, a, scale=1.0, initial_state=None, output_final_state=False,
+                              reverse=False, cu_seqlens=None, **kwargs):
+    """RWKV-7 decoding as flash-linear-attention's RWKV7 layer calls it: fused_recurrent_dplr_delta_rule with
+    q = r, gk = w, a = −kk and b = kk ⊙ a (formed in float32 for half-precision inputs, as its kernel does);
+    scale 1.0 by default."""
+    _fla()._no_head_first(kwargs)
+    for name, x in (("kk", kk), ("a", a)):
+        _fla()._check_tensor(name, x, r.dtype if isinstance(r, torch.Tensor) else None)
+    if kk.dtype in _fla()._HALF or a.dtype in _fla()._HALF:
+        kk, a = kk.float(), a.float()
+    return fused_recurrent_dplr_delta_rule(r, k, v, -kk, kk * a, w, scale=scale, initial_state=initial_state,
+                                           output_final_state=output_final_state, reverse=reverse,
+                                           cu_seqlens=cu_seqlens)

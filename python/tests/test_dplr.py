@@ -8,7 +8,8 @@ with an empty one; and the checks of the arguments."""
 import pytest
 import torch
 
-from linattn._dplr import chunk_dplr_delta_rule, chunk_rwkv7, fused_recurrent_dplr_delta_rule, fused_recurrent_rwkv7
+from linattn._dplr import (chunk_dplr_delta_rule, chunk_rwkv7, fused_mul_recurrent_rwkv7, fused_recurrent_dplr_delta_rule,
+                           fused_recurrent_rwkv7)
 
 
 def segments_of(B, T, cu):
@@ -99,6 +100,21 @@ def test_rwkv7_names_map_r_to_q_and_w_to_the_log_decay():
     o, final = fused_recurrent_rwkv7(q, gk, k, v, a, b, initial_state=h0)
     o_ref, final_ref = naive(*[x.double() for x in (q, k, v, a, b, gk)], K ** -0.5, h0=h0.double())
     assert relative(o, o_ref) < 2e-5 and relative(final, final_ref) < 2e-5
+
+
+def test_fused_mul_recurrent_rwkv7_forms_a_and_b_from_kk():
+    """a = −kk, b = kk ⊙ a, as flash-linear-attention's RWKV7 layer decodes; its gradients reach kk and a."""
+    B, T, H, K, V = 1, 6, 2, 4, 3
+    r, k, v, kk, alpha, w, h0 = [x.requires_grad_() for x in inputs(B, T, H, K, V, seed=8)]
+    o, final = fused_mul_recurrent_rwkv7(r, w, k, v, kk, alpha, initial_state=h0, output_final_state=True)
+    o_ref, final_ref = naive(r, k, v, -kk, kk * alpha, w, 1.0, h0=h0)
+    assert relative(o, o_ref) < 1e-12 and relative(final, final_ref) < 1e-12
+    got = torch.autograd.grad(o.sum() + final.sum(), (kk, alpha))
+    want = torch.autograd.grad(o_ref.sum() + final_ref.sum(), (kk, alpha))
+    for g, w_ in zip(got, want):
+        assert relative(g, w_) < 1e-10
+    o16, _ = fused_mul_recurrent_rwkv7(*[x.detach().bfloat16() for x in (r, w, k, v, kk, alpha)])
+    assert o16.dtype == torch.bfloat16
 
 
 def test_gradcheck_in_float64():
