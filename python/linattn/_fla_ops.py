@@ -237,3 +237,31 @@ else:
 
     decayed_forward = _Decayed.apply
     delta_forward = _Delta.apply
+
+
+# ---- inference: the computations without the operator's dispatch -----------------------------------
+
+
+def _is_compiling():
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
+def _graph_free(graph_op, compute):
+    """graph_op (the torch operator, or the autograd Function) wherever a graph may be recorded: an input
+    that needs a gradient, or a compiler tracing; elsewhere compute itself. A decode step (no_grad,
+    inference_mode, or inputs without requires_grad) then skips the operator's dispatch and autograd
+    wrapping, which cost more than the step's arithmetic at small states (the same numbers either way)."""
+
+    def run(*args):
+        if _is_compiling() or (torch.is_grad_enabled() and any(isinstance(x, Tensor) and x.requires_grad
+                                                                for x in args)):
+            return graph_op(*args)
+        return compute(*args)
+
+    run.graph_op = graph_op
+    return run
+
+
+decayed_forward = _graph_free(decayed_forward, _decayed_forward)
+delta_forward = _graph_free(delta_forward, _delta_forward)

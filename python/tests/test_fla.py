@@ -506,3 +506,30 @@ def test_error_bindings():
                                                 output_final_state=True)
     np.testing.assert_array_equal(o1, o2)
     np.testing.assert_array_equal(s1, s2)
+
+
+@pytest.mark.parametrize("name", ["fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "chunk_gla",
+                                  "fused_recurrent_simple_gla"])
+def test_calls_without_a_graph_give_the_operators_numbers(name):
+    """Under no_grad (a decode step) linattn.fla computes without the torch operator's dispatch
+    (_fla_ops._graph_free); the numbers are the operator's, bitwise, and a call whose inputs need a
+    gradient still records the graph."""
+    from linattn import _fla_ops
+    gen = torch.Generator().manual_seed(5)
+    B, T, H, K, V = 2, 33, 2, 8, 5
+    q, k = (torch.randn(B, T, H, K, generator=gen) for _ in range(2))
+    v = torch.randn(B, T, H, V, generator=gen)
+    gk = -torch.rand(B, T, H, K, generator=gen)
+    g, beta = -torch.rand(B, T, H, generator=gen), torch.rand(B, T, H, generator=gen)
+    fn = getattr(fla, name)
+    args = {"fused_recurrent_gated_delta_rule": lambda *x: fn(*x[:3], x[3], beta=x[4], output_final_state=True),
+            "chunk_gated_delta_rule": lambda *x: fn(*x, output_final_state=True),
+            "chunk_gla": lambda q, k, v, g, beta: fn(q, k, v, gk, output_final_state=True),
+            "fused_recurrent_simple_gla": lambda q, k, v, g, beta: fn(q, k, v, g, output_final_state=True)}[name]
+    with torch.no_grad():
+        o, final = args(q, k, v, g, beta)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, g, beta)]
+    o_graph, final_graph = args(*leaves)
+    assert o_graph.grad_fn is not None
+    assert torch.equal(o, o_graph.detach()) and torch.equal(final, final_graph.detach())
+    assert hasattr(_fla_ops.delta_forward, "graph_op") and hasattr(_fla_ops.decayed_forward, "graph_op")
