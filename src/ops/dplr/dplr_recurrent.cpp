@@ -37,12 +37,6 @@ void advance(float* o, float* S, float* s, float* junk, const float* q, const fl
   kernels::rank1_update_readout(o, S, k, v, q, K, V);
 }
 
-// w = exp(gk) for n rows of K (the same call, hence the same bits, in the forward and in the backward's
-// replay); ones: [K] of 1.
-void decays(float* w, const float* ones, const float* gk, int64_t n, int64_t K) {
-  for (int64_t r = 0; r < n; ++r) kernels::mul_exp_difference(w + r * K, ones, gk + r * K, nullptr, 1.0f, K);
-}
-
 void forward_tokens(const DplrProblem& p, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                     ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<float> state) {
   const int64_t N = p.N, K = p.K, V = p.V;
@@ -89,7 +83,8 @@ struct HeadToken {
     };
     row(q, qv, K, scale), row(k, kv, K), row(a, av, K), row(b, bv, K), row(gk, gv, K), row(v, vv, V);
     if (dv_out.data) row(dout, dv_out, V);
-    decays(w, ones, gk, 1, K);
+    // w = exp(gk) by the call TokenRows makes in the forward: the replayed states are the forward's, bit for bit.
+    kernels::mul_exp_difference(w, ones, gk, nullptr, 1.0f, K);
   }
 };
 
