@@ -10,9 +10,9 @@ A Cache holds, per layer, the recurrent state, the short convolutions' windows a
 tokens seen: decoding token by token keeps constant memory (nothing grows with the sequence). The
 layers: LinearAttention (feature maps "elu", "relu", "identity" and "elementwise_product", fla's
 default: two learnt linear maps multiplied; fla's "hedgehog", "t2r" and "dpfp" are refused by name),
-GatedLinearAttention, SimpleGatedLinearAttention, DeltaNet, GatedDeltaNet, KimiDeltaAttention and
-MultiScaleRetention. Their submodules and parameters carry fla's names, so a state_dict of fla's layer
-loads into linattn's.
+GatedLinearAttention, SimpleGatedLinearAttention, DeltaNet, GatedDeltaNet, KimiDeltaAttention,
+MultiScaleRetention and Mamba2 (on linattn.mamba). Their submodules and parameters carry fla's names, so
+a state_dict of fla's layer loads into linattn's.
 attention_mask [B, T_total] marks padding (1 = a real token); its last T columns are this call's, and
 T_total is T, or the cache's tokens plus T: any other shape is refused. Padding is removed before the
 layer computes (packed sequences, cu_seqlens), so it never reaches a state, a normaliser or a
@@ -31,10 +31,11 @@ from ._gla_layer import GatedLinearAttention, SimpleGatedLinearAttention
 from ._kda_layer import KimiDeltaAttention
 from ._layer_parts import (Cache, FusedRMSNormGated, ShortConvolution, cache_seen, elu_plus_one, heads,
                            key_value_dims, layer_cache, recurrence, repad, repeat_heads, unpad, update_layer_cache)
+from ._mamba2_layer import Mamba2
 from ._retention_layer import MultiScaleRetention
 
 __all__ = ["Cache", "LinearAttention", "GatedLinearAttention", "DeltaNet", "GatedDeltaNet", "KimiDeltaAttention",
-           "MultiScaleRetention", "SimpleGatedLinearAttention", "ShortConvolution", "FusedRMSNormGated"]
+           "MultiScaleRetention", "Mamba2", "SimpleGatedLinearAttention", "ShortConvolution", "FusedRMSNormGated"]
 
 
 class _Hadamard(nn.Module):
