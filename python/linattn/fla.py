@@ -19,6 +19,9 @@ None unless output_final_state.
   fused_recurrent_delta_rule, fused_recurrent_gated_delta_rule (fused_recurrent_gdn),
   fused_recurrent_kda: the delta rule (DeltaNet, Gated DeltaNet, Kimi Delta Attention), chunked and token
   by token.
+- chunk_dplr_delta_rule, fused_recurrent_dplr_delta_rule, chunk_rwkv7, fused_recurrent_rwkv7,
+  fused_mul_recurrent_rwkv7: the generalized (diagonal-plus-low-rank) delta rule of RWKV-7 (linattn._dplr,
+  docs/rwkv7.md; token by token under the chunk_* names too, for now).
 
 Keywords: where flash-linear-attention's function takes **kwargs, keywords it does not read are
 accepted and ignored here too (transformers passes model-level ones such as use_cache or
@@ -73,6 +76,11 @@ __all__ = [
     "fused_recurrent_gated_delta_rule",
     "fused_recurrent_gdn",
     "fused_recurrent_kda",
+    "chunk_dplr_delta_rule",
+    "fused_recurrent_dplr_delta_rule",
+    "chunk_rwkv7",
+    "fused_recurrent_rwkv7",
+    "fused_mul_recurrent_rwkv7",
 ]
 
 # Added to the normaliser q·z of chunk_linear_attn(normalize=True), as flash-linear-attention does.
@@ -772,3 +780,8 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, 
                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
                   use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
                   state_v_first=state_v_first)
+
+
+# RWKV-7's generalized delta rule lives in its own module (it imports this one's helpers on first call).
+from ._dplr import (chunk_dplr_delta_rule, chunk_rwkv7, fused_mul_recurrent_rwkv7,  # noqa: E402
+                    fused_recurrent_dplr_delta_rule, fused_recurrent_rwkv7)
