@@ -136,7 +136,8 @@ const Registrar registrar{
            "count (docs/cli.md) / seconds. peak_bytes: growth of the resident set's high-water "
            "mark (VmHWM) in a forked child that allocates the inputs and runs the operator. "
            "The decayed ops draw their gate g as logsigmoid(N(0,1))/16 (log decays in about [-0.7, 0]). "
-           "A configuration whose estimated memory exceeds MemAvailable exits with code 3.");
+           "A configuration whose estimated memory exceeds what this process can allocate (MemAvailable, its memory "
+           "cgroup's limit, RLIMIT_AS) exits with code 3.");
        flags::examples(app,
                        {"linattn bench --op causal --batch 1 --heads 8 --seq 4096 --dim 64",
                         "linattn bench --op softmax --batch 2 --heads 8 --seq 2048 --dim 64 --backward --json",

@@ -401,7 +401,7 @@ const Registrar registrar{
            "Each (N, method) runs in a forked child: times are medians after a warm-up; peak memory is the growth "
            "of that child's VmHWM (inputs, outputs, gradients and scratch). The error is max|out - out_softmax| / "
            "max|out_softmax| on the same inputs (causal methods against causal softmax). " +
-           std::string(kErrorAboveOne) + " Exit 3: the estimated memory of some configuration exceeds MemAvailable.");
+           std::string(kErrorAboveOne) + " Exit 3: the estimated memory of some configuration exceeds what this process can allocate.");
        flags::examples(app, {"linattn compare --max-seq 4096 --out out/compare",
                              "linattn compare --seq 1024,4096 --methods softmax,causal --no-backward --threads 4",
                              "gnuplot compare.gp   # from the --out folder: redraws compare.png"});

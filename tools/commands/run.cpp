@@ -482,7 +482,7 @@ const Registrar registrar{
            ->transform(flags::choice(dtype_names()));
        app.footer(
            "Exit codes: 0 done, 1 a bad or mismatched input file (message names the flag and path), 2 a bad flag, "
-           "3 the inputs would need more memory than MemAvailable. Outputs are written only after everything is "
+           "3 the inputs would need more memory than this process can allocate. Outputs are written only after everything is "
            "computed, as one set: all new or all old (a .OUT.set journal beside --out marks a set a kill interrupted; "
            "the next run finishes it).");
        flags::examples(app,

@@ -16,7 +16,7 @@ namespace linattn::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;   // bad input file, rejected input, I/O failure
 inline constexpr int kExitUsage = 2;    // bad flag or flag value
-inline constexpr int kExitRefused = 3;  // estimated memory exceeds MemAvailable
+inline constexpr int kExitRefused = 3;  // estimated memory exceeds what the process can allocate
 
 // A bad flag value found after parsing (e.g. two flags that do not fit together): exit 2.
 struct UsageError : std::runtime_error {

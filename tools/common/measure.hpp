@@ -29,7 +29,7 @@ struct Measurement {
 // {median, min, repetitions}, or null.
 nlohmann::json timing_json(const std::optional<Timing>& t);
 
-// Refuses (exit 3) up front when estimated_bytes exceeds MemAvailable.
+// Refuses (exit 3) up front when estimated_bytes exceeds what the process can allocate (check_memory).
 Measurement measure(const Problem& p, const MeasureOptions& options);
 
 }  // namespace linattn::cli
