@@ -77,15 +77,31 @@ def sum_norm(x):
     return x / x.sum(-1, keepdim=True)
 
 
-_ACTIVATIONS = {"swish": F.silu, "silu": F.silu, "relu": F.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
-                "elu": F.elu, "elu_p1": elu_plus_one, "gelu": F.gelu, "identity": lambda x: x}
+def tanh_gelu(x):
+    """fla's "gelu" (its ACT2FN's fast_gelu_impl): the tanh approximation, not torch's exact erf form."""
+    return F.gelu(x, approximate="tanh")
 
 
-def activation(name, what):
-    """fla's ACT2FN entry by name (the ones its layers use), or a ValueError naming the argument."""
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"{what}: {name!r} is not an activation linattn.layers has (expected one of "
-                         f"{sorted(_ACTIVATIONS)})")
+def squared_relu(x):
+    return F.relu(x).square()
+
+
+# fla's ACT2FN (relu, sigmoid, logsigmoid, silu, swish, sqrelu, gelu), and the maps linattn's layers
+# also take by name (tanh, elu, elu_p1, identity). fla's two-argument bias_gelu is not a map of one tensor.
+_ACTIVATIONS = {"swish": F.silu, "silu": F.silu, "relu": F.relu, "sigmoid": torch.sigmoid,
+                "logsigmoid": F.logsigmoid, "sqrelu": squared_relu, "gelu": tanh_gelu, "tanh": torch.tanh,
+                "elu": F.elu, "elu_p1": elu_plus_one, "identity": lambda x: x}
+
+
+# The names of fla's ACT2FN itself, for arguments that fla looks up there alone (Mamba2's hidden_act).
+FLA_ACT2FN = ("relu", "sigmoid", "logsigmoid", "silu", "swish", "sqrelu", "gelu")
+
+
+def activation(name, what, names=None):
+    """The activation of that name (of `names` only, when given), or a ValueError naming the argument."""
+    names = sorted(_ACTIVATIONS) if names is None else sorted(names)
+    if name not in names:
+        raise ValueError(f"{what}: {name!r} is not an activation linattn.layers has (expected one of {names})")
     return _ACTIVATIONS[name]
 
 

@@ -7,15 +7,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from ._delta_layers import time_step_bias
-from ._layer_parts import ShortConvolution, cache_seen, layer_cache, repad, unpad, update_layer_cache
+from ._layer_parts import (FLA_ACT2FN, ShortConvolution, activation, cache_seen, layer_cache, repad, unpad,
+                           update_layer_cache)
 from .mamba import _dt_limit, mamba_chunk_scan_combined, selective_state_update
-
-# fla.modules.activations.ACT2FN, which hidden_act names (fla's "gelu" is the tanh approximation, unlike
-# linattn.layers' shared table; its "bias_gelu" takes two arguments and fails in fla's Mamba2, so it is
-# refused here).
-_HIDDEN_ACTS = {"relu": F.relu, "sigmoid": torch.sigmoid, "logsigmoid": F.logsigmoid, "silu": F.silu,
-                "swish": F.silu, "sqrelu": lambda x: F.relu(x.float()).square().to(x.dtype),
-                "gelu": lambda x: F.gelu(x, approximate="tanh")}
 
 
 class RMSNormGated(nn.Module):
@@ -78,10 +72,8 @@ class Mamba2(nn.Module):
         if backend not in ("cuda", "triton"):
             raise ValueError(f"backend: expected 'cuda' or 'triton' (fla's; both run the same here), got {backend!r}")
         self.conv_kernel_size, self.conv_init, self.use_conv_bias = conv_kernel, conv_init, use_conv_bias
-        if hidden_act not in _HIDDEN_ACTS:
-            raise ValueError(f"hidden_act: {hidden_act!r} is not in fla's ACT2FN as Mamba2 can use it (expected one "
-                             f"of {sorted(_HIDDEN_ACTS)})")
-        self.activation, self.act = hidden_act, _HIDDEN_ACTS[hidden_act]
+        # fla's ACT2FN (its "bias_gelu" takes two arguments and fails in fla's Mamba2, so it is refused).
+        self.activation, self.act = hidden_act, activation(hidden_act, "hidden_act", FLA_ACT2FN)
         self.A_init_range, self.D_has_hdim, self.rmsnorm = A_init_range, D_has_hdim, rmsnorm
         self.norm_before_gate, self.norm_eps, self.chunk_size = norm_before_gate, norm_eps, chunk_size
         self.dt_limit, self.dt_min, self.dt_max = _dt_limit(dt_limit), dt_min, dt_max

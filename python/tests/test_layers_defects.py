@@ -165,3 +165,16 @@ def test_short_convolution_of_no_token_keeps_its_window():
     y, final = conv(x, cu_seqlens=torch.tensor([0, 0, 5]), output_final_state=True)
     torch.testing.assert_close(y, conv(x)[0])
     assert (final[0] == 0).all() and torch.equal(final[1, :, -4:], x[0, -4:].T)
+
+
+def test_gelu_is_flas_tanh_approximation():
+    """fla's ACT2FN "gelu" is the tanh approximation (fast_gelu_impl); linattn.layers' table gave torch's exact
+    erf gelu, so GatedLinearAttention(gate_fn="gelu") and feature_map="gelu" differed from fla by up to 5e-4."""
+    from linattn._layer_parts import activation
+    x = torch.linspace(-6, 6, 1001, dtype=torch.float64)
+    fla_gelu = x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+    assert torch.allclose(activation("gelu", "gate_fn")(x), fla_gelu, rtol=0, atol=1e-8)
+    for name in ("logsigmoid", "sqrelu"):
+        activation(name, "gate_fn")  # fla's ACT2FN has them
+    with pytest.raises(ValueError, match="hidden_act"):
+        activation("tanh", "hidden_act", ("relu", "gelu"))
