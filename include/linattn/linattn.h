@@ -36,7 +36,7 @@ typedef enum linattn_status {
   LINATTN_OK = 0,
   LINATTN_ERROR_INVALID_ARGUMENT = 1,  /* a shape, stride, option or value the operator refuses */
   LINATTN_ERROR_NULL_POINTER = 2,      /* a required pointer argument is NULL */
-  LINATTN_ERROR_UNSUPPORTED_DTYPE = 3, /* reserved: a known dtype a function cannot compute in (none now) */
+  LINATTN_ERROR_UNSUPPORTED_DTYPE = 3, /* a known dtype a function cannot take (an f16 state, a bf16 output state) */
   LINATTN_ERROR_OUT_OF_MEMORY = 4,
   LINATTN_ERROR_IO = 5,      /* a state file that cannot be written, read or parsed */
   LINATTN_ERROR_INTERNAL = 6 /* anything else the library threw: a bug, please report it */
@@ -99,7 +99,8 @@ LINATTN_C_API linattn_status linattn_feature_map_dim(const linattn_feature_map* 
 /* The map's name as a recurrent state records it, e.g. "elu" or "favor(d=16,m=45,seed=0,orthogonal)";
  * owned by the map. NULL for a NULL map. */
 LINATTN_C_API const char* linattn_feature_map_name(const linattn_feature_map* map);
-/* phi: [rows, M] = φ(x: [rows, D]), both contiguous f32. */
+/* phi: [rows, M] = φ(x: [rows, D]), both contiguous f32. role: a value outside the enum is
+ * LINATTN_ERROR_INVALID_ARGUMENT. */
 LINATTN_C_API linattn_status linattn_feature_map_forward(const linattn_feature_map* map, float* phi, const float* x,
                                                          int64_t rows, int64_t dim, linattn_feature_role role);
 /* dx: [rows, D] = (∂φ/∂x)ᵀ dphi, overwritten; dphi: [rows, M]. */
@@ -154,12 +155,13 @@ LINATTN_C_API linattn_status linattn_linear_backward(const linattn_tensor* dq, c
                                                      const linattn_tensor* q, const linattn_tensor* k,
                                                      const linattn_tensor* v, const linattn_linear_options* options);
 /* Causal (options->causal implied), from `initial` (NULL: zero); final_state (NULL: not wanted) is
- * reshaped and overwritten with the state after the last key. */
+ * reshaped and overwritten with the state after the last key; it must be an f32 state (a bf16 one is
+ * LINATTN_ERROR_UNSUPPORTED_DTYPE, left as it was). */
 LINATTN_C_API linattn_status linattn_causal_linear_forward(const linattn_tensor* out, const linattn_tensor* q,
                                                            const linattn_tensor* k, const linattn_tensor* v,
                                                            const linattn_linear_options* options,
                                                            const linattn_state* initial, linattn_state* final_state);
-/* dinitial (NULL: not wanted) receives the gradient with respect to initial's S and z. */
+/* dinitial (NULL: not wanted, else an f32 state) receives the gradient with respect to initial's S and z. */
 LINATTN_C_API linattn_status linattn_causal_linear_backward(const linattn_tensor* dq, const linattn_tensor* dk,
                                                             const linattn_tensor* dv, const linattn_tensor* dout,
                                                             const linattn_tensor* q, const linattn_tensor* k,
@@ -174,7 +176,9 @@ LINATTN_C_API linattn_status linattn_recurrent_step(const linattn_tensor* out, c
 /* ---- The recurrent state: S [B, H, M, E], z [B, H, M], and the tokens consumed ---------------- */
 
 /* A zero state. feature_map: the name of the map (or recurrence) whose sums it holds: "elu", a random
- * map's linattn_feature_map_name, or a decayed / delta recurrence's name (linattn_decay_name). */
+ * map's linattn_feature_map_name, or a decayed / delta recurrence's name (linattn_decay_name); 1..256
+ * printable ASCII characters without spaces (what linattn_state_save can write), else
+ * LINATTN_ERROR_INVALID_ARGUMENT. */
 LINATTN_C_API linattn_status linattn_state_create(int64_t batch, int64_t heads, int64_t feature_dim, int64_t value_dim,
                                                   const char* feature_map, linattn_state** out);
 /* The same with S's element type: LINATTN_F32 (linattn_state_create's) or LINATTN_BF16 (half the decode
@@ -252,8 +256,9 @@ LINATTN_C_API void linattn_decay_options_init(linattn_decay_options* options);
 /* The recurrence's name ("linear", "retention", "lightning", "simple_gla", "gla"), for
  * linattn_state_create; NULL for an unknown value. */
 LINATTN_C_API const char* linattn_decay_name(int32_t decay);
-/* States are [N, H, K, V] contiguous f32 with n_state floats, or NULL (zero initial / not wanted).
- * g: NULL for the decays without a gate tensor. */
+/* States are [N, H, K, V] contiguous f32 with n_state floats, or NULL (zero initial / not wanted); a
+ * state pointer with n_state = 0 is LINATTN_ERROR_INVALID_ARGUMENT, as is any pointer whose count is 0
+ * (cu_seqlens with n_cu_seqlens = 0: pass NULL for none). g: NULL for the decays without a gate tensor. */
 LINATTN_C_API linattn_status linattn_decayed_forward(const linattn_tensor* out, const linattn_tensor* q,
                                                      const linattn_tensor* k, const linattn_tensor* v,
                                                      const linattn_tensor* g, const linattn_decay_options* options,
