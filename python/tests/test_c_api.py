@@ -101,3 +101,63 @@ def test_info_json_is_the_python_info(lib):
                 "dispatched_target"):
         assert info[key] == py[key], key
     assert info["dispatched_target"] in info["supported_targets"]
+
+
+class DecayOptions(ctypes.Structure):
+    """linattn_decay_options."""
+    _fields_ = [("decay", ctypes.c_int32), ("has_scale", ctypes.c_int), ("scale", ctypes.c_float),
+                ("g_gamma", ctypes.c_void_p), ("n_g_gamma", ctypes.c_int64), ("cu_seqlens", ctypes.c_void_p),
+                ("n_cu_seqlens", ctypes.c_int64), ("chunk_size", ctypes.c_int64)]
+
+
+def test_defect42_12_quiet_acceptances_are_refused(lib):
+    """Issue 42 item 12 from a foreign caller: a pointer with a count of 0 was "none", a bf16 final_state
+    was remade f32, a name save cannot write was taken at create, a role outside the enum was loaded as
+    the enum."""
+    LINATTN_ERROR_UNSUPPORTED_DTYPE = 3
+    B, N, H, K = 1, 6, 2, 4
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((B, N, H, K), dtype=np.float32) for _ in range(3))
+    out, final = np.zeros((B, N, H, K), np.float32), np.zeros((B, H, K, K), np.float32)
+    cu = np.array([0, N], np.int64)
+    options = DecayOptions()
+    lib.linattn_decay_options_init(ctypes.byref(options))
+    args = [ctypes.byref(tensor(x)) for x in (out, q, k, v)]
+    status = lib.linattn_decayed_forward(*args, None, None, None, ctypes.c_void_p(final.ctypes.data), ctypes.c_int64(0))
+    assert status == LINATTN_ERROR_INVALID_ARGUMENT
+    assert b"final_state is a pointer with a count of 0" in lib.linattn_last_error()
+    options.cu_seqlens, options.n_cu_seqlens = cu.ctypes.data, 0
+    status = lib.linattn_decayed_forward(*args, None, ctypes.byref(options), None, None, ctypes.c_int64(0))
+    assert status == LINATTN_ERROR_INVALID_ARGUMENT
+    assert b"options->cu_seqlens is a pointer with a count of 0" in lib.linattn_last_error()
+    options.n_cu_seqlens = 2  # the same call with its count runs
+    status = lib.linattn_decayed_forward(*args, None, ctypes.byref(options), None,
+                                         ctypes.c_void_p(final.ctypes.data), ctypes.c_int64(final.size))
+    assert status == LINATTN_OK, lib.linattn_last_error()
+
+    state = ctypes.c_void_p()
+    i64 = ctypes.c_int64
+    assert lib.linattn_state_create(i64(B), i64(H), i64(K), i64(K), b"two words", ctypes.byref(state)) == \
+        LINATTN_ERROR_INVALID_ARGUMENT and not state.value
+    assert b"printable ASCII characters without spaces" in lib.linattn_last_error()
+    status = lib.linattn_state_create_dtype(i64(B), i64(H), i64(K), i64(K), b"elu", ctypes.c_int32(LINATTN_BF16),
+                                            ctypes.byref(state))
+    assert status == LINATTN_OK, lib.linattn_last_error()
+    try:
+        status = lib.linattn_causal_linear_forward(*args, None, None, state)
+        assert status == LINATTN_ERROR_UNSUPPORTED_DTYPE
+        assert b"final_state is a LINATTN_BF16 state" in lib.linattn_last_error()
+        dtype = ctypes.c_int32(-1)
+        assert lib.linattn_state_dtype(state, ctypes.byref(dtype)) == LINATTN_OK and dtype.value == LINATTN_BF16
+    finally:
+        lib.linattn_state_free(state)
+
+    feature_map = ctypes.c_void_p()
+    assert lib.linattn_feature_map_create(b"elu", ctypes.byref(feature_map)) == LINATTN_OK
+    try:
+        x, phi = np.ones((2, K), np.float32), np.zeros((2, K), np.float32)
+        status = lib.linattn_feature_map_forward(feature_map, ctypes.c_void_p(phi.ctypes.data),
+                                                 ctypes.c_void_p(x.ctypes.data), i64(2), i64(K), ctypes.c_int(7))
+        assert status == LINATTN_ERROR_INVALID_ARGUMENT and b"role is 7" in lib.linattn_last_error()
+    finally:
+        lib.linattn_feature_map_free(feature_map)
