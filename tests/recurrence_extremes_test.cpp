@@ -192,6 +192,27 @@ DeltaRun run_delta(const Inputs& in, const DeltaRuleOptions& o, bool backward = 
   return r;
 }
 
+void expect_delta_matches_oracle(const Inputs& in, const DeltaRuleOptions& o) {
+  const reference::Tensor q = reference::to_double(in.q.view), k = reference::to_double(in.k.view),
+                          v = reference::to_double(in.v.view), dout = reference::to_double(in.dout.view),
+                          g = reference::to_double(in.g.view), beta = reference::to_double(in.beta.view);
+  const std::vector<double> initial = widen(in.initial), dfinal = widen(in.dfinal);
+  const reference::Tensor* gp = in.gate_cols > 0 ? &g : nullptr;
+  const reference::DecayedOutput want = reference::delta_rule_forward(q, k, v, beta, gp, o, &initial);
+  const reference::DeltaGradients grad = reference::delta_rule_backward(dout, &dfinal, q, k, v, beta, gp, o, &initial);
+  const DeltaRun r = run_delta(in, o);
+  EXPECT_LT(error(r.out.view, want.out), kTol) << "out";
+  EXPECT_LT(error(r.final_state, want.final_state), kTol) << "final_state";
+  EXPECT_LT(error(r.dq.view, grad.dq), kTol) << "dq";
+  EXPECT_LT(error(r.dk.view, grad.dk), kTol) << "dk";
+  EXPECT_LT(error(r.dv.view, grad.dv), kTol) << "dv";
+  EXPECT_LT(error(r.dbeta.view, grad.dbeta), kTol) << "dbeta";
+  if (in.gate_cols > 0) {
+    EXPECT_LT(error(r.dg.view, grad.dg), kTol) << "dg";
+  }
+  EXPECT_LT(error(r.dinitial, grad.dinitial_state), kTol) << "dinitial_state";
+}
+
 // Issue 42 item 3 for the chunked Gated DeltaNet and KDA (−inf), and −1e30 beside it.
 TEST(DeltaGates, MinusInfinityLogDecayMatchesTheOracle) {
   for (DeltaGate gate : {DeltaGate::token, DeltaGate::key})
@@ -202,22 +223,7 @@ TEST(DeltaGates, MinusInfinityLogDecayMatchesTheOracle) {
         set_resets(in, reset);
         DeltaRuleOptions o;
         o.gate = gate, o.chunk_size = 32, o.qk_l2norm = true;
-        const reference::Tensor q = reference::to_double(in.q.view), k = reference::to_double(in.k.view),
-                                v = reference::to_double(in.v.view), dout = reference::to_double(in.dout.view),
-                                g = reference::to_double(in.g.view), beta = reference::to_double(in.beta.view);
-        const std::vector<double> initial = widen(in.initial), dfinal = widen(in.dfinal);
-        const reference::DecayedOutput want = reference::delta_rule_forward(q, k, v, beta, &g, o, &initial);
-        const reference::DeltaGradients grad =
-            reference::delta_rule_backward(dout, &dfinal, q, k, v, beta, &g, o, &initial);
-        const DeltaRun r = run_delta(in, o);
-        EXPECT_LT(error(r.out.view, want.out), kTol) << "out";
-        EXPECT_LT(error(r.final_state, want.final_state), kTol) << "final_state";
-        EXPECT_LT(error(r.dq.view, grad.dq), kTol) << "dq";
-        EXPECT_LT(error(r.dk.view, grad.dk), kTol) << "dk";
-        EXPECT_LT(error(r.dv.view, grad.dv), kTol) << "dv";
-        EXPECT_LT(error(r.dbeta.view, grad.dbeta), kTol) << "dbeta";
-        EXPECT_LT(error(r.dg.view, grad.dg), kTol) << "dg";
-        EXPECT_LT(error(r.dinitial, grad.dinitial_state), kTol) << "dinitial_state";
+        expect_delta_matches_oracle(in, o);
       }
 }
 
@@ -375,12 +381,22 @@ TEST(ChunkSizeBound, DecayedAndDeltaChunkSizeIsBoundedBeforeAllocating) {
 }
 
 TEST(ChunkSizeBound, ChunkSizeAtTheBoundMatchesTheOracle) {
-  for (int64_t T : {1, 97}) {
-    Inputs in(1, T, 2, 5, 3, 1);
-    DecayedAttentionOptions o;
-    o.decay = Decay::token, o.chunk_size = limits::kMaxDecayChunkSize;
-    expect_decayed_matches_oracle(in, o);
-  }
+  for (int64_t T : {1, 97, 1100})
+    for (Decay d : {Decay::token, Decay::key}) {
+      SCOPED_TRACE(decay_name(d) + " T " + std::to_string(T));
+      Inputs in(1, T, 2, 5, 3, d == Decay::key ? 5 : 1);
+      DecayedAttentionOptions o;
+      o.decay = d, o.chunk_size = limits::kMaxDecayChunkSize;
+      expect_decayed_matches_oracle(in, o);
+    }
+  for (int64_t T : {1, 97, 1100})
+    for (DeltaGate gate : {DeltaGate::none, DeltaGate::key}) {
+      SCOPED_TRACE(delta_name(gate) + " T " + std::to_string(T));
+      Inputs in(1, T, 2, 5, 3, gate == DeltaGate::key ? 5 : 0);
+      DeltaRuleOptions o;
+      o.gate = gate, o.chunk_size = limits::kMaxDeltaChunkSize;
+      expect_delta_matches_oracle(in, o);
+    }
 }
 
 // ---- Out of memory inside the families' parallel regions ----
