@@ -71,18 +71,20 @@ std::vector<std::string> list_elements(const std::string& flag, const std::vecto
 template <class T>
 CLI::Option* add_list(CLI::App& app, const std::string& flag, std::vector<T>& values, const std::string& description,
                       CLI::Validator element) {
-  return app.add_option_function<std::vector<std::string>>(
-      flag,
-      [flag, &values, element](const std::vector<std::string>& given) {
-        std::vector<T> parsed;
-        for (const std::string& text : list_elements(flag, given, element)) {
-          T value{};
-          if (!CLI::detail::lexical_cast(text, value)) throw CLI::ConversionError(flag, text);
-          parsed.push_back(value);
-        }
-        values = std::move(parsed);
-      },
-      description);
+  return app
+      .add_option_function<std::vector<std::string>>(
+          flag,
+          [flag, &values, element](const std::vector<std::string>& given) {
+            std::vector<T> parsed;
+            for (const std::string& text : list_elements(flag, given, element)) {
+              T value{};
+              if (!CLI::detail::lexical_cast(text, value)) throw CLI::ConversionError(flag, text);
+              parsed.push_back(value);
+            }
+            values = std::move(parsed);
+          },
+          description)
+      ->type_name(CLI::detail::type_name<T>());  // "INT ...", not the TEXT it reads
 }
 
 // Appends "Examples:" and the lines (each a full command line) to the app's footer, so that every
