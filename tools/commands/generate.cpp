@@ -17,6 +17,7 @@
 
 #include "common/command.hpp"
 #include "common/flags.hpp"
+#include "common/paths.hpp"
 #include "linattn/file_io.hpp"
 #include "linattn/limits.hpp"
 #include "linattn/model/data.hpp"
@@ -94,6 +95,7 @@ int speed(const GenerateArgs& a, const model::Transformer<float>& net) {
 }
 
 int generate(const GenerateArgs& a) {
+  check_distinct({{"--speed-csv", a.speed_csv}}, {{"--model", a.model}});  // the table written over the model
   set_num_threads(a.threads);
   model::ModelFile file = model::load_model_file(a.model);
   // The kind lives in the model file; --attention only states what the caller expects.

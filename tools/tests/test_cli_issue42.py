@@ -84,6 +84,12 @@ def test_defect42_14_out_naming_the_checkpoint_is_refused(tmp_path):
                                          tmp_path / "link.ckpt"), 2)
     assert "--csv" in line and "are one file" in line, line
     assert ckpt.read_bytes() == state  # the training state survives every refusal
+    # generate's speed table written over the model it reads: the same refusal.
+    weights = model.read_bytes()
+    line = assert_one_line_error(run_cli("generate", "--model", model, "--speed-contexts", 4, "--speed-csv",
+                                         tmp_path / "sub" / ".." / "m.model"), 2)
+    assert "--speed-csv" in line and "--model" in line and "are one file" in line, line
+    assert model.read_bytes() == weights
 
 
 @pytest.mark.parametrize("args,message", [
