@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "linattn/error.hpp"
@@ -132,6 +133,36 @@ TEST(ModelTrainingLoop, RunReportsProgressEvaluatesAndSavesCheckpoint) {
   EXPECT_GT(reports.back().tokens_per_s, 0.0);
   EXPECT_EQ(reports.back().eta_s, 0.0);
   EXPECT_EQ(Trainer::resume(path).step(), 6);
+  std::filesystem::remove(path);
+}
+
+// Issue 42, item 7: a run that diverged went on with NaN weights and exited 0. train_step stops at
+// the first non-finite loss or gradient before the update (weights, moments and step as they were),
+// and run names the last checkpoint it wrote, which loads (finite) at the step before.
+TEST(ModelTrainingLoop, DefectNonFiniteLossStopsBeforeTheUpdate) {
+  const std::filesystem::path path = temp_path("diverge");
+  TrainOptions options = tiny_options(200);
+  options.lr = 1000;
+  options.clip = 0;
+  options.warmup = 0;
+  options.checkpoint = path.string();
+  options.checkpoint_every = 1;
+  Trainer trainer(tiny_config(AttentionKind::linear), options);
+  std::vector<float> before;
+  std::string message;
+  try {
+    trainer.run([&](const Progress&) { before = trainer.model().params(); }, 1);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ASSERT_NE(message.find("the loss at step " + std::to_string(trainer.step() + 1) + " is "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("the last good checkpoint, " + path.string() + " (step " + std::to_string(trainer.step()) +
+                         "), is kept"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(trainer.model().params(), before);  // the bad step changed nothing
+  EXPECT_EQ(Trainer::resume(path).step(), trainer.step());
   std::filesystem::remove(path);
 }
 
