@@ -1,5 +1,6 @@
 """The command's defects from the third campaign (issue 42, items 7, 13 and 14), one test each, named
 after the defect; docs/reliability.md lists them. Each tripped before its fix."""
+import re
 import resource
 import shutil
 import struct
@@ -206,3 +207,29 @@ def test_defect42_09_train_refuses_a_run_larger_than_memory_before_allocating(tm
     line = assert_one_line_error(run_cli("train", "--batch", 65536, "--seq-len", 16, "--d-model", 4096, "--layers", 64,
                                          "--heads", 8, "--mlp-hidden", 65536, "--out", tmp_path / "m.model"), 3)
     assert "needs about" in line and "refusing to start" in line, line
+
+
+REQUIRED = {"bench": {"--op": "causal", "--batch": 1, "--heads": 1, "--seq": 8, "--dim": 4},
+            "run": {"--q": "q.npy", "--k": "k.npy", "--v": "v.npy", "--out": "o.npy"},
+            "generate": {"--model": "m.model"}}
+
+
+def number_flags(command):
+    """The flags `linattn COMMAND --help` lists with a number type (INT, UINT, FLOAT)."""
+    proc = run_cli(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    return [m.group(1) for m in (re.match(r"\s+(--[a-z-]+) (INT|UINT|FLOAT)\b", line)
+                                 for line in proc.stdout.splitlines()) if m]
+
+
+@pytest.mark.parametrize("command", ["bench", "compare", "run", "train", "generate", "accuracy", "explain"])
+def test_defect42_13_every_number_flag_takes_plain_decimal_only(command):
+    # A sweep over every number flag --help lists, so that a flag added later keeps the rule: CLI11
+    # alone read 010 as 8 and 0x10 as 16, and took " 16" but not "16 ".
+    flags = number_flags(command)
+    assert flags, command
+    for flag in flags:
+        for spelling in ["010", "0x10", " 1", "1 "]:
+            args = {**REQUIRED.get(command, {}), flag: spelling}
+            line = assert_one_line_error(run_cli(command, *(x for pair in args.items() for x in pair)), 2)
+            assert f"{flag}: is '{spelling}'" in line and "plain decimal" in line, (flag, line)
