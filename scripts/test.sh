@@ -10,7 +10,10 @@ jobs=$(nproc)
 # build below is configured with the venv's interpreter, so build/python imports there too.
 venv="$PWD/build/venv"
 [[ -x "$venv/bin/python" ]] || { mkdir -p build && /usr/bin/python3 -m venv "$venv"; }
-"$venv/bin/pip" install -q torch==2.13.0 numpy pytest scikit-build-core transformers==5.25.0
+# triton and flash-linear-attention (with fla-core and einops): python/tests/test_fla_integration.py runs
+# fla's operators and layers on the CPU through linattn (Triton: a 286 MB download).
+"$venv/bin/pip" install -q torch==2.13.0 numpy pytest scikit-build-core transformers==5.25.0 triton==3.9.0 \
+  flash-linear-attention==0.6.0
 python="$venv/bin/python"
 # Test processes run side by side on few cores: OpenMP threads that spin while they wait would steal
 # the cores the other process needs (seen: 0.1 s tests taking 50 s). Waiting threads sleep instead.

@@ -1,0 +1,231 @@
+"""One call that makes flash-linear-attention's operators (``fla.ops``), and through them the layers and
+models that need nothing else of Triton, run on CPU tensors through linattn.fla.
+
+    import linattn.integrations.fla as lf
+    lf.enable()    # before or after fla.ops / fla.layers were imported
+    ...            # fla's functions, layers and models as usual, on CPU tensors
+    lf.disable()   # flash-linear-attention exactly as before
+
+flash-linear-attention's kernels are Triton programs; on a machine without a GPU Triton has no driver and
+every one of them fails ("0 active drivers"). linattn.fla has the same functions with the same names,
+arguments and defaults (each one's parameters are fla's, in fla's order), so a CPU call can be handed
+over unchanged. Two ways in, by what fla offers for each function:
+
+- fla's backend registry (fla.backends): fla routes a few public functions through `@dispatch(...)`,
+  which asks each registered backend, highest priority first, whether it takes the call. enable()
+  registers a "linattn" backend, first in priority, that takes a call exactly when its tensors are on
+  the CPU: chunk_gated_delta_rule (operation "gated_delta_rule") and chunk_dplr_delta_rule
+  ("generalized_delta_rule.dplr", which fla's chunk_rwkv7 calls too). Other devices go on to fla's own
+  backends as before. disable() removes it.
+- Every other function of linattn.fla is not dispatched by fla (or dispatch is switched off with
+  FLA_DISABLE_BACKEND_DISPATCH=1): enable() puts a wrapper in its place wherever a loaded fla module holds
+  it (fla.ops.<family>, the module that defines it, fla.ops, fla.layers.<layer>), so that CPU calls go to
+  linattn.fla and any other call to fla's original; modules imported later bind the wrapper. disable()
+  puts the original back in every fla module that holds a wrapper, also those imported while enabled.
+
+What this cannot reach: the Triton-only helpers fla's layers call around the operator (its RMS and
+group norms, the gated output norm, the short convolution, rotary embeddings, the fused token shift and
+gates of RWKV-7). A layer that calls one fails in it, with Triton's own error, on the CPU; which layers
+run is measured in python/tests/test_fla_integration.py and listed in docs/models.md.
+
+Tested with flash-linear-attention 0.6.0 (fla-core 0.6.0, Triton 3.9.0); enable() refuses other minor
+versions, whose registry and function names it has not been checked against.
+"""
+
+import importlib
+import sys
+
+import torch
+
+from .transformers import _device_type
+
+__all__ = ["enable", "disable", "is_enabled", "routed", "SUPPORTED_VERSIONS", "FAMILIES", "DISPATCHED"]
+
+# The flash-linear-attention versions the registry and names were read and tested in: [0.6, 0.7).
+SUPPORTED_VERSIONS = ((0, 6), (0, 7))
+
+# linattn.fla's functions by the fla.ops family (package) that has them in fla.
+FAMILIES = {
+    "linear_attn": ("chunk_linear_attn", "fused_chunk_linear_attn", "fused_recurrent_linear_attn"),
+    "retention": ("chunk_retention", "fused_chunk_retention", "fused_recurrent_retention", "parallel_retention"),
+    "simple_gla": ("chunk_simple_gla", "fused_chunk_simple_gla", "fused_recurrent_simple_gla",
+                   "parallel_simple_gla"),
+    "gla": ("chunk_gla", "fused_chunk_gla", "fused_recurrent_gla"),
+    "lightning_attn": ("chunk_lightning_attn", "fused_recurrent_lightning_attn"),
+    "delta_rule": ("chunk_delta_rule", "fused_chunk_delta_rule", "fused_recurrent_delta_rule"),
+    "gated_delta_rule": ("chunk_gated_delta_rule", "chunk_gdn", "fused_recurrent_gated_delta_rule",
+                         "fused_recurrent_gdn"),
+    "kda": ("chunk_kda", "fused_recurrent_kda"),
+    "generalized_delta_rule": ("chunk_dplr_delta_rule", "fused_recurrent_dplr_delta_rule"),
+    "rwkv7": ("chunk_rwkv7", "fused_recurrent_rwkv7", "fused_mul_recurrent_rwkv7"),
+}
+
+# The public functions fla routes through its backend registry, by the operation they are registered under.
+DISPATCHED = {"chunk_gated_delta_rule": "gated_delta_rule", "chunk_dplr_delta_rule": "generalized_delta_rule.dplr"}
+
+_BACKEND = "linattn"
+_ORIGINAL = "__linattn_original__"  # set on each wrapper: the fla function it stands in front of
+_state = {}  # while enabled: the registries linattn's backend was added to
+
+
+def _fla():
+    try:
+        import fla
+        import fla.backends
+        import fla.ops
+    except ImportError as e:
+        raise ImportError("linattn.integrations.fla needs flash-linear-attention with its dependencies (pip install "
+                          "triton==3.9.0 flash-linear-attention==0.6.0): " + str(e)) from e
+    version = tuple(int(x) for x in fla.__version__.split(".")[:2] if x.isdigit())
+    low, high = SUPPORTED_VERSIONS
+    if len(version) != 2 or not low <= version < high:
+        raise RuntimeError(f"flash-linear-attention {fla.__version__}: linattn.integrations.fla supports "
+                           f"flash-linear-attention >= {low[0]}.{low[1]}, < {high[0]}.{high[1]} (tested with 0.6.0), "
+                           "whose backend registry and function names it plugs into; install "
+                           "flash-linear-attention==0.6.0")
+    return fla
+
+
+def _linattn(name):
+    from .. import fla as linattn_fla
+    return getattr(linattn_fla, name)
+
+
+# ------------------------------------------------------------------------------------------------
+# The backend registry.
+
+
+def _on_cpu(args, kwargs):
+    return _device_type(args, kwargs) == "cpu"
+
+
+def _backend_class():
+    """A fla BaseBackend taking, for each dispatched function, exactly the calls whose tensors are on the CPU."""
+    from fla.backends import BaseBackend
+
+    class LinattnBackend(BaseBackend):
+        backend_type = _BACKEND
+        priority = -1  # before fla's own backends (lowest value first): they are for GPUs and NPUs
+
+        @classmethod
+        def is_available(cls):
+            return True
+
+        def verify(self, function_name, *args, **kwargs):
+            if function_name not in DISPATCHED:
+                return False, f"linattn has no {function_name}"
+            if not _on_cpu(args, kwargs):
+                return False, "linattn runs CPU tensors only"
+            return True, None
+
+        def get_implementation(self, function_name):
+            return _linattn(function_name)
+
+    return LinattnBackend
+
+
+def _registries():
+    """{operation: fla's BackendRegistry} for the dispatched functions (None where dispatch is switched off)."""
+    import fla.backends as backends
+    if backends._DISPATCH_DISABLED:
+        return None
+    found = {}
+    for operation in set(DISPATCHED.values()):
+        importlib.import_module(f"fla.ops.{operation}")  # the @dispatch that creates the registry runs on import
+        found[operation] = backends._get_operation_registry(operation)
+    return found
+
+
+# ------------------------------------------------------------------------------------------------
+# Replacing the functions fla does not dispatch.
+
+
+def _wrapper(name, original):
+    """original (fla's function) with calls on CPU tensors given, unchanged, to linattn.fla's function of the
+    same name (same parameters in the same order)."""
+    linattn_function = _linattn(name)
+
+    def wrapper(*args, **kwargs):
+        if _on_cpu(args, kwargs):
+            return linattn_function(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(wrapper, attr, getattr(original, attr, None))
+    setattr(wrapper, _ORIGINAL, original)
+    wrapper.linattn_name = name
+    return wrapper
+
+
+def routed(obj):
+    """The linattn.fla name obj (a function of a fla module) runs on CPU tensors, or None when it is not a
+    wrapper made by enable()."""
+    return getattr(obj, "linattn_name", None)
+
+
+def _fla_modules():
+    return [m for name, m in list(sys.modules.items()) if m is not None and (name == "fla" or name.startswith("fla."))]
+
+
+def _replace_loaded(originals):
+    """Put a wrapper in place of each original (by identity) in every loaded fla module that holds it."""
+    wrappers = {id(fn): _wrapper(name, fn) for name, fn in originals.items()}
+    for module in _fla_modules():
+        for attr, value in list(vars(module).items()):
+            wrapper = wrappers.get(id(value))
+            if wrapper is not None and callable(value):
+                setattr(module, attr, wrapper)
+
+
+def _restore_loaded():
+    for module in _fla_modules():
+        for attr, value in list(vars(module).items()):
+            original = getattr(value, _ORIGINAL, None) if routed(value) else None
+            if original is not None:
+                setattr(module, attr, original)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def is_enabled():
+    """Whether enable() is in effect."""
+    return bool(_state)
+
+
+def enable():
+    """Run flash-linear-attention's operators on CPU tensors through linattn.fla: the dispatched ones by a
+    backend in fla's registry, the others by a wrapper in their place. Calling it again changes nothing."""
+    if _state:
+        return
+    fla = _fla()
+    registries = _registries()
+    functions = {}
+    for family, names in FAMILIES.items():
+        module = importlib.import_module(f"fla.ops.{family}")
+        for name in names:
+            functions[name] = getattr(module, name, None)
+            if functions[name] is None:
+                raise RuntimeError(f"flash-linear-attention {fla.__version__}: fla.ops.{family} has no {name}, "
+                                   "which linattn.integrations.fla was tested with; install "
+                                   "flash-linear-attention==0.6.0")
+    # A dispatched function (and its aliases, such as chunk_gdn) is reached through the registry instead.
+    dispatched = {id(functions[name]) for name in DISPATCHED} if registries is not None else set()
+    originals = {name: fn for name, fn in functions.items() if id(fn) not in dispatched}
+    backend = _backend_class()()
+    for registry in (registries or {}).values():
+        registry.register(backend)
+    _replace_loaded(originals)
+    _state.update(registries=registries or {}, logged={op: set(r._logged) for op, r in (registries or {}).items()})
+
+
+def disable():
+    """Undo enable(): fla's registries without linattn's backend and fla's own functions in every fla module
+    (also those imported while enabled). Calling it when not enabled changes nothing."""
+    if not _state:
+        return
+    for operation, registry in _state["registries"].items():
+        registry._backends.pop(_BACKEND, None)
+        registry._logged.intersection_update(_state["logged"][operation])  # fla logs each backend choice once
+    _restore_loaded()
+    _state.clear()
