@@ -106,6 +106,27 @@ TEST(Reliability, Defect02ModelFileFavorFeaturesAreBounded) {
                        "chunk_size is 4611686018427387904, expected in [1, 65536]"));
 }
 
+// Issue 42 item 1: a model file or checkpoint of a decayed or delta kind saying chunk_size = 65536 (inside the
+// model's old bound, chosen for the causal linear chunk) asked for gigabytes of [C, C] scratch at its first
+// forward; it is refused on load, naming the operators' bound.
+TEST(Reliability, DecayedAndDeltaModelChunkSizeIsBoundedOnLoad) {
+  for (model::AttentionKind kind :
+       {model::AttentionKind::gla, model::AttentionKind::retnet, model::AttentionKind::deltanet,
+        model::AttentionKind::gated_deltanet, model::AttentionKind::kda}) {
+    model::ModelConfig c = tiny_config();
+    c.attention = kind;
+    c.chunk_size = 65536;
+    EXPECT_TRUE(contains(error_of([&] { model::parse_model_file(model_bytes(c), "chunk.model"); }),
+                         "chunk_size is 65536, expected in [1, 1024]"))
+        << model::attention_name(kind);
+    c.chunk_size = 1024;
+    EXPECT_NO_THROW(model::parse_model_file(model_bytes(c), "chunk.model")) << model::attention_name(kind);
+  }
+  model::ModelConfig c = tiny_config();  // causal linear attention keeps its linear-scratch bound
+  c.chunk_size = 65536;
+  EXPECT_NO_THROW(model::parse_model_file(model_bytes(c), "chunk.model"));
+}
+
 // 2. The causal chunk scratch was [max(M, E), max(Cp, Mp)] floats, quadratic in M: m = 16384 peaked at
 // 1.07 GB for a 1×4×2×4 input. Now it is linear in M (this process's peak grows by far less).
 TEST(Reliability, Defect02CausalFavorScratchIsNotQuadraticInFeatures) {

@@ -92,7 +92,12 @@ void check_config(const ModelConfig& c) {
   // Bounded before anything is allocated: a 2.9 KB model file with favor_features = 16384 asked for a
   // gigabyte of chunk scratch (quadratic in M).
   check_bounded("linattn::model", "favor_features", c.favor_features, 1, limits::kMaxFavorFeatures);
-  check_bounded("linattn::model", "chunk_size", c.chunk_size, 1, limits::kMaxChunkSize);
+  // The decayed and delta kinds' chunk scratch is quadratic in it: their operators' bound, checked here so
+  // that a model file or checkpoint saying more is refused on load, not at its first forward.
+  const int64_t max_chunk = is_decayed(c.attention) ? limits::kMaxDecayChunkSize
+                            : is_delta(c.attention) ? limits::kMaxDeltaChunkSize
+                                                    : limits::kMaxChunkSize;
+  check_bounded("linattn::model", "chunk_size", c.chunk_size, 1, max_chunk);
   if (c.vocab_size > (int64_t(1) << 24) || c.d_model > 65536 || c.layers > 1024 || c.mlp_hidden > (int64_t(1) << 20))
     throw Error("linattn::model: config sizes are implausibly large (vocab_size " + std::to_string(c.vocab_size) +
                 ", d_model " + std::to_string(c.d_model) + ", layers " + std::to_string(c.layers) +
