@@ -23,11 +23,12 @@ LIBRARY_BELOW = {
     "src/ops/softmax": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/softmax"},
     "src/ops/linear": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/linear"},
     "src/ops/linformer": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/linformer"},
-    "src/ops/decay": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/decay"},
-    # The delta rule builds on the decayed family's machinery (checks, chunk factors, state rows, drivers).
-    "src/ops/delta": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/decay", "ops/delta"},
-    # The DPLR delta rule (RWKV-7) reuses the decayed family's checks, packed sequences and token drivers.
-    "src/ops/dplr": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/decay", "ops/dplr"},
+    # The machinery every recurrence family shares (packed sequences, the signature check, the problem,
+    # the token-by-token drivers, the state rows); a family includes it and never another family.
+    "src/ops/recurrence": PUBLIC | {"core", "kernels", "ops/recurrence"},
+    "src/ops/decay": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/recurrence", "ops/decay"},
+    "src/ops/delta": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/recurrence", "ops/delta"},
+    "src/ops/dplr": PUBLIC | {"core", "kernels", "feature_maps", "io", "ops/recurrence", "ops/dplr"},
     "src/capi": PUBLIC | {"capi"},
     "src/distributed": PUBLIC | {"core", "kernels", "feature_maps", "distributed"},
     "src/model": PUBLIC | {"core", "io", "kernels/gelu.hpp", "model"},

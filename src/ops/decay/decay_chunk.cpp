@@ -21,7 +21,7 @@ using kernels::mask_lower;
 using kernels::padded;
 using kernels::plain;
 
-NextChunk next_chunk_rows(const DecayHead& x, int64_t t0, int64_t n) {
+NextChunk next_chunk_rows(const RecurrenceHead& x, int64_t t0, int64_t n) {
   return {kernels::head_rows_ahead(x.q, x.k, false, x.b, x.h, t0, n),
           kernels::head_rows_ahead(x.v, x.g, false, x.b, x.h, t0, n)};
 }
@@ -54,7 +54,7 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
   }
 }
 
-int64_t DecayChunk::load(const DecayHead& x, int64_t t0, int64_t end, int64_t n, Sides sides) {
+int64_t DecayChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n, Sides sides) {
   const int64_t K = p_.K, V = p_.V, limit = std::min(C_, end - t0);
   const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
   if (per_key_) {
@@ -146,7 +146,7 @@ void DecayChunk::advance(float* S, const kernels::RowsAhead* ahead) {
        {.accumulate = true, .ahead = ahead});
 }
 
-void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t0, const NextChunk* next) {
+void DecayChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float *left = intra_left(), *right = intra_right();
   kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
@@ -160,7 +160,7 @@ void DecayChunk::forward(float* S, TensorView out, const DecayHead& x, int64_t t
 }
 
 void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
-                          double* gate_grad, bool final_chunk, const DecayHead& x, int64_t t0) {
+                          double* gate_grad, bool final_chunk, const RecurrenceHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float *left = intra_left(), *right = intra_right();
   const float* W = per_key_ || p_.decay == Decay::none ? nullptr : W_.data();

@@ -18,15 +18,6 @@
 
 namespace linattn::detail {
 
-// The widest span of cumulative log decay inside one GLA chunk: the factors stay within e^{±30}.
-inline constexpr double kMaxLogSpan = 60.0;
-
-// One (sequence, head)'s tensors.
-struct DecayHead {
-  ConstTensorView q, k, v, g;
-  int64_t b, h;
-};
-
 // The rows of the chunk a thread takes next, for this chunk's products to prefetch while they run: its
 // q and k during the read-out, its v and g during the state's update. (On [B, T, H, K] storage a chunk's
 // rows lie H·K floats apart; loaded cold, each row's miss waits alone.)
@@ -34,7 +25,7 @@ struct NextChunk {
   kernels::RowsAhead qk, vg;
 };
 // Tokens [t0, t0 + n) of head x (n ≤ 0: nothing to fetch); views whose rows are not contiguous are left out.
-NextChunk next_chunk_rows(const DecayHead& x, int64_t t0, int64_t n);
+NextChunk next_chunk_rows(const RecurrenceHead& x, int64_t t0, int64_t n);
 
 // The scratch of one thread: chunks of up to C tokens of one head at a time.
 class DecayChunk {
@@ -47,11 +38,11 @@ class DecayChunk {
   // Reads tokens [t0, t0 + n) of head `x` (n ≤ 0: as many as fit, up to `end`); returns n.
   // Forms Q, K, V, the cumulative log decays and every decay factor of the chunk (Sides::state: K, V
   // and the factors of the state's update only).
-  int64_t load(const DecayHead& x, int64_t t0, int64_t end, int64_t n = 0, Sides sides = Sides::all);
+  int64_t load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n = 0, Sides sides = Sides::all);
 
   // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
   // next: the rows to prefetch meanwhile (null: none).
-  void forward(float* S, TensorView out, const DecayHead& x, int64_t t0, const NextChunk* next = nullptr);
+  void forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next = nullptr);
   // S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V: the state after the chunk, without the outputs.
   void advance(float* S, const kernels::RowsAhead* ahead = nullptr);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
@@ -59,7 +50,7 @@ class DecayChunk {
   // ([n, gate_cols]), and leaves in dS the gradient of the state before the chunk. final_chunk: the
   // sequence's last chunk, whose last token's pair with the final state the caller accounts for.
   void backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
-                double* gate_grad, bool final_chunk, const DecayHead& x, int64_t t0);
+                double* gate_grad, bool final_chunk, const RecurrenceHead& x, int64_t t0);
 
   int64_t Vp() const { return Vp_; }
   const DecayProblem& problem() const { return p_; }

@@ -16,7 +16,7 @@ detail::DecayProblem check(const char* op, const Tensor& q, const Tensor& k, con
   const detail::DecayProblem p = detail::check_decay_arguments(
       op, detail::shape_only(op, "q", q.extent, q.data.size()), detail::shape_only(op, "k", k.extent, k.data.size()),
       detail::shape_only(op, "v", v.extent, v.data.size()), gs, options);
-  if (initial) detail::check_decay_state(op, "initial_state", initial->size(), p);
+  if (initial) detail::check_state_span(op, "initial_state", initial->size(), p);
   return p;
 }
 
@@ -32,7 +32,7 @@ void decay_of(std::vector<double>& a, const detail::DecayProblem& p, const Tenso
 }
 
 // S: [K, V] of the state at the start of sequence s, head h.
-void start_state(std::vector<double>& S, const detail::DecayProblem& p, const detail::DecaySequence& s, int64_t h,
+void start_state(std::vector<double>& S, const detail::DecayProblem& p, const detail::Sequence& s, int64_t h,
                  const std::vector<double>* initial) {
   const size_t size = size_t(p.K * p.V);
   if (initial)
@@ -60,7 +60,7 @@ DecayedOutput decayed_attention_forward(const Tensor& q, const Tensor& k, const 
   const detail::DecayProblem p = check(op, q, k, v, g, options, initial_state);
   DecayedOutput result{Tensor({p.B, p.T, p.H, p.V}), std::vector<double>(size_t(p.state_size()))};
   std::vector<double> S, a(size_t(p.K));
-  for (const detail::DecaySequence& s : p.sequences)
+  for (const detail::Sequence& s : p.sequences)
     for (int64_t h = 0; h < p.H; ++h) {
       start_state(S, p, s, h, initial_state);
       for (int64_t t = s.begin; t < s.end; ++t) {
@@ -85,12 +85,12 @@ DecayedGradients decayed_attention_backward(const Tensor& dout, const std::vecto
   const detail::DecayProblem p = check(op, q, k, v, g, options, initial_state);
   detail::check_output_shape(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
                              detail::shape_only(q.extent), detail::shape_only(v.extent));
-  if (dfinal_state) detail::check_decay_state(op, "dfinal_state", dfinal_state->size(), p);
+  if (dfinal_state) detail::check_state_span(op, "dfinal_state", dfinal_state->size(), p);
   DecayedGradients r{Tensor(q.extent), Tensor(k.extent), Tensor(v.extent), g ? Tensor(g->extent) : Tensor(),
                      std::vector<double>(size_t(p.state_size()))};
   const int64_t KV = p.K * p.V;
   std::vector<double> a(size_t(p.K)), dS, S;
-  for (const detail::DecaySequence& s : p.sequences)
+  for (const detail::Sequence& s : p.sequences)
     for (int64_t h = 0; h < p.H; ++h) {
       // Every state S_{t} of the sequence, S_{begin−1} first: the reverse sweep reads S_t and S_{t−1}.
       const int64_t n = s.end - s.begin;

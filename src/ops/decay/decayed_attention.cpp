@@ -10,19 +10,19 @@
 #include <optional>
 #include <vector>
 
+#include "core/parallel_errors.hpp"
 #include "core/validate.hpp"
 #include "kernels/decay_factors.hpp"
 #include "ops/decay/decay_checks.hpp"
 #include "ops/decay/decay_chunk.hpp"
-#include "ops/decay/parallel_errors.hpp"
-#include "ops/decay/state_rows.hpp"
+#include "ops/recurrence/state_rows.hpp"
 
 namespace linattn {
 namespace {
 
 using detail::DecayChunk;
-using detail::DecayHead;
 using detail::DecayProblem;
+using detail::RecurrenceHead;
 
 void load_state(float* S, int64_t Vp, std::span<const float> from, const DecayProblem& p, int64_t index) {
   detail::load_state_rows(S, p.K, p.V, Vp, from, index);
@@ -33,7 +33,7 @@ void store_state(std::span<float> to, const float* S, int64_t Vp, const DecayPro
 
 // out[c] (or out[0], one gate per token) += Σ_v dS_T ⊙ a_T S_{T−1}: the last token's gate gradient from
 // the final state. S_last: the state before the last chunk, which starts at t_last.
-void final_gate_share(DecayChunk& chunk, const DecayHead& x, const detail::DecaySequence& s, const float* S_last,
+void final_gate_share(DecayChunk& chunk, const RecurrenceHead& x, const detail::Sequence& s, const float* S_last,
                       int64_t t_last, const float* dS, double* out) {
   const DecayProblem& p = chunk.problem();
   const int64_t Vp = chunk.Vp(), T = s.end - 1;
@@ -53,7 +53,7 @@ void final_gate_share(DecayChunk& chunk, const DecayHead& x, const detail::Decay
 
 // One head of a lockstep group: its tensors, its state index and what its sweeps keep.
 struct HeadRun {
-  DecayHead x;
+  RecurrenceHead x;
   int64_t index = 0;                // of the [N, H, K, V] states
   int64_t t = 0;                    // forward: the next token
   std::vector<float> S, dS;         // [K, Vp]: the state; backward: the state's gradient
@@ -93,13 +93,13 @@ void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& option
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task)
       errors.run([&] {
-        const detail::DecaySequence& s = p.sequences[size_t(task / groups)];
+        const detail::Sequence& s = p.sequences[size_t(task / groups)];
         const int64_t h0 = task % groups * per_group, h1 = std::min(p.H, h0 + per_group);
         if (h0 >= h1) return;
         runs.resize(size_t(h1 - h0));
         for (int64_t h = h0; h < h1; ++h) {
           HeadRun& r = runs[size_t(h - h0)];
-          r.x = DecayHead{q, k, v, g, s.b, h}, r.index = s.n * p.H + h, r.t = s.begin;
+          r.x = RecurrenceHead{q, k, v, g, {}, s.b, h}, r.index = s.n * p.H + h, r.t = s.begin;
         }
         body(*chunk, s, runs);
       });
@@ -115,15 +115,15 @@ void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorVie
   const char* op = "decayed_attention_forward";
   const DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
   detail::check_output_shape(op, "out", out, q, v);
-  detail::check_decay_state(op, "initial_state", initial_state.size(), p);
-  detail::check_decay_state(op, "final_state", final_state.size(), p);
-  std::vector<boundary::Region> inputs = detail::decay_input_regions(q, k, v, g);
+  detail::check_state_span(op, "initial_state", initial_state.size(), p);
+  detail::check_state_span(op, "final_state", final_state.size(), p);
+  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}});
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
   detail::check_outputs(op, outputs, inputs);
   const int64_t C = options.chunk_size;
   for_each_group(p, options, false, q, k, v, g,
-                 [&](DecayChunk& chunk, const detail::DecaySequence& s, std::vector<HeadRun>& runs) {
+                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun>& runs) {
                    for (HeadRun& r : runs) {
                      r.S.resize(size_t(p.K * chunk.Vp()));
                      load_state(r.S.data(), chunk.Vp(), initial_state, p, r.index);
@@ -160,10 +160,10 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
     detail::check_like(op, "dg", dg, g, "g");
   else if (dg.data)
     detail::fail_with(op, "dg is given for decay '", decay_name(p.decay), "', expected an empty view (no gate tensor)");
-  detail::check_decay_state(op, "initial_state", initial_state.size(), p);
-  detail::check_decay_state(op, "dfinal_state", dfinal_state.size(), p);
-  detail::check_decay_state(op, "dinitial_state", dinitial_state.size(), p);
-  std::vector<boundary::Region> inputs = detail::decay_input_regions(q, k, v, g);
+  detail::check_state_span(op, "initial_state", initial_state.size(), p);
+  detail::check_state_span(op, "dfinal_state", dfinal_state.size(), p);
+  detail::check_state_span(op, "dinitial_state", dinitial_state.size(), p);
+  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}});
   for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
                                     boundary::region("initial_state", initial_state)})
     inputs.push_back(r);
@@ -173,7 +173,7 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
   detail::check_outputs(op, outputs, inputs);
   const int64_t C = options.chunk_size;
   for_each_group(p, options, true, q, k, v, g,
-                 [&](DecayChunk& chunk, const detail::DecaySequence& s, std::vector<HeadRun>& runs) {
+                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun>& runs) {
                    const int64_t KVp = p.K * chunk.Vp();
                    // Sweep 1, forward: the state before each chunk (and after the last), and each chunk's start.
                    for (HeadRun& r : runs) {

@@ -16,16 +16,10 @@
 #include "linattn/half_attention.hpp"
 #include "ops/decay/decay_checks.hpp"
 #include "ops/decay/recurrent_blocks.hpp"
-#include "ops/decay/recurrent_tasks.hpp"
+#include "ops/recurrence/recurrent_tasks.hpp"
 
 namespace linattn {
 namespace {
-
-// The state span holds [N, H, K, V] values.
-void check_state_size(const char* op, size_t size, const detail::DecayProblem& p) {
-  if (size == 0) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
-  detail::check_decay_state(op, "state", size, p);
-}
 
 // The tokens of every sequence of p. I: the element type of the views (float, bf16 or f16: half rows are
 // widened as a token is packed and o rounded as it is stored, the same bits as the fp32 operator on the
@@ -38,7 +32,7 @@ void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, Vi
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
   detail::for_each_head_block(
       N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
-        const detail::DecaySequence& s = p.sequences[size_t(n)];
+        const detail::Sequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols);
         if (cols == 0)
           for (int64_t r = 0; r < heads; ++r)
@@ -59,9 +53,7 @@ template <class I>
 void recurrent_forward(const detail::DecayProblem& p, View4<I> out, View4<const I> q, View4<const I> k,
                        View4<const I> v, View4<const I> g, std::span<float> state,
                        const DecayedAttentionOptions& options) {
-  int64_t longest = 0;
-  for (const detail::DecaySequence& s : p.sequences) longest = std::max(longest, s.end - s.begin);
-  if (longest < detail::kScanMinTokens) return recurrent(p, out, q, k, v, g, state, options);
+  if (detail::longest(p.sequences) < detail::kScanMinTokens) return recurrent(p, out, q, k, v, g, state, options);
   const int64_t N = int64_t(p.sequences.size());
   detail::for_each_head_block(N, p.H, N * p.H * p.T * p.K * p.V, detail::scan_floats_per_head(p),
                               detail::scan_floats_shared(p), [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
@@ -76,9 +68,9 @@ detail::DecayProblem check_fp32(const char* op, TensorView out, ConstTensorView 
                                 const DecayedAttentionOptions& options) {
   const detail::DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
   detail::check_output_shape(op, "out", out, q, v);
-  check_state_size(op, state_size, p);
+  detail::check_token_state(op, state_size, p);
   const boundary::Region outputs[] = {boundary::region("out", out), state};
-  detail::check_outputs(op, outputs, detail::decay_input_regions(q, k, v, g));
+  detail::check_outputs(op, outputs, detail::input_regions(q, k, v, {{"g", g}}));
   return p;
 }
 
@@ -95,7 +87,7 @@ detail::DecayProblem check_half(const char* op, View4<H> out, HalfIn<H> q, HalfI
   const detail::DecayProblem p =
       detail::check_decay_arguments(op, shape_view(q), shape_view(k), shape_view(v), shape_view(g), options);
   detail::check_output_shape(op, "out", shape_view(out), shape_view(q), shape_view(v));
-  check_state_size(op, state_size, p);
+  detail::check_token_state(op, state_size, p);
   return p;
 }
 

@@ -11,7 +11,7 @@
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "kernels/rows_ahead.hpp"
-#include "ops/decay/state_rows.hpp"
+#include "ops/recurrence/state_rows.hpp"
 
 namespace linattn::detail {
 namespace {
@@ -70,8 +70,8 @@ size_t scan_floats_per_head(const DecayProblem& p) { return size_t(p.K * padded(
 size_t scan_floats_shared(const DecayProblem& p) { return SharedScratch::floats(p.K, p.V); }
 
 template <class I>
-void scan_heads(const DecayProblem& p, const DecaySequence& s, int64_t h0, int64_t heads, View4<I> out,
-                View4<const I> q, View4<const I> k, View4<const I> v, View4<const I> g, std::span<float> state,
+void scan_heads(const DecayProblem& p, const Sequence& s, int64_t h0, int64_t heads, View4<I> out, View4<const I> q,
+                View4<const I> k, View4<const I> v, View4<const I> g, std::span<float> state,
                 const DecayedAttentionOptions& options, float* scratch) {
   const int64_t K = p.K, V = p.V, Kp = padded(K), Vp = padded(V), cols = p.gate_cols();
   const bool decays = p.decay != Decay::none, per_key = p.decay == Decay::key;
@@ -149,9 +149,9 @@ void scan_heads(const DecayProblem& p, const DecaySequence& s, int64_t h0, int64
   for (int64_t j = 0; j < heads; ++j) store_state_rows(state, R(j), K, V, Vp, s.n * p.H + h0 + j);
 }
 
-#define LINATTN_SCAN_HEADS(I)                                                                                        \
-  template void scan_heads<I>(const DecayProblem&, const DecaySequence&, int64_t, int64_t, View4<I>, View4<const I>, \
-                              View4<const I>, View4<const I>, View4<const I>, std::span<float>,                      \
+#define LINATTN_SCAN_HEADS(I)                                                                                   \
+  template void scan_heads<I>(const DecayProblem&, const Sequence&, int64_t, int64_t, View4<I>, View4<const I>, \
+                              View4<const I>, View4<const I>, View4<const I>, std::span<float>,                 \
                               const DecayedAttentionOptions&, float*);
 LINATTN_SCAN_HEADS(float)
 LINATTN_SCAN_HEADS(bf16)

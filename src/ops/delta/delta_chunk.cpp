@@ -10,7 +10,7 @@
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "kernels/triangle.hpp"
-#include "ops/decay/decay_chunk.hpp"
+#include "ops/recurrence/sequences.hpp"
 
 namespace linattn::detail {
 
@@ -25,7 +25,7 @@ using kernels::transposed;
 
 DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
     : p_(p),
-      gated_(p.gate != DeltaGate::none),
+      gated_(p.gate != Gate::none),
       backward_(backward),
       C_(chunk_rows(p.sequences, chunk_size)),
       Cp_(padded(C_)),
@@ -52,7 +52,7 @@ DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
   if (gated_) db_.resize(CK);
 }
 
-int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n) {
+int64_t DeltaChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n) {
   const int64_t K = p_.K, V = p_.V, rows = n > 0 ? n : std::min(C_, end - t0);
   n_ = rows;
   if (gated_) {
@@ -60,7 +60,7 @@ int64_t DeltaChunk::load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n)
     // rule); the chunk stops before the token that would make a column span more than kMaxLogSpan,
     // counting the chunk's start (b = 0), so e^{b} and e^{b_n − b} stay within e^{±kMaxLogSpan} too.
     const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
-    if (p_.gate == DeltaGate::key) {
+    if (p_.gate == Gate::key) {
       kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
     } else {  // one log decay per token, broadcast over the columns
       for (int64_t t = 0; t < rows; ++t) std::fill_n(b_.data() + t * Kp_, K, g.at(t0 + t)[0]);
@@ -148,7 +148,7 @@ void DeltaChunk::advance(float* S) {
   gemm({S, Vp_, p_.K, p_.V}, transposed(Kd(), Kp_), {N, ldn_, n_, p_.V}, {.accumulate = true});
 }
 
-void DeltaChunk::forward(float* S, TensorView out, const DeltaHead& x, int64_t t0) {
+void DeltaChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float* N = written_values(S, false);
   // O = P N + (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
@@ -163,7 +163,7 @@ void DeltaChunk::forward(float* S, TensorView out, const DeltaHead& x, int64_t t
   gemm({S, Vp_, K, V}, transposed(Kd(), Kp_), {N, ldn_, n, V}, {.accumulate = true});
 }
 
-void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const Grads& d, const DeltaHead& x,
+void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const Grads& d, const RecurrenceHead& x,
                           int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   written_values(S, true);
@@ -254,7 +254,7 @@ kernels::SplitSides DeltaChunk::side_grads(int64_t r) const {
   return {dQe_.data() + r, dQl_.data() + r, dKt_.data() + r, dKl_.data() + r, dKr_.data() + r, dKd_.data() + r};
 }
 
-void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads& d, const DeltaHead& x, int64_t t0) {
+void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads& d, const RecurrenceHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   std::vector<double> last(size_t(K), 0.0);
   for (int64_t t = 0; t < n; ++t) {

@@ -18,12 +18,6 @@
 
 namespace linattn::detail {
 
-// One (sequence, head)'s tensors.
-struct DeltaHead {
-  ConstTensorView q, k, v, beta, g;
-  int64_t b, h;
-};
-
 // The scratch of one thread: chunks of up to C tokens of one head at a time.
 class DeltaChunk {
  public:
@@ -31,10 +25,10 @@ class DeltaChunk {
 
   // Reads tokens [t0, t0 + n) of head `x` (n ≤ 0: as many as fit, up to `end`); returns n. Forms Q,
   // K (normalised where asked), V, β, the decay factors, the scores G and P and the inverse T.
-  int64_t load(const DeltaHead& x, int64_t t0, int64_t end, int64_t n = 0);
+  int64_t load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n = 0);
 
   // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
-  void forward(float* S, TensorView out, const DeltaHead& x, int64_t t0);
+  void forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0);
   // The state after the chunk, without the outputs.
   void advance(float* S);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
@@ -42,7 +36,8 @@ class DeltaChunk {
   struct Grads {
     TensorView dq, dk, dv, dbeta, dg;
   };
-  void backward(const float* S, float* dS, ConstTensorView dout, const Grads& grads, const DeltaHead& x, int64_t t0);
+  void backward(const float* S, float* dS, ConstTensorView dout, const Grads& grads, const RecurrenceHead& x,
+                int64_t t0);
 
   int64_t Vp() const { return Vp_; }
 
@@ -51,7 +46,7 @@ class DeltaChunk {
   float* written_values(const float* S, bool keep_x);
   // The gradients of a row's sides (dQe, dQl, dKt, dKl, dKr, dKd) from element r on.
   kernels::SplitSides side_grads(int64_t r) const;
-  void gate_gradient(const float* S, const float* dS, const Grads& grads, const DeltaHead& x, int64_t t0);
+  void gate_gradient(const float* S, const float* dS, const Grads& grads, const RecurrenceHead& x, int64_t t0);
 
   const DeltaProblem& p_;
   bool gated_;

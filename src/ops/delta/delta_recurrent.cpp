@@ -12,8 +12,8 @@
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "linattn/half_attention.hpp"
-#include "ops/decay/recurrent_tasks.hpp"
 #include "ops/delta/delta_checks.hpp"
+#include "ops/recurrence/recurrent_tasks.hpp"
 
 namespace linattn {
 namespace {
@@ -30,12 +30,6 @@ void normalise(float* x, float* f, int64_t rows, int64_t n, bool l2norm, float f
   if (l2norm || factor != 1.0f) kernels::scale_rows(x, n, x, n, f, rows, n);
 }
 
-// The state span holds [N, H, K, V] values.
-void check_state_size(const char* op, size_t size, const detail::DeltaProblem& p) {
-  if (size == 0) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
-  detail::check_delta_state(op, "state", size, p);
-}
-
 // The tokens of every sequence of p. I: the element type of the views (float, bf16 or f16: half rows are
 // widened as a token is packed and o rounded as it is stored, the same bits as the fp32 operator on the
 // widened values); T: the state's (float, or bf16 for a decoding state kept in half the bytes).
@@ -46,7 +40,7 @@ void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, Vi
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
   detail::for_each_head_block(
       N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
-        const detail::DecaySequence& s = p.sequences[size_t(n)];
+        const detail::Sequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols);
         for (int64_t t = s.begin; t < s.end; ++t) {
           rows.load(q, k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
@@ -72,9 +66,9 @@ detail::DeltaProblem check_fp32(const char* op, TensorView out, ConstTensorView 
                                 const DeltaRuleOptions& options) {
   const detail::DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
   detail::check_output_shape(op, "out", out, q, v);
-  check_state_size(op, state_size, p);
+  detail::check_token_state(op, state_size, p);
   const boundary::Region outputs[] = {boundary::region("out", out), state};
-  detail::check_outputs(op, outputs, detail::delta_input_regions(q, k, v, beta, g));
+  detail::check_outputs(op, outputs, detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}}));
   return p;
 }
 
@@ -92,7 +86,7 @@ detail::DeltaProblem check_half(const char* op, View4<H> out, HalfIn<H> q, HalfI
   const detail::DeltaProblem p = detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v),
                                                                shape_view(beta), shape_view(g), options);
   detail::check_output_shape(op, "out", shape_view(out), shape_view(q), shape_view(v));
-  check_state_size(op, state_size, p);
+  detail::check_token_state(op, state_size, p);
   return p;
 }
 

@@ -19,7 +19,7 @@ detail::DeltaProblem check(const char* op, const Tensor& q, const Tensor& k, con
   const ConstTensorView gs = g ? view("g", *g) : ConstTensorView{};
   const detail::DeltaProblem p =
       detail::check_delta_arguments(op, view("q", q), view("k", k), view("v", v), view("beta", beta), gs, options);
-  if (initial) detail::check_delta_state(op, "initial_state", initial->size(), p);
+  if (initial) detail::check_state_span(op, "initial_state", initial->size(), p);
   return p;
 }
 
@@ -54,7 +54,7 @@ void l2norm_backward(Tensor& dx, const Tensor& y, const std::vector<double>& rst
 // a[κ] = exp(g_t[κ]) of token t of batch row b, head h, for κ < K (1 without a gate).
 void decay_of(std::vector<double>& a, const detail::DeltaProblem& p, const Tensor* g, int64_t b, int64_t t, int64_t h) {
   for (int64_t x = 0; x < p.K; ++x)
-    a[size_t(x)] = p.gate == DeltaGate::none ? 1.0 : std::exp((*g)(b, t, h, p.gate == DeltaGate::key ? x : 0));
+    a[size_t(x)] = p.gate == detail::Gate::none ? 1.0 : std::exp((*g)(b, t, h, p.gate == detail::Gate::key ? x : 0));
 }
 
 // S ← P + β k rᵀ with P = diag(a) S and r = v − Pᵀ k; keeps r.
@@ -89,7 +89,7 @@ DecayedOutput delta_rule_forward(const Tensor& q_in, const Tensor& k_in, const T
   const Tensor q = l2norm(q_in, p.qk_l2norm, q_rstd), k = l2norm(k_in, p.qk_l2norm, k_rstd);
   DecayedOutput result{Tensor({p.B, p.T, p.H, p.V}), std::vector<double>(size_t(p.state_size()))};
   std::vector<double> a(size_t(p.K)), r(size_t(p.V));
-  for (const detail::DecaySequence& s : p.sequences)
+  for (const detail::Sequence& s : p.sequences)
     for (int64_t h = 0; h < p.H; ++h) {
       std::vector<double> S = start_state(p, s.n * p.H + h, initial_state);
       for (int64_t t = s.begin; t < s.end; ++t) {
@@ -113,7 +113,7 @@ DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>
   const detail::DeltaProblem p = check(op, q_in, k_in, v, beta, g, options, initial_state);
   detail::check_output_shape(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
                              detail::shape_only(q_in.extent), detail::shape_only(v.extent));
-  if (dfinal_state) detail::check_delta_state(op, "dfinal_state", dfinal_state->size(), p);
+  if (dfinal_state) detail::check_state_span(op, "dfinal_state", dfinal_state->size(), p);
   std::vector<double> q_rstd, k_rstd;
   const Tensor q = l2norm(q_in, p.qk_l2norm, q_rstd), k = l2norm(k_in, p.qk_l2norm, k_rstd);
   DeltaGradients d{Tensor(q.extent),
@@ -125,7 +125,7 @@ DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>
   const int64_t KV = p.K * p.V;
   std::vector<double> a(static_cast<size_t>(p.K)), r(static_cast<size_t>(p.V)), dr(static_cast<size_t>(p.V)),
       P(static_cast<size_t>(KV));
-  for (const detail::DecaySequence& s : p.sequences)
+  for (const detail::Sequence& s : p.sequences)
     for (int64_t h = 0; h < p.H; ++h) {
       // Every state S_t of the sequence, S_{begin−1} first: the reverse sweep reads S_t and S_{t−1}.
       const int64_t n = s.end - s.begin;
@@ -192,8 +192,8 @@ DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>
             dg += dS[size_t(x * p.V + y)] * P[size_t(x * p.V + y)];
             dS[size_t(x * p.V + y)] *= a[size_t(x)];
           }
-          if (p.gate == DeltaGate::key) d.dg(s.b, t, h, x) = dg;
-          if (p.gate == DeltaGate::token) d.dg(s.b, t, h, 0) += dg;
+          if (p.gate == detail::Gate::key) d.dg(s.b, t, h, x) = dg;
+          if (p.gate == detail::Gate::token) d.dg(s.b, t, h, 0) += dg;
         }
       }
       std::copy(dS.begin(), dS.end(), d.dinitial_state.begin() + (s.n * p.H + h) * KV);

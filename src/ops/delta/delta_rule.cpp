@@ -8,18 +8,18 @@
 #include <optional>
 #include <vector>
 
+#include "core/parallel_errors.hpp"
 #include "core/validate.hpp"
-#include "ops/decay/parallel_errors.hpp"
-#include "ops/decay/state_rows.hpp"
 #include "ops/delta/delta_checks.hpp"
 #include "ops/delta/delta_chunk.hpp"
+#include "ops/recurrence/state_rows.hpp"
 
 namespace linattn {
 namespace {
 
 using detail::DeltaChunk;
-using detail::DeltaHead;
 using detail::DeltaProblem;
+using detail::RecurrenceHead;
 
 // A thread's scratch, kept across its heads (a head allocates nothing).
 struct Scratch {
@@ -55,16 +55,16 @@ void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, Co
   const char* op = "delta_rule_forward";
   const DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
   detail::check_output_shape(op, "out", out, q, v);
-  detail::check_delta_state(op, "initial_state", initial_state.size(), p);
-  detail::check_delta_state(op, "final_state", final_state.size(), p);
-  std::vector<boundary::Region> inputs = detail::delta_input_regions(q, k, v, beta, g);
+  detail::check_state_span(op, "initial_state", initial_state.size(), p);
+  detail::check_state_span(op, "final_state", final_state.size(), p);
+  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}});
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
   detail::check_outputs(op, outputs, inputs);
-  for_each_head(p, options.chunk_size, false, [&](Scratch& scratch, const detail::DecaySequence& s, int64_t h) {
+  for_each_head(p, options.chunk_size, false, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
     DeltaChunk& chunk = scratch.chunk;
     std::vector<float>& S = scratch.S;
-    const DeltaHead x{q, k, v, beta, g, s.b, h};
+    const RecurrenceHead x{q, k, v, g, beta, s.b, h};
     const int64_t index = s.n * p.H + h, Vp = chunk.Vp();
     detail::load_state_rows(S.data(), p.K, p.V, Vp, initial_state, index);
     for (int64_t t = s.begin; t < s.end;) {
@@ -90,11 +90,11 @@ void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView
   if (p.gate_cols() > 0)
     detail::check_like(op, "dg", dg, g, "g");
   else if (dg.data)
-    detail::fail_with(op, "dg is given for '", delta_name(p.gate), "', expected an empty view (no gate tensor)");
-  detail::check_delta_state(op, "initial_state", initial_state.size(), p);
-  detail::check_delta_state(op, "dfinal_state", dfinal_state.size(), p);
-  detail::check_delta_state(op, "dinitial_state", dinitial_state.size(), p);
-  std::vector<boundary::Region> inputs = detail::delta_input_regions(q, k, v, beta, g);
+    detail::fail_with(op, "dg is given for '", delta_name(options.gate), "', expected an empty view (no gate tensor)");
+  detail::check_state_span(op, "initial_state", initial_state.size(), p);
+  detail::check_state_span(op, "dfinal_state", dfinal_state.size(), p);
+  detail::check_state_span(op, "dinitial_state", dinitial_state.size(), p);
+  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}});
   for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
                                     boundary::region("initial_state", initial_state)})
     inputs.push_back(r);
@@ -104,11 +104,11 @@ void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView
   if (p.gate_cols() > 0) outputs.push_back(boundary::region("dg", dg));
   detail::check_outputs(op, outputs, inputs);
   const DeltaChunk::Grads grads{dq, dk, dv, dbeta, dg};
-  for_each_head(p, options.chunk_size, true, [&](Scratch& scratch, const detail::DecaySequence& s, int64_t h) {
+  for_each_head(p, options.chunk_size, true, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
     DeltaChunk& chunk = scratch.chunk;
     std::vector<float>&states = scratch.states, &dS = scratch.dS;
     std::vector<int64_t>& starts = scratch.starts;
-    const DeltaHead x{q, k, v, beta, g, s.b, h};
+    const RecurrenceHead x{q, k, v, g, beta, s.b, h};
     const int64_t index = s.n * p.H + h, Vp = chunk.Vp(), KVp = p.K * Vp;
     // Sweep 1, forward: the state before each chunk, and each chunk's start (chunks may end early).
     states.resize(size_t(KVp));

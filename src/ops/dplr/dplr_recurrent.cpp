@@ -18,14 +18,14 @@
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "linattn/dplr.hpp"
-#include "ops/decay/recurrent_tasks.hpp"
 #include "ops/dplr/dplr_checks.hpp"
+#include "ops/recurrence/recurrent_tasks.hpp"
 
 namespace linattn {
 namespace {
 
-using detail::DecaySequence;
 using detail::DplrProblem;
+using detail::Sequence;
 
 // One token of one head: S: [K, V] ← diag(w) S + b sᵀ + k vᵀ with s = Sᵀ a ([V] scratch), and o = Sᵀ q
 // (q already scaled). junk: [V], the readout of the first update, which nothing reads.
@@ -45,7 +45,7 @@ void forward_tokens(const DplrProblem& p, TensorView out, ConstTensorView q, Con
   const size_t per_head = rows_floats + size_t(2 * K + 2 * V);
   detail::for_each_head_block(
       N, p.H, N * p.H * p.T * K * V, per_head, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
-        const DecaySequence& seq = p.sequences[size_t(n)];
+        const Sequence& seq = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, K);
         float* ar = scratch + rows_floats * size_t(heads);
         float *br = ar + heads * K, *s = br + heads * K, *junk = s + heads * V;
@@ -132,13 +132,13 @@ int64_t checkpoint_interval(int64_t L) {
 void backward_tokens(const DplrProblem& p, const Grads& g, std::span<float> dinitial_state, ConstTensorView dout,
                      std::span<const float> dfinal_state, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                      ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<const float> initial_state) {
-  const int64_t K = p.K, V = p.V, KV = K * V, C = checkpoint_interval(p.longest());
-  const int64_t checkpoints = (p.longest() + C - 1) / C;
+  const int64_t K = p.K, V = p.V, KV = K * V, C = checkpoint_interval(detail::longest(p.sequences));
+  const int64_t checkpoints = (detail::longest(p.sequences) + C - 1) / C;
   // One head at a time per block: checkpoints, the replayed stretch (C + 1 states), dS, a token's rows.
   const size_t per_block = size_t((checkpoints + C + 2) * KV) + HeadToken::floats(K, V);
   detail::for_each_head_block(
       p.N, p.H, 2 * p.N * p.H * p.T * KV, 0, per_block, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
-        const DecaySequence& seq = p.sequences[size_t(n)];
+        const Sequence& seq = p.sequences[size_t(n)];
         float* saved = scratch;                     // [checkpoints, K, V]: S before tokens 0, C, 2C, …
         float* stretch = saved + checkpoints * KV;  // [C + 1, K, V]: S before each token of a stretch, and after
         float* dS = stretch + (C + 1) * KV;         // [K, V]
@@ -190,9 +190,9 @@ void checked_forward(const char* op, TensorView out, ConstTensorView q, ConstTen
   const DplrProblem p = detail::check_dplr_arguments(op, q, k, v, a, b, gk, options);
   detail::check_output_shape(op, "out", out, q, v);
   if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
-  detail::check_dplr_state(op, "state", state.size(), p);
+  detail::check_state_span(op, "state", state.size(), p);
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
-  detail::check_outputs(op, outputs, detail::dplr_input_regions(q, k, v, a, b, gk));
+  detail::check_outputs(op, outputs, detail::input_regions(q, k, v, {{"a", a}, {"b", b}, {"gk", gk}}));
   forward_tokens(p, out, q, k, v, a, b, gk, state);
 }
 
@@ -228,10 +228,10 @@ void dplr_delta_rule_recurrent_backward(TensorView dq, TensorView dk, TensorView
   const std::pair<const char*, TensorView> grads[] = {{"dq", dq}, {"dk", dk}, {"da", da}, {"db", db}, {"dgk", dgk}};
   for (const auto& [name, view] : grads) detail::check_like(op, name, view, k, "k");
   detail::check_like(op, "dv", dv, v, "v");
-  detail::check_dplr_state(op, "initial_state", initial_state.size(), p);
-  detail::check_dplr_state(op, "dfinal_state", dfinal_state.size(), p);
-  detail::check_dplr_state(op, "dinitial_state", dinitial_state.size(), p);
-  std::vector<boundary::Region> inputs = detail::dplr_input_regions(q, k, v, a, b, gk);
+  detail::check_state_span(op, "initial_state", initial_state.size(), p);
+  detail::check_state_span(op, "dfinal_state", dfinal_state.size(), p);
+  detail::check_state_span(op, "dinitial_state", dinitial_state.size(), p);
+  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"a", a}, {"b", b}, {"gk", gk}});
   for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
                                     boundary::region("initial_state", initial_state)})
     inputs.push_back(r);

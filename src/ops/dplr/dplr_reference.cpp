@@ -20,7 +20,7 @@ detail::DplrProblem check(const char* op, const Tensor& q, const Tensor& k, cons
   };
   const detail::DplrProblem p = detail::check_dplr_arguments(op, view("q", q), view("k", k), view("v", v), view("a", a),
                                                              view("b", b), view("gk", gk), options);
-  if (initial) detail::check_dplr_state(op, "initial_state", initial->size(), p);
+  if (initial) detail::check_state_span(op, "initial_state", initial->size(), p);
   return p;
 }
 
@@ -57,7 +57,7 @@ DecayedOutput dplr_delta_rule_forward(const Tensor& q, const Tensor& k, const Te
   const detail::DplrProblem p = check("reference::dplr_delta_rule_forward", q, k, v, a, b, gk, options, initial_state);
   DecayedOutput result{Tensor({p.B, p.T, p.H, p.V}), std::vector<double>(size_t(p.state_size()))};
   std::vector<double> s(size_t(p.V));
-  for (const detail::DecaySequence& seq : p.sequences)
+  for (const detail::Sequence& seq : p.sequences)
     for (int64_t h = 0; h < p.H; ++h) {
       std::vector<double> S = state_of(p, seq.n * p.H + h, initial_state);
       for (int64_t t = seq.begin; t < seq.end; ++t) {
@@ -81,7 +81,7 @@ DplrGradients dplr_delta_rule_backward(const Tensor& dout, const std::vector<dou
   const detail::DplrProblem p = check(op, q, k, v, a, b, gk, options, initial_state);
   detail::check_output_shape(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
                              detail::shape_only(q.extent), detail::shape_only(v.extent));
-  if (dfinal_state) detail::check_dplr_state(op, "dfinal_state", dfinal_state->size(), p);
+  if (dfinal_state) detail::check_state_span(op, "dfinal_state", dfinal_state->size(), p);
   DplrGradients d{Tensor(q.extent),
                   Tensor(k.extent),
                   Tensor(v.extent),
@@ -91,7 +91,7 @@ DplrGradients dplr_delta_rule_backward(const Tensor& dout, const std::vector<dou
                   std::vector<double>(size_t(p.state_size()))};
   const int64_t K = p.K, V = p.V, KV = K * V;
   std::vector<double> s(static_cast<size_t>(V)), ds(static_cast<size_t>(V));
-  for (const detail::DecaySequence& seq : p.sequences)
+  for (const detail::Sequence& seq : p.sequences)
     for (int64_t h = 0; h < p.H; ++h) {
       // Every state of the sequence, S_{begin−1} first: the reverse sweep reads S_t and S_{t−1}.
       const int64_t n = seq.end - seq.begin;

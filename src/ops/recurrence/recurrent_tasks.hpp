@@ -1,6 +1,6 @@
 #pragma once
-// The token-by-token drivers of the decayed family and the delta rule (their fused_recurrent_* forwards
-// and decode steps): the split of a call into blocks of heads, and one token's rows of a block packed
+// The token-by-token drivers of every recurrence family (their fused_recurrent_* forwards and decode
+// steps): the split of a call into blocks of heads, and one token's rows of a block packed
 // together. A decode step calls them once per token, so what a call costs beside its arithmetic counts.
 #include <omp.h>
 
@@ -10,13 +10,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/parallel_errors.hpp"
 #include "core/threads.hpp"
 #include "kernels/decay_factors.hpp"
 #include "kernels/pack.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
-#include "ops/decay/decay_checks.hpp"
-#include "ops/decay/parallel_errors.hpp"
+#include "ops/recurrence/recurrence_checks.hpp"
 
 namespace linattn::detail {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The chunked families' states between the caller's [N, H, K, V] spans and a chunk's padded [K, Vp]
-// scratch (the decayed family and the delta rule).
+// scratch (every chunked recurrence family).
 #include <algorithm>
 #include <cstdint>
 #include <span>

@@ -3,7 +3,7 @@
 // process (std::terminate), and a thread that skips a worksharing loop leaves the others waiting at its
 // barrier. So every piece of a region's work runs through ParallelErrors::run, which keeps the first
 // exception (out of memory included) and lets the threads finish their loops with nothing more to do;
-// the caller rethrows it after the region. Shared by the decayed family's and the delta rule's drivers.
+// the caller rethrows it after the region. Shared by every driver that runs a parallel region.
 #include <atomic>
 #include <exception>
 #include <mutex>

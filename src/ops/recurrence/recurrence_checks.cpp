@@ -1,0 +1,83 @@
+#include "ops/recurrence/recurrence_checks.hpp"
+
+#include <array>
+#include <cmath>
+
+#include "core/validate.hpp"
+#include "linattn/limits.hpp"
+
+namespace linattn::detail {
+
+RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                             const Signature& s) {
+  check_attention_inputs(op, q, k, v);
+  const std::string causal = std::string("q's sequence length (") + s.family + " is causal: T keys for T queries)";
+  check_extent(op, "k", k, 1, q.seq(), causal.c_str());
+  check_scale(op, s.scale);
+  // Before anything is allocated: a chunk's scratch is quadratic in its length (limits.hpp).
+  if (s.max_chunk_size > 0)
+    check_bounded(op, "options.chunk_size", s.chunk_size, int64_t(1), s.max_chunk_size,
+                  "a chunk's scratch holds [chunk_size, chunk_size] matrices per thread");
+  RecurrenceProblem p{q.batch(), q.seq(), q.heads(), q.dim(), v.dim(), q.batch(), 1.0f, s.gate, {}};
+  p.scale = s.scale ? *s.scale : float(1.0 / std::sqrt(double(p.K)));
+  const char* axes[] = {"q's batch", "q's sequence length", "q's heads"};
+  const int64_t want[] = {p.B, p.T, p.H};
+  if (s.beta) {
+    check_view(op, "beta", *s.beta);
+    for (int axis = 0; axis < 3; ++axis) check_extent(op, "beta", *s.beta, axis, want[axis], axes[axis]);
+    check_extent(op, "beta", *s.beta, 3, 1, "one β per head and token");
+  }
+  if (p.gate_cols() > 0) {
+    check_view(op, "g", s.g);
+    for (int axis = 0; axis < 3; ++axis) check_extent(op, "g", s.g, axis, want[axis], axes[axis]);
+    check_extent(op, "g", s.g, 3, p.gate_cols(), s.gate_because);
+  } else if (s.g.data) {
+    fail_with(op, "g is given for ", s.gate_word, "'", s.gate_name, "', expected an empty view (only ", s.gated,
+              " take a gate tensor)");
+  }
+  // One value per key dimension of each head and token, like k.
+  for (const NamedView& x : s.like_k) check_like(op, x.name, x.view, k, "k");
+  p.sequences = packed_sequences(op, p.B, p.T, s.cu_seqlens);
+  p.N = int64_t(p.sequences.size());
+  checked_mul(op, "N × H × K × V", checked_mul(op, "N × H", p.N, p.H), checked_mul(op, "K × V", p.K, p.V));
+  return p;
+}
+
+void check_state_span(const char* op, const char* name, size_t size, const RecurrenceProblem& p) {
+  if (size == 0) return;
+  check_size(op, name, int64_t(size), p.state_size(), "[N, H, K, V]");
+}
+
+void check_token_state(const char* op, size_t size, const RecurrenceProblem& p) {
+  if (size == 0) fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
+  check_state_span(op, "state", size, p);
+}
+
+std::vector<boundary::Region> input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                            std::initializer_list<NamedView> more) {
+  std::vector<boundary::Region> r{boundary::region("q", q), boundary::region("k", k), boundary::region("v", v)};
+  for (const NamedView& x : more)
+    if (x.view.data) r.push_back(boundary::region(x.name, x.view));
+  return r;
+}
+
+void check_decode_state(const char* op, const RecurrentState& state, const std::string& name, const char* name_call,
+                        ConstTensorView q, ConstTensorView v) {
+  if (state.dtype() != DType::f32 && state.dtype() != DType::bf16)
+    fail_with(op, "state.dtype() is ", dtype_name(state.dtype()), ", expected f32 or bf16");
+  if (state.feature_map() != name)
+    fail_with(op, "state is a '", state.feature_map(), "' state, expected a '", name,
+              "' state (RecurrentState(B, H, K, V, ", name_call, "))");
+  const std::array<int64_t, 4> seen{state.batch(), state.heads(), state.feature_dim(), state.value_dim()};
+  const std::array<int64_t, 4> want{q.batch(), q.heads(), q.dim(), v.dim()};
+  const char* what[] = {"batch()", "heads()", "feature_dim()", "value_dim()"};
+  const char* because[] = {"q's batch", "q's heads", "q's head dim K", "v's value dim"};
+  for (int i = 0; i < 4; ++i)
+    if (seen[size_t(i)] != want[size_t(i)])
+      fail_with(op, "state.", what[i], " is ", seen[size_t(i)], ", expected ", want[size_t(i)], " (", because[i], ")");
+  // Refused before the state changes: a position past the bound could not be saved.
+  check_bounded(op, "state.position()", state.position(), 0, limits::kMaxPosition - q.seq(),
+                "the step adds q's tokens");
+}
+
+}  // namespace linattn::detail

@@ -1,0 +1,82 @@
+#pragma once
+// What every recurrence family (the decayed family, the delta rule, the DPLR delta rule) checks and
+// knows about a call, on top of the one boundary check of core/validate.hpp: one problem type, one
+// gate, one declarative signature check that each family calls with its differences as data, the
+// states' sizes, the inputs' regions and a decoding state's kind. The fast drivers and the fp64 oracles
+// both call them, so that both refuse the same calls with the same words.
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "linattn/boundary.hpp"
+#include "linattn/recurrent_state.hpp"
+#include "linattn/view.hpp"
+#include "ops/recurrence/sequences.hpp"
+
+namespace linattn::detail {
+
+// The shape of a recurrence's decay a_t = e^{g_t}: none (a = 1), one fixed log decay per head (no
+// tensor: retention, lightning), one per head and token (g [B, T, H, 1]) or one per key dimension
+// (g [B, T, H, K]). The public Decay and DeltaGate map onto it (decay_checks.hpp, delta_checks.hpp).
+enum class Gate { none, head, token, key };
+
+struct RecurrenceProblem {
+  int64_t B, T, H, K, V, N;
+  float scale;
+  Gate gate;
+  std::vector<Sequence> sequences;  // N of them, in state order
+  int64_t state_size() const { return N * H * K * V; }
+  // Columns of g: 1 (token), K (key), 0 (no gate tensor).
+  int64_t gate_cols() const { return gate == Gate::token ? 1 : gate == Gate::key ? K : 0; }
+};
+
+// One (sequence, head)'s tensors (beta: the delta rule's; empty elsewhere).
+struct RecurrenceHead {
+  ConstTensorView q, k, v, g, beta;
+  int64_t b, h;
+};
+
+// A named tensor of a call.
+struct NamedView {
+  const char* name;
+  ConstTensorView view;
+};
+
+// What a family's call takes beside q, k [B, T, H, K] and v [B, T, H, V], as data for
+// check_recurrence_arguments; each field says its words in the messages.
+struct Signature {
+  const char* family = "";  // "the decayed family", ...: why k has q's T ("<family> is causal")
+  std::optional<float> scale = {};
+  std::span<const int64_t> cu_seqlens = {};
+  int64_t chunk_size = 1, max_chunk_size = 0;  // max 0: no chunked form, chunk_size unchecked
+  const ConstTensorView* beta = nullptr;       // one β per head and token [B, T, H, 1], where taken
+  Gate gate = Gate::none;
+  ConstTensorView g = {};
+  const char* gate_word = "";                    // "decay " or nothing: 'g is given for <gate_word>'<gate_name>''
+  std::string gate_name = {};                    // the call's name (decay_name, delta_name)
+  const char* gated = "";                        // the names that take a gate tensor
+  const char* gate_because = "";                 // why g's last extent
+  std::initializer_list<NamedView> like_k = {};  // tensors shaped like k (DPLR's a, b, gk)
+};
+
+// The checks, in the order every family had them: q, k, v agreeing and causal (T keys for T queries);
+// scale finite; chunk_size in [1, max_chunk_size]; β; g shaped for the gate, or empty without one; the
+// tensors like k; cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1; N·H·K·V representable.
+RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                             const Signature& signature);
+// A state argument (`name`) of exactly N·H·K·V elements, or empty.
+void check_state_span(const char* op, const char* name, size_t size, const RecurrenceProblem& p);
+// The token-by-token forwards' `state`: N·H·K·V elements, not empty.
+void check_token_state(const char* op, size_t size, const RecurrenceProblem& p);
+// The inputs' regions for the aliasing check: q, k, v and those of `more` that are given.
+std::vector<boundary::Region> input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                            std::initializer_list<NamedView> more);
+// A decoding state made for the recurrence `name` (by RecurrentState(B, H, K, V, name_call)) whose
+// extents match q [B, T, H, K] and v [B, T, H, V], at a position that q's tokens can advance.
+void check_decode_state(const char* op, const RecurrentState& state, const std::string& name, const char* name_call,
+                        ConstTensorView q, ConstTensorView v);
+
+}  // namespace linattn::detail
