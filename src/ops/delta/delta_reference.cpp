@@ -7,6 +7,7 @@
 #include "core/validate.hpp"
 #include "linattn/reference.hpp"
 #include "ops/delta/delta_checks.hpp"
+#include "ops/recurrence/recurrence_reference.hpp"
 
 namespace linattn::reference {
 namespace {
@@ -51,12 +52,6 @@ void l2norm_backward(Tensor& dx, const Tensor& y, const std::vector<double>& rst
   }
 }
 
-// a[κ] = exp(g_t[κ]) of token t of batch row b, head h, for κ < K (1 without a gate).
-void decay_of(std::vector<double>& a, const detail::DeltaProblem& p, const Tensor* g, int64_t b, int64_t t, int64_t h) {
-  for (int64_t x = 0; x < p.K; ++x)
-    a[size_t(x)] = p.gate == detail::Gate::none ? 1.0 : std::exp((*g)(b, t, h, p.gate == detail::Gate::key ? x : 0));
-}
-
 // S ← P + β k rᵀ with P = diag(a) S and r = v − Pᵀ k; keeps r.
 void advance(std::vector<double>& S, std::vector<double>& r, const std::vector<double>& a,
              const detail::DeltaProblem& p, const Tensor& k, const Tensor& v, double beta, int64_t b, int64_t t,
@@ -72,12 +67,6 @@ void advance(std::vector<double>& S, std::vector<double>& r, const std::vector<d
     for (int64_t y = 0; y < p.V; ++y) S[size_t(x * p.V + y)] += beta * k(b, t, h, x) * r[size_t(y)];
 }
 
-std::vector<double> start_state(const detail::DeltaProblem& p, int64_t index, const std::vector<double>* initial) {
-  const int64_t KV = p.K * p.V;
-  if (!initial) return std::vector<double>(size_t(KV), 0.0);
-  return std::vector<double>(initial->begin() + index * KV, initial->begin() + (index + 1) * KV);
-}
-
 }  // namespace
 
 DecayedOutput delta_rule_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v, const Tensor& beta,
@@ -87,23 +76,11 @@ DecayedOutput delta_rule_forward(const Tensor& q_in, const Tensor& k_in, const T
   const detail::DeltaProblem p = check(op, q_in, k_in, v, beta, g, options, initial_state);
   std::vector<double> q_rstd, k_rstd;
   const Tensor q = l2norm(q_in, p.qk_l2norm, q_rstd), k = l2norm(k_in, p.qk_l2norm, k_rstd);
-  DecayedOutput result{Tensor({p.B, p.T, p.H, p.V}), std::vector<double>(size_t(p.state_size()))};
   std::vector<double> a(size_t(p.K)), r(size_t(p.V));
-  for (const detail::Sequence& s : p.sequences)
-    for (int64_t h = 0; h < p.H; ++h) {
-      std::vector<double> S = start_state(p, s.n * p.H + h, initial_state);
-      for (int64_t t = s.begin; t < s.end; ++t) {
-        decay_of(a, p, g, s.b, t, h);
-        advance(S, r, a, p, k, v, beta(s.b, t, h, 0), s.b, t, h);
-        for (int64_t y = 0; y < p.V; ++y) {
-          double o = 0;
-          for (int64_t x = 0; x < p.K; ++x) o += q(s.b, t, h, x) * S[size_t(x * p.V + y)];
-          result.out(s.b, t, h, y) = p.scale * o;
-        }
-      }
-      std::copy(S.begin(), S.end(), result.final_state.begin() + (s.n * p.H + h) * p.K * p.V);
-    }
-  return result;
+  return detail::reference_forward(p, q, initial_state, [&](std::vector<double>& S, int64_t b, int64_t t, int64_t h) {
+    detail::reference_decay(a, p, g, b, t, h);
+    advance(S, r, a, p, k, v, beta(b, t, h, 0), b, t, h);
+  });
 }
 
 DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>* dfinal_state, const Tensor& q_in,
@@ -122,82 +99,59 @@ DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>
                    Tensor(beta.extent),
                    g ? Tensor(g->extent) : Tensor(),
                    std::vector<double>(size_t(p.state_size()))};
-  const int64_t KV = p.K * p.V;
-  std::vector<double> a(static_cast<size_t>(p.K)), r(static_cast<size_t>(p.V)), dr(static_cast<size_t>(p.V)),
-      P(static_cast<size_t>(KV));
-  for (const detail::Sequence& s : p.sequences)
-    for (int64_t h = 0; h < p.H; ++h) {
-      // Every state S_t of the sequence, S_{begin−1} first: the reverse sweep reads S_t and S_{t−1}.
-      const int64_t n = s.end - s.begin;
-      std::vector<double> states(size_t((n + 1) * KV));
-      std::vector<double> S = start_state(p, s.n * p.H + h, initial_state);
-      std::copy(S.begin(), S.end(), states.begin());
-      for (int64_t t = s.begin; t < s.end; ++t) {
-        decay_of(a, p, g, s.b, t, h);
-        advance(S, r, a, p, k, v, beta(s.b, t, h, 0), s.b, t, h);
-        std::copy(S.begin(), S.end(), states.begin() + (t - s.begin + 1) * KV);
-      }
-      std::vector<double> dS =
-          dfinal_state ? start_state(p, s.n * p.H + h, dfinal_state) : std::vector<double>(size_t(KV));
-      for (int64_t t = s.end - 1; t >= s.begin; --t) {
-        const double* St = states.data() + (t - s.begin + 1) * KV;
-        const double* Sprev = states.data() + (t - s.begin) * KV;
-        const double bt = beta(s.b, t, h, 0);
-        decay_of(a, p, g, s.b, t, h);
-        // o_t = scale · S_tᵀ q_t.
-        for (int64_t x = 0; x < p.K; ++x) {
-          double dq = 0;
-          for (int64_t y = 0; y < p.V; ++y) {
-            dS[size_t(x * p.V + y)] += p.scale * q(s.b, t, h, x) * dout(s.b, t, h, y);
-            dq += St[x * p.V + y] * dout(s.b, t, h, y);
-          }
-          d.dq(s.b, t, h, x) = p.scale * dq;
-        }
-        // P = diag(a) S_{t−1}, r = v − Pᵀ k (recomputed).
-        for (int64_t x = 0; x < p.K; ++x)
-          for (int64_t y = 0; y < p.V; ++y) P[size_t(x * p.V + y)] = a[size_t(x)] * Sprev[x * p.V + y];
-        for (int64_t y = 0; y < p.V; ++y) {
-          double pk = 0;
-          for (int64_t x = 0; x < p.K; ++x) pk += P[size_t(x * p.V + y)] * k(s.b, t, h, x);
-          r[size_t(y)] = v(s.b, t, h, y) - pk;
-        }
-        // S_t = P + β k rᵀ: dβ = kᵀ dS r, dk = β dS r, dr = β dSᵀ k; dP = dS.
-        double dbeta = 0;
-        for (int64_t x = 0; x < p.K; ++x) {
-          double dSr = 0;
-          for (int64_t y = 0; y < p.V; ++y) dSr += dS[size_t(x * p.V + y)] * r[size_t(y)];
-          dbeta += k(s.b, t, h, x) * dSr;
-          d.dk(s.b, t, h, x) = bt * dSr;
-        }
-        d.dbeta(s.b, t, h, 0) = dbeta;
-        for (int64_t y = 0; y < p.V; ++y) {
-          double sum = 0;
-          for (int64_t x = 0; x < p.K; ++x) sum += dS[size_t(x * p.V + y)] * k(s.b, t, h, x);
-          dr[size_t(y)] = bt * sum;
-          d.dv(s.b, t, h, y) = dr[size_t(y)];
-        }
-        // r = v − Pᵀ k: dP −= k drᵀ, dk −= P dr.
-        for (int64_t x = 0; x < p.K; ++x) {
-          double Pdr = 0;
-          for (int64_t y = 0; y < p.V; ++y) {
-            Pdr += P[size_t(x * p.V + y)] * dr[size_t(y)];
-            dS[size_t(x * p.V + y)] -= k(s.b, t, h, x) * dr[size_t(y)];
-          }
-          d.dk(s.b, t, h, x) -= Pdr;
-        }
-        // P = diag(a) S_{t−1}: dg = Σ_v dP ⊙ P (∂a/∂g = a), dS_{t−1} = diag(a) dP.
-        for (int64_t x = 0; x < p.K; ++x) {
-          double dg = 0;
-          for (int64_t y = 0; y < p.V; ++y) {
-            dg += dS[size_t(x * p.V + y)] * P[size_t(x * p.V + y)];
-            dS[size_t(x * p.V + y)] *= a[size_t(x)];
-          }
-          if (p.gate == detail::Gate::key) d.dg(s.b, t, h, x) = dg;
-          if (p.gate == detail::Gate::token) d.dg(s.b, t, h, 0) += dg;
-        }
-      }
-      std::copy(dS.begin(), dS.end(), d.dinitial_state.begin() + (s.n * p.H + h) * KV);
+  std::vector<double> a(size_t(p.K)), r(size_t(p.V)), dr(size_t(p.V)), P(size_t(p.K * p.V));
+  const auto step = [&](std::vector<double>& S, int64_t b, int64_t t, int64_t h) {
+    detail::reference_decay(a, p, g, b, t, h);
+    advance(S, r, a, p, k, v, beta(b, t, h, 0), b, t, h);
+  };
+  const auto step_back = [&](std::vector<double>& dS, const double*, const double* Sprev, int64_t b, int64_t t,
+                             int64_t h) {
+    const double bt = beta(b, t, h, 0);
+    detail::reference_decay(a, p, g, b, t, h);
+    // P = diag(a) S_{t−1}, r = v − Pᵀ k (recomputed).
+    for (int64_t x = 0; x < p.K; ++x)
+      for (int64_t y = 0; y < p.V; ++y) P[size_t(x * p.V + y)] = a[size_t(x)] * Sprev[x * p.V + y];
+    for (int64_t y = 0; y < p.V; ++y) {
+      double pk = 0;
+      for (int64_t x = 0; x < p.K; ++x) pk += P[size_t(x * p.V + y)] * k(b, t, h, x);
+      r[size_t(y)] = v(b, t, h, y) - pk;
     }
+    // S_t = P + β k rᵀ: dβ = kᵀ dS r, dk = β dS r, dr = β dSᵀ k; dP = dS.
+    double dbeta = 0;
+    for (int64_t x = 0; x < p.K; ++x) {
+      double dSr = 0;
+      for (int64_t y = 0; y < p.V; ++y) dSr += dS[size_t(x * p.V + y)] * r[size_t(y)];
+      dbeta += k(b, t, h, x) * dSr;
+      d.dk(b, t, h, x) = bt * dSr;
+    }
+    d.dbeta(b, t, h, 0) = dbeta;
+    for (int64_t y = 0; y < p.V; ++y) {
+      double sum = 0;
+      for (int64_t x = 0; x < p.K; ++x) sum += dS[size_t(x * p.V + y)] * k(b, t, h, x);
+      dr[size_t(y)] = bt * sum;
+      d.dv(b, t, h, y) = dr[size_t(y)];
+    }
+    // r = v − Pᵀ k: dP −= k drᵀ, dk −= P dr.
+    for (int64_t x = 0; x < p.K; ++x) {
+      double Pdr = 0;
+      for (int64_t y = 0; y < p.V; ++y) {
+        Pdr += P[size_t(x * p.V + y)] * dr[size_t(y)];
+        dS[size_t(x * p.V + y)] -= k(b, t, h, x) * dr[size_t(y)];
+      }
+      d.dk(b, t, h, x) -= Pdr;
+    }
+    // P = diag(a) S_{t−1}: dg = Σ_v dP ⊙ P (∂a/∂g = a), dS_{t−1} = diag(a) dP.
+    for (int64_t x = 0; x < p.K; ++x) {
+      double dg = 0;
+      for (int64_t y = 0; y < p.V; ++y) {
+        dg += dS[size_t(x * p.V + y)] * P[size_t(x * p.V + y)];
+        dS[size_t(x * p.V + y)] *= a[size_t(x)];
+      }
+      if (p.gate == detail::Gate::key) d.dg(b, t, h, x) = dg;
+      if (p.gate == detail::Gate::token) d.dg(b, t, h, 0) += dg;
+    }
+  };
+  detail::reference_backward(p, q, dout, initial_state, dfinal_state, d.dq, d.dinitial_state, step, step_back);
   if (p.qk_l2norm) l2norm_backward(d.dq, q, q_rstd), l2norm_backward(d.dk, k, k_rstd);
   return d;
 }

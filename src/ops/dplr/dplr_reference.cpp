@@ -8,6 +8,7 @@
 #include "core/validate.hpp"
 #include "linattn/dplr.hpp"
 #include "ops/dplr/dplr_checks.hpp"
+#include "ops/recurrence/recurrence_reference.hpp"
 
 namespace linattn::reference {
 namespace {
@@ -22,13 +23,6 @@ detail::DplrProblem check(const char* op, const Tensor& q, const Tensor& k, cons
                                                              view("b", b), view("gk", gk), options);
   if (initial) detail::check_state_span(op, "initial_state", initial->size(), p);
   return p;
-}
-
-// State `index` of `from` ([N·H, K, V]), or zeros when from is null.
-std::vector<double> state_of(const detail::DplrProblem& p, int64_t index, const std::vector<double>* from) {
-  const int64_t KV = p.K * p.V;
-  if (!from) return std::vector<double>(size_t(KV), 0.0);
-  return std::vector<double>(from->begin() + index * KV, from->begin() + (index + 1) * KV);
 }
 
 // One token of one head: s = Sᵀ a (kept), then S ← diag(exp(gk)) S + b sᵀ + k vᵀ.
@@ -55,22 +49,10 @@ DecayedOutput dplr_delta_rule_forward(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& b, const Tensor& gk, const DplrOptions& options,
                                       const std::vector<double>* initial_state) {
   const detail::DplrProblem p = check("reference::dplr_delta_rule_forward", q, k, v, a, b, gk, options, initial_state);
-  DecayedOutput result{Tensor({p.B, p.T, p.H, p.V}), std::vector<double>(size_t(p.state_size()))};
   std::vector<double> s(size_t(p.V));
-  for (const detail::Sequence& seq : p.sequences)
-    for (int64_t h = 0; h < p.H; ++h) {
-      std::vector<double> S = state_of(p, seq.n * p.H + h, initial_state);
-      for (int64_t t = seq.begin; t < seq.end; ++t) {
-        Token{p, k, v, a, b, gk, seq.b, t, h}.advance(S, s);
-        for (int64_t y = 0; y < p.V; ++y) {
-          double o = 0;
-          for (int64_t x = 0; x < p.K; ++x) o += q(seq.b, t, h, x) * S[size_t(x * p.V + y)];
-          result.out(seq.b, t, h, y) = p.scale * o;
-        }
-      }
-      std::copy(S.begin(), S.end(), result.final_state.begin() + (seq.n * p.H + h) * p.K * p.V);
-    }
-  return result;
+  return detail::reference_forward(p, q, initial_state, [&](std::vector<double>& S, int64_t bi, int64_t t, int64_t h) {
+    Token{p, k, v, a, b, gk, bi, t, h}.advance(S, s);
+  });
 }
 
 DplrGradients dplr_delta_rule_backward(const Tensor& dout, const std::vector<double>* dfinal_state, const Tensor& q,
@@ -89,64 +71,44 @@ DplrGradients dplr_delta_rule_backward(const Tensor& dout, const std::vector<dou
                   Tensor(b.extent),
                   Tensor(gk.extent),
                   std::vector<double>(size_t(p.state_size()))};
-  const int64_t K = p.K, V = p.V, KV = K * V;
+  const int64_t K = p.K, V = p.V;
   std::vector<double> s(static_cast<size_t>(V)), ds(static_cast<size_t>(V));
-  for (const detail::Sequence& seq : p.sequences)
-    for (int64_t h = 0; h < p.H; ++h) {
-      // Every state of the sequence, S_{begin−1} first: the reverse sweep reads S_t and S_{t−1}.
-      const int64_t n = seq.end - seq.begin;
-      std::vector<double> states(size_t((n + 1) * KV));
-      std::vector<double> S = state_of(p, seq.n * p.H + h, initial_state);
-      std::copy(S.begin(), S.end(), states.begin());
-      for (int64_t t = seq.begin; t < seq.end; ++t) {
-        Token{p, k, v, a, b, gk, seq.b, t, h}.advance(S, s);
-        std::copy(S.begin(), S.end(), states.begin() + (t - seq.begin + 1) * KV);
+  const auto step = [&](std::vector<double>& S, int64_t bi, int64_t t, int64_t h) {
+    Token{p, k, v, a, b, gk, bi, t, h}.advance(S, s);
+  };
+  const auto step_back = [&](std::vector<double>& dS, const double*, const double* Sp, int64_t bi, int64_t t,
+                             int64_t h) {
+    const Token tok{p, k, v, a, b, gk, bi, t, h};
+    // s = S_{t−1}ᵀ a (recomputed).
+    std::fill(s.begin(), s.end(), 0.0);
+    for (int64_t x = 0; x < K; ++x)
+      for (int64_t y = 0; y < V; ++y) s[size_t(y)] += a(bi, t, h, x) * Sp[x * V + y];
+    // S_t = diag(w) S_{t−1} + b sᵀ + k vᵀ: dk = dS v, db = dS s, dv = dSᵀ k, ds = dSᵀ b.
+    std::fill(ds.begin(), ds.end(), 0.0);
+    for (int64_t x = 0; x < K; ++x) {
+      double dk = 0, db = 0;
+      for (int64_t y = 0; y < V; ++y) {
+        const double g = dS[size_t(x * V + y)];
+        dk += g * v(bi, t, h, y), db += g * s[size_t(y)];
+        d.dv(bi, t, h, y) += g * k(bi, t, h, x);
+        ds[size_t(y)] += g * b(bi, t, h, x);
       }
-      std::vector<double> dS = state_of(p, seq.n * p.H + h, dfinal_state);
-      for (int64_t t = seq.end - 1; t >= seq.begin; --t) {
-        const Token tok{p, k, v, a, b, gk, seq.b, t, h};
-        const double* St = states.data() + (t - seq.begin + 1) * KV;
-        const double* Sp = states.data() + (t - seq.begin) * KV;
-        // o_t = scale · S_tᵀ q_t: dS_t += scale · q doᵀ, dq = scale · S_t do.
-        for (int64_t x = 0; x < K; ++x) {
-          double dq = 0;
-          for (int64_t y = 0; y < V; ++y) {
-            dS[size_t(x * V + y)] += p.scale * q(seq.b, t, h, x) * dout(seq.b, t, h, y);
-            dq += St[x * V + y] * dout(seq.b, t, h, y);
-          }
-          d.dq(seq.b, t, h, x) = p.scale * dq;
-        }
-        // s = S_{t−1}ᵀ a (recomputed).
-        std::fill(s.begin(), s.end(), 0.0);
-        for (int64_t x = 0; x < K; ++x)
-          for (int64_t y = 0; y < V; ++y) s[size_t(y)] += a(seq.b, t, h, x) * Sp[x * V + y];
-        // S_t = diag(w) S_{t−1} + b sᵀ + k vᵀ: dk = dS v, db = dS s, dv = dSᵀ k, ds = dSᵀ b.
-        std::fill(ds.begin(), ds.end(), 0.0);
-        for (int64_t x = 0; x < K; ++x) {
-          double dk = 0, db = 0;
-          for (int64_t y = 0; y < V; ++y) {
-            const double g = dS[size_t(x * V + y)];
-            dk += g * v(seq.b, t, h, y), db += g * s[size_t(y)];
-            d.dv(seq.b, t, h, y) += g * k(seq.b, t, h, x);
-            ds[size_t(y)] += g * b(seq.b, t, h, x);
-          }
-          d.dk(seq.b, t, h, x) = dk, d.db(seq.b, t, h, x) = db;
-        }
-        // dgk = w ⊙ Σ_v dS ⊙ S_{t−1} (∂w/∂gk = w); s = S_{t−1}ᵀ a: da = S_{t−1} ds;
-        // dS_{t−1} = diag(w) dS + a dsᵀ.
-        for (int64_t x = 0; x < K; ++x) {
-          double dgk = 0, da = 0;
-          const double w = tok.w(x);
-          for (int64_t y = 0; y < V; ++y) {
-            double& g = dS[size_t(x * V + y)];
-            dgk += g * Sp[x * V + y], da += Sp[x * V + y] * ds[size_t(y)];
-            g = w * g + a(seq.b, t, h, x) * ds[size_t(y)];
-          }
-          d.dgk(seq.b, t, h, x) = w * dgk, d.da(seq.b, t, h, x) = da;
-        }
-      }
-      std::copy(dS.begin(), dS.end(), d.dinitial_state.begin() + (seq.n * p.H + h) * KV);
+      d.dk(bi, t, h, x) = dk, d.db(bi, t, h, x) = db;
     }
+    // dgk = w ⊙ Σ_v dS ⊙ S_{t−1} (∂w/∂gk = w); s = S_{t−1}ᵀ a: da = S_{t−1} ds;
+    // dS_{t−1} = diag(w) dS + a dsᵀ.
+    for (int64_t x = 0; x < K; ++x) {
+      double dgk = 0, da = 0;
+      const double w = tok.w(x);
+      for (int64_t y = 0; y < V; ++y) {
+        double& g = dS[size_t(x * V + y)];
+        dgk += g * Sp[x * V + y], da += Sp[x * V + y] * ds[size_t(y)];
+        g = w * g + a(bi, t, h, x) * ds[size_t(y)];
+      }
+      d.dgk(bi, t, h, x) = w * dgk, d.da(bi, t, h, x) = da;
+    }
+  };
+  detail::reference_backward(p, q, dout, initial_state, dfinal_state, d.dq, d.dinitial_state, step, step_back);
   return d;
 }
 
