@@ -13,6 +13,8 @@ struct DecayProblem : RecurrenceProblem {
   Decay decay;  // retention and lightning are both Gate::head: the decay says which
 };
 
+// The decayed family's signature: g for the gates per token or key; its words in the messages.
+Signature decay_signature(ConstTensorView g, const DecayedAttentionOptions& options);
 // q, k [B, T, H, K] and v [B, T, H, V] agreeing; g shaped for options.decay ([B, T, H, 1] token,
 // [B, T, H, K] key, else an empty view); g_gamma [H] exactly for Decay::head (else empty); scale
 // finite; chunk_size in [1, kMaxDecayChunkSize] (limits.hpp); cu_seqlens empty or [N + 1] ascending

@@ -13,13 +13,6 @@
 #include "kernels/triangle.hpp"
 
 namespace linattn::detail {
-using kernels::gemm;
-using kernels::lower_product;
-using kernels::lower_scores;
-using kernels::lower_transposed_product;
-using kernels::mask_lower;
-using kernels::padded;
-using kernels::plain;
 
 NextChunk next_chunk_rows(const RecurrenceHead& x, int64_t t0, int64_t n) {
   return {kernels::head_rows_ahead(x.q, x.k, false, x.b, x.h, t0, n),
@@ -32,9 +25,9 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
       per_key_(p.decay == Decay::key),
       backward_(backward),
       C_(chunk_rows(p.sequences, options.chunk_size)),
-      Cp_(padded(C_)),
-      Kp_(padded(p.K)),
-      Vp_(padded(p.V)) {
+      Cp_(kernels::padded(C_)),
+      Kp_(kernels::padded(p.K)),
+      Vp_(kernels::padded(p.V)) {
   const auto size = [](int64_t rows, int64_t cols) { return size_t(rows * cols); };
   Q_.resize(size(C_, Kp_)), K_.resize(size(C_, Kp_)), V_.resize(size(C_, Vp_));
   Qe_.resize(size(C_, Kp_)), Kd_.resize(size(C_, Kp_));
@@ -129,8 +122,8 @@ void DecayChunk::row_factors(bool queries) {
 
 // A: [n, n] = mask(left rightᵀ) ⊙ W, lower triangle by strips; right_t: rightᵀ [depth, Cp].
 void DecayChunk::intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth) {
-  lower_scores(A, Cp_, left, depth_pitch, right_t, Cp_, n_, depth);
-  mask_lower(A, Cp_, per_key_ || p_.decay == Decay::none ? nullptr : W_.data(), Cp_, n_);
+  kernels::lower_scores(A, Cp_, left, depth_pitch, right_t, Cp_, n_, depth);
+  kernels::mask_lower(A, Cp_, per_key_ || p_.decay == Decay::none ? nullptr : W_.data(), Cp_, n_);
 }
 
 void DecayChunk::scale_state(float* S) const {
@@ -142,8 +135,8 @@ void DecayChunk::scale_state(float* S) const {
 
 void DecayChunk::advance(float* S, const kernels::RowsAhead* ahead) {
   scale_state(S);
-  gemm({S, Vp_, p_.K, p_.V}, kernels::transposed(Kd_.data(), Kp_), {V_.data(), Vp_, n_, p_.V},
-       {.accumulate = true, .ahead = ahead});
+  kernels::gemm({S, Vp_, p_.K, p_.V}, kernels::transposed(Kd_.data(), Kp_), {V_.data(), Vp_, n_, p_.V},
+                {.accumulate = true, .ahead = ahead});
 }
 
 void DecayChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next) {
@@ -152,9 +145,9 @@ void DecayChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int6
   kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
   intra_scores(A_.data(), left, T_.data(), Kp_, K);
   // O = A V, then += (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
-  lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, false);
-  gemm({O_.data(), Vp_, n, V}, plain(Qe_.data(), Kp_), {S, Vp_, K, V},
-       {.accumulate = true, .ahead = next ? &next->qk : nullptr});
+  kernels::lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, false);
+  kernels::gemm({O_.data(), Vp_, n, V}, kernels::plain(Qe_.data(), Kp_), {S, Vp_, K, V},
+                {.accumulate = true, .ahead = next ? &next->qk : nullptr});
   kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
   advance(S, next ? &next->vg : nullptr);
 }
@@ -169,42 +162,42 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
   intra_scores(A_.data(), left, T_.data(), Kp_, K);
   kernels::transpose(T_.data(), Cp_, V_.data(), Vp_, n, V);
-  lower_scores(dA_.data(), Cp_, dO_.data(), Vp_, T_.data(), Cp_, n, V);
-  mask_lower(dA_.data(), Cp_, W, Cp_, n);
+  kernels::lower_scores(dA_.data(), Cp_, dO_.data(), Vp_, T_.data(), Cp_, n, V);
+  kernels::mask_lower(dA_.data(), Cp_, W, Cp_, n);
   // The diagonal (each token with itself, weight e^0) apart: it adds to dq and dk below, after the gate's
   // share is taken, so that ∂L/∂b never holds two O(1) terms that cancel (docs: "Numerics").
   for (int64_t t = 0; t < n; ++t) diag_[size_t(t)] = dA_[size_t(t * Cp_ + t)], dA_[size_t(t * Cp_ + t)] = 0.0f;
   // dQ = e^b ⊙ (dO Sᵀ) + [dA K̂] ⊙ e^{b − m} (per row: dA K).
   kernels::transpose(St_.data(), Kp_, S, Vp_, K, V);
-  gemm({dQ_.data(), Kp_, n, K}, plain(dO_.data(), Vp_), {St_.data(), Kp_, V, K},
-       {.row_scale = per_key_ ? nullptr : row_q_.data()});
+  kernels::gemm({dQ_.data(), Kp_, n, K}, kernels::plain(dO_.data(), Vp_), {St_.data(), Kp_, V, K},
+                {.row_scale = per_key_ ? nullptr : row_q_.data()});
   // dK = e^{b_n − b} ⊙ (V dSᵀ) + [dAᵀ Q̂] ⊙ e^{m − b}.
   kernels::transpose(St_.data(), Kp_, dS, Vp_, K, V);
-  gemm({dK_.data(), Kp_, n, K}, plain(V_.data(), Vp_), {St_.data(), Kp_, V, K},
-       {.row_scale = per_key_ ? nullptr : row_k_.data()});
+  kernels::gemm({dK_.data(), Kp_, n, K}, kernels::plain(V_.data(), Vp_), {St_.data(), Kp_, V, K},
+                {.row_scale = per_key_ ? nullptr : row_k_.data()});
   if (per_key_) {
     // dQ = e^{b−m} ⊙ (e^{m} ⊙ dO Sᵀ + dA K̂), dK = e^{m−b} ⊙ (e^{b_n−m} ⊙ V dSᵀ + dAᵀ Q̂): the load's
     // factors again, no exp here.
     const float *em = em_.data(), *enm = enm_.data();
-    lower_product(tmp_.data(), Kp_, dA_.data(), Cp_, right, Kp_, n, K, false);
+    kernels::lower_product(tmp_.data(), Kp_, dA_.data(), Cp_, right, Kp_, n, K, false);
     for (int64_t t = 0; t < n; ++t) {
       float* d = dQ_.data() + t * Kp_;
       const float *e = E_.data() + t * Kp_, *part = tmp_.data() + t * Kp_;
       for (int64_t c = 0; c < K; ++c) d[c] = e[c] * (em[c] * d[c] + part[c]);
     }
-    lower_transposed_product(tmp_.data(), Kp_, dA_.data(), Cp_, left, Kp_, n, K, false);
+    kernels::lower_transposed_product(tmp_.data(), Kp_, dA_.data(), Cp_, left, Kp_, n, K, false);
     for (int64_t t = 0; t < n; ++t) {
       float* d = dK_.data() + t * Kp_;
       const float *e = invE_.data() + t * Kp_, *part = tmp_.data() + t * Kp_;
       for (int64_t c = 0; c < K; ++c) d[c] = e[c] * (enm[c] * d[c] + part[c]);
     }
   } else {
-    lower_product(dQ_.data(), Kp_, dA_.data(), Cp_, K_.data(), Kp_, n, K, true);
-    lower_transposed_product(dK_.data(), Kp_, dA_.data(), Cp_, Q_.data(), Kp_, n, K, true);
+    kernels::lower_product(dQ_.data(), Kp_, dA_.data(), Cp_, K_.data(), Kp_, n, K, true);
+    kernels::lower_transposed_product(dK_.data(), Kp_, dA_.data(), Cp_, Q_.data(), Kp_, n, K, true);
   }
   // dV = Aᵀ dO + (K ⊙ e^{b_n − b}) dS (the triangle first: overwriting, it needs no per-row ranges).
-  lower_transposed_product(dV_.data(), Vp_, A_.data(), Cp_, dO_.data(), Vp_, n, V, false);
-  gemm({dV_.data(), Vp_, n, V}, plain(Kd_.data(), Kp_), {dS, Vp_, K, V}, {.accumulate = true});
+  kernels::lower_transposed_product(dV_.data(), Vp_, A_.data(), Cp_, dO_.data(), Vp_, n, V, false);
+  kernels::gemm({dV_.data(), Vp_, n, V}, kernels::plain(Kd_.data(), Kp_), {dS, Vp_, K, V}, {.accumulate = true});
   // ∂L/∂b_t = Q ⊙ dQ − K ⊙ dK (Q = scale·q, so q·dq = Q·dQ), without the diagonal; the last token of
   // a sequence leaves out its pair with the final state (the caller adds that pair's share).
   const int64_t cols = p_.gate_cols();
@@ -223,7 +216,7 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
     }
   // dS ← diag(e^{b_n}) dS + (Q ⊙ e^b)ᵀ dO.
   scale_state(dS);
-  gemm({dS, Vp_, K, V}, kernels::transposed(Qe_.data(), Kp_), {dO_.data(), Vp_, n, V}, {.accumulate = true});
+  kernels::gemm({dS, Vp_, K, V}, kernels::transposed(Qe_.data(), Kp_), {dO_.data(), Vp_, n, V}, {.accumulate = true});
   kernels::unpack_rows(kernels::head_rows(dq, x.b, x.h), t0, {dQ_.data(), Kp_, n, K}, n, p_.scale);
   kernels::unpack_rows(kernels::head_rows(dk, x.b, x.h), t0, {dK_.data(), Kp_, n, K}, n);
   kernels::unpack_rows(kernels::head_rows(dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);

@@ -151,26 +151,10 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                                 std::span<const float> initial_state) {
   const char* op = "decayed_attention_backward";
   const DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
-  detail::check_output_shape(op, "dout", dout, q, v);
-  detail::check_like(op, "dq", dq, q, "q");
-  detail::check_like(op, "dk", dk, k, "k");
-  detail::check_like(op, "dv", dv, v, "v");
+  detail::check_recurrence_backward(op, p, detail::decay_signature(g, options), dout, q, k, v, {{"g", g}},
+                                    {{"dq", dq, q, "q"}, {"dk", dk, k, "k"}, {"dv", dv, v, "v"}}, dg, dinitial_state,
+                                    dfinal_state, initial_state);
   const int64_t cols = p.gate_cols();
-  if (cols > 0)
-    detail::check_like(op, "dg", dg, g, "g");
-  else if (dg.data)
-    detail::fail_with(op, "dg is given for decay '", decay_name(p.decay), "', expected an empty view (no gate tensor)");
-  detail::check_state_span(op, "initial_state", initial_state.size(), p);
-  detail::check_state_span(op, "dfinal_state", dfinal_state.size(), p);
-  detail::check_state_span(op, "dinitial_state", dinitial_state.size(), p);
-  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}});
-  for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
-                                    boundary::region("initial_state", initial_state)})
-    inputs.push_back(r);
-  std::vector<boundary::Region> outputs{boundary::region("dq", dq), boundary::region("dk", dk),
-                                        boundary::region("dv", dv), boundary::region("dinitial_state", dinitial_state)};
-  if (cols > 0) outputs.push_back(boundary::region("dg", dg));
-  detail::check_outputs(op, outputs, inputs);
   const int64_t C = options.chunk_size;
   for_each_group(p, options, true, q, k, v, g,
                  [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun>& runs) {

@@ -14,6 +14,9 @@ struct DeltaProblem : RecurrenceProblem {
   bool qk_l2norm;
 };
 
+// The delta rule's signature: β, and g for the gates per token or key; its words in the messages. beta
+// must outlive the signature (it points to it).
+Signature delta_signature(const ConstTensorView& beta, ConstTensorView g, const DeltaRuleOptions& options);
 // q, k [B, T, H, K], v [B, T, H, V] and beta [B, T, H, 1] agreeing; g shaped for options.gate
 // ([B, T, H, 1] token, [B, T, H, K] key, else an empty view); scale finite; chunk_size in
 // [1, kMaxDeltaChunkSize] (limits.hpp); cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1.

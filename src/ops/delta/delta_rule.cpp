@@ -82,27 +82,10 @@ void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView
                          ConstTensorView g, const DeltaRuleOptions& options, std::span<const float> initial_state) {
   const char* op = "delta_rule_backward";
   const DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
-  detail::check_output_shape(op, "dout", dout, q, v);
-  detail::check_like(op, "dq", dq, q, "q");
-  detail::check_like(op, "dk", dk, k, "k");
-  detail::check_like(op, "dv", dv, v, "v");
-  detail::check_like(op, "dbeta", dbeta, beta, "beta");
-  if (p.gate_cols() > 0)
-    detail::check_like(op, "dg", dg, g, "g");
-  else if (dg.data)
-    detail::fail_with(op, "dg is given for '", delta_name(options.gate), "', expected an empty view (no gate tensor)");
-  detail::check_state_span(op, "initial_state", initial_state.size(), p);
-  detail::check_state_span(op, "dfinal_state", dfinal_state.size(), p);
-  detail::check_state_span(op, "dinitial_state", dinitial_state.size(), p);
-  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}});
-  for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
-                                    boundary::region("initial_state", initial_state)})
-    inputs.push_back(r);
-  std::vector<boundary::Region> outputs{boundary::region("dq", dq), boundary::region("dk", dk),
-                                        boundary::region("dv", dv), boundary::region("dbeta", dbeta),
-                                        boundary::region("dinitial_state", dinitial_state)};
-  if (p.gate_cols() > 0) outputs.push_back(boundary::region("dg", dg));
-  detail::check_outputs(op, outputs, inputs);
+  detail::check_recurrence_backward(
+      op, p, detail::delta_signature(beta, g, options), dout, q, k, v, {{"g", g}, {"beta", beta}},
+      {{"dq", dq, q, "q"}, {"dk", dk, k, "k"}, {"dv", dv, v, "v"}, {"dbeta", dbeta, beta, "beta"}}, dg, dinitial_state,
+      dfinal_state, initial_state);
   const DeltaChunk::Grads grads{dq, dk, dv, dbeta, dg};
   for_each_head(p, options.chunk_size, true, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
     DeltaChunk& chunk = scratch.chunk;

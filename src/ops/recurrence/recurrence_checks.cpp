@@ -43,6 +43,31 @@ RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, 
   return p;
 }
 
+void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const Signature& s, ConstTensorView dout,
+                               ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                               std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
+                               TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
+                               std::span<const float> initial_state) {
+  check_output_shape(op, "dout", dout, q, v);
+  for (const Gradient& d : grads) check_like(op, d.name, d.grad, d.input, d.input_name);
+  if (p.gate_cols() > 0)
+    check_like(op, "dg", dg, s.g, "g");
+  else if (dg.data)
+    fail_with(op, "dg is given for ", s.gate_word, "'", s.gate_name, "', expected an empty view (no gate tensor)");
+  check_state_span(op, "initial_state", initial_state.size(), p);
+  check_state_span(op, "dfinal_state", dfinal_state.size(), p);
+  check_state_span(op, "dinitial_state", dinitial_state.size(), p);
+  std::vector<boundary::Region> in = input_regions(q, k, v, inputs);
+  for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
+                                    boundary::region("initial_state", initial_state)})
+    in.push_back(r);
+  std::vector<boundary::Region> out;
+  for (const Gradient& d : grads) out.push_back(boundary::region(d.name, d.grad));
+  out.push_back(boundary::region("dinitial_state", dinitial_state));
+  if (p.gate_cols() > 0) out.push_back(boundary::region("dg", dg));
+  check_outputs(op, out, in);
+}
+
 void check_state_span(const char* op, const char* name, size_t size, const RecurrenceProblem& p) {
   if (size == 0) return;
   check_size(op, name, int64_t(size), p.state_size(), "[N, H, K, V]");

@@ -67,6 +67,28 @@ struct Signature {
 // tensors like k; cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1; N·H·K·V representable.
 RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                              const Signature& signature);
+// A gradient and the input it is shaped like.
+struct Gradient {
+  const char* name;
+  TensorView grad;
+  ConstTensorView input;
+  const char* input_name;
+};
+// The chunked backwards' checks after check_recurrence_arguments: dout shaped like out; each gradient
+// like its input; dg like g where the gate has a tensor, else empty (named by the signature's words);
+// the states' sizes; no output (the gradients, dinitial_state, dg) sharing memory with another or an
+// input (q, k, v, `inputs`, dout, dfinal_state, initial_state).
+void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const Signature& signature,
+                               ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                               std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
+                               TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
+                               std::span<const float> initial_state);
+// The name of enumerator e, from names given in the enum's order ("unknown" outside it).
+template <class E, size_t N>
+std::string enum_name(E e, const char* const (&names)[N]) {
+  const auto i = size_t(e);
+  return i < N ? names[i] : "unknown";
+}
 // A state argument (`name`) of exactly N·H·K·V elements, or empty.
 void check_state_span(const char* op, const char* name, size_t size, const RecurrenceProblem& p);
 // The token-by-token forwards' `state`: N·H·K·V elements, not empty.
