@@ -198,6 +198,13 @@ def test_disable_leaves_fla_exactly_as_it_was():
         fla.ops.chunk_gated_delta_rule(*positional, **keywords)
 
 
+def test_fla_that_does_not_import_is_refused_with_the_fix(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fla.backends", None)  # as when a dependency (einops, Triton) is missing
+    with pytest.raises(ImportError, match=r"pip install triton==3\.9\.0 flash-linear-attention==0\.6\.0"):
+        integration.enable()
+    assert not integration.is_enabled()
+
+
 def test_other_fla_versions_are_refused(monkeypatch):
     monkeypatch.setattr(fla, "__version__", "0.7.0")
     with pytest.raises(RuntimeError, match=r"flash-linear-attention 0\.7\.0.*>= 0\.6, < 0\.7.*"
