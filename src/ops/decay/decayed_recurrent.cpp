@@ -63,7 +63,7 @@ void recurrent_forward(const detail::DecayProblem& p, View4<I> out, View4<const 
 }
 
 // The checks of an fp32 call: shapes, the state's size, and no output sharing memory with another or an input.
-detail::DecayProblem check_fp32(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+detail::DecayProblem check_call(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                 ConstTensorView g, size_t state_size, boundary::Region state,
                                 const DecayedAttentionOptions& options) {
   const detail::DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
@@ -76,7 +76,7 @@ detail::DecayProblem check_fp32(const char* op, TensorView out, ConstTensorView 
 
 // The checks of a half call, on the half views themselves (nothing is copied), then the same shape checks.
 template <HalfType H>
-detail::DecayProblem check_half(const char* op, View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g,
+detail::DecayProblem check_call(const char* op, View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g,
                                 size_t state_size, boundary::Region state, const DecayedAttentionOptions& options) {
   kernels::HalfCall<H> c(op);
   c.in_place("q", q), c.in_place("k", k), c.in_place("v", v), c.out_in_place("out", out);
@@ -96,20 +96,11 @@ template <class I>
 void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v, View4<const I> g,
           RecurrentState& state, const DecayedAttentionOptions& options) {
   using kernels::shape_view;
-  const detail::DecodeState S =
-      detail::check_decode_step<I>(op, state, !options.cu_seqlens.empty(), decay_name(options.decay),
-                                   "decay_name(options.decay)", shape_view(q), shape_view(v));
-  const detail::DecayProblem p = [&] {
-    if constexpr (std::is_same_v<I, float>)
-      return check_fp32(op, out, q, k, v, g, S.size, S.region, options);
-    else
-      return check_half(op, out, q, k, v, g, S.size, S.region, options);
-  }();
-  if (S.bf16_storage)
-    recurrent(p, out, q, k, v, g, state.S_bf16(), options);
-  else
-    recurrent(p, out, q, k, v, g, state.S(), options);
-  state.set_position(state.position() + q.seq());
+  detail::decode_step<I>(
+      op, state, !options.cu_seqlens.empty(), decay_name(options.decay), "decay_name(options.decay)", shape_view(q),
+      shape_view(v),
+      [&](const detail::DecodeState& S) { return check_call(op, out, q, k, v, g, S.size, S.region, options); },
+      [&](const detail::DecayProblem& p, auto S) { recurrent(p, out, q, k, v, g, S, options); });
 }
 
 }  // namespace
@@ -118,7 +109,7 @@ void decayed_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorVie
                                ConstTensorView g, std::span<float> state, const DecayedAttentionOptions& options) {
   const char* op = "decayed_recurrent_forward";
   const detail::DecayProblem p =
-      check_fp32(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
+      check_call(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
   recurrent_forward(p, out, q, k, v, g, state, options);
 }
 
@@ -127,7 +118,7 @@ void decayed_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H>
                                const DecayedAttentionOptions& options) {
   const char* op = "decayed_recurrent_forward";
   const detail::DecayProblem p =
-      check_half(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
+      check_call(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
   recurrent_forward(p, out, q, k, v, g, state, options);
 }
 

@@ -61,7 +61,7 @@ void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, Vi
 }
 
 // The checks of an fp32 call: shapes, the state's size, and no output sharing memory with another or an input.
-detail::DeltaProblem check_fp32(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+detail::DeltaProblem check_call(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                 ConstTensorView beta, ConstTensorView g, size_t state_size, boundary::Region state,
                                 const DeltaRuleOptions& options) {
   const detail::DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
@@ -74,7 +74,7 @@ detail::DeltaProblem check_fp32(const char* op, TensorView out, ConstTensorView 
 
 // The checks of a half call, on the half views themselves (nothing is copied), then the same shape checks.
 template <HalfType H>
-detail::DeltaProblem check_half(const char* op, View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta,
+detail::DeltaProblem check_call(const char* op, View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta,
                                 HalfIn<H> g, size_t state_size, boundary::Region state,
                                 const DeltaRuleOptions& options) {
   kernels::HalfCall<H> c(op);
@@ -95,20 +95,11 @@ template <class I>
 void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v, View4<const I> beta,
           View4<const I> g, RecurrentState& state, const DeltaRuleOptions& options) {
   using kernels::shape_view;
-  const detail::DecodeState S =
-      detail::check_decode_step<I>(op, state, !options.cu_seqlens.empty(), delta_name(options.gate),
-                                   "delta_name(options.gate)", shape_view(q), shape_view(v));
-  const detail::DeltaProblem p = [&] {
-    if constexpr (std::is_same_v<I, float>)
-      return check_fp32(op, out, q, k, v, beta, g, S.size, S.region, options);
-    else
-      return check_half(op, out, q, k, v, beta, g, S.size, S.region, options);
-  }();
-  if (S.bf16_storage)
-    recurrent(p, out, q, k, v, beta, g, state.S_bf16());
-  else
-    recurrent(p, out, q, k, v, beta, g, state.S());
-  state.set_position(state.position() + q.seq());
+  detail::decode_step<I>(
+      op, state, !options.cu_seqlens.empty(), delta_name(options.gate), "delta_name(options.gate)", shape_view(q),
+      shape_view(v),
+      [&](const detail::DecodeState& S) { return check_call(op, out, q, k, v, beta, g, S.size, S.region, options); },
+      [&](const detail::DeltaProblem& p, auto S) { recurrent(p, out, q, k, v, beta, g, S); });
 }
 
 }  // namespace
@@ -118,7 +109,7 @@ void delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensor
                                   const DeltaRuleOptions& options) {
   const char* op = "delta_rule_recurrent_forward";
   const detail::DeltaProblem p =
-      check_fp32(op, out, q, k, v, beta, g, state.size(), boundary::region("state", state), options);
+      check_call(op, out, q, k, v, beta, g, state.size(), boundary::region("state", state), options);
   recurrent(p, out, q, k, v, beta, g, state);
 }
 
@@ -127,7 +118,7 @@ void delta_rule_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn
                                   std::span<float> state, const DeltaRuleOptions& options) {
   const char* op = "delta_rule_recurrent_forward";
   const detail::DeltaProblem p =
-      check_half(op, out, q, k, v, beta, g, state.size(), boundary::region("state", state), options);
+      check_call(op, out, q, k, v, beta, g, state.size(), boundary::region("state", state), options);
   recurrent(p, out, q, k, v, beta, g, state);
 }
 

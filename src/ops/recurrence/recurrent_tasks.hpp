@@ -129,4 +129,19 @@ DecodeState check_decode_step(const char* op, const RecurrentState& state, bool 
   return {false, state.S().size(), boundary::region(fp32 ? "state" : "state.S()", state.S())};
 }
 
+// A decode step of element type I: its checks (check_decode_step, then check(S) for the family's own,
+// which returns its problem), run(p, S) on the state of either storage (a span of float or of bf16), and
+// the state's position advanced by q's tokens.
+template <class I, class Check, class Run>
+void decode_step(const char* op, RecurrentState& state, bool cu_seqlens, const std::string& name, const char* name_call,
+                 ConstTensorView q_shape, ConstTensorView v_shape, Check&& check, Run&& run) {
+  const DecodeState S = check_decode_step<I>(op, state, cu_seqlens, name, name_call, q_shape, v_shape);
+  const auto p = check(S);
+  if (S.bf16_storage)
+    run(p, state.S_bf16());
+  else
+    run(p, state.S());
+  state.set_position(state.position() + q_shape.seq());
+}
+
 }  // namespace linattn::detail
