@@ -10,7 +10,6 @@
 // floats per thread, O(√L · K · V), for two forward sweeps' work.
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <vector>
 
 #include "core/validate.hpp"
@@ -189,8 +188,7 @@ void checked_forward(const char* op, TensorView out, ConstTensorView q, ConstTen
                      const DplrOptions& options) {
   const DplrProblem p = detail::check_dplr_arguments(op, q, k, v, a, b, gk, options);
   detail::check_output_shape(op, "out", out, q, v);
-  if (state.empty()) detail::fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
-  detail::check_state_span(op, "state", state.size(), p);
+  detail::check_token_state(op, state.size(), p);
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
   detail::check_outputs(op, outputs, detail::input_regions(q, k, v, {{"a", a}, {"b", b}, {"gk", gk}}));
   forward_tokens(p, out, q, k, v, a, b, gk, state);
@@ -224,20 +222,15 @@ void dplr_delta_rule_recurrent_backward(TensorView dq, TensorView dk, TensorView
                                         const DplrOptions& options, std::span<const float> initial_state) {
   const char* op = "dplr_delta_rule_recurrent_backward";
   const DplrProblem p = detail::check_dplr_arguments(op, q, k, v, a, b, gk, options);
-  detail::check_output_shape(op, "dout", dout, q, v);
-  const std::pair<const char*, TensorView> grads[] = {{"dq", dq}, {"dk", dk}, {"da", da}, {"db", db}, {"dgk", dgk}};
-  for (const auto& [name, view] : grads) detail::check_like(op, name, view, k, "k");
-  detail::check_like(op, "dv", dv, v, "v");
-  detail::check_state_span(op, "initial_state", initial_state.size(), p);
-  detail::check_state_span(op, "dfinal_state", dfinal_state.size(), p);
-  detail::check_state_span(op, "dinitial_state", dinitial_state.size(), p);
-  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"a", a}, {"b", b}, {"gk", gk}});
-  for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
-                                    boundary::region("initial_state", initial_state)})
-    inputs.push_back(r);
-  std::vector<boundary::Region> outputs{boundary::region("dv", dv), boundary::region("dinitial_state", dinitial_state)};
-  for (const auto& [name, view] : grads) outputs.push_back(boundary::region(name, view));
-  detail::check_outputs(op, outputs, inputs);
+  // No gate of the shared kinds (gk is shaped like k), so no dg.
+  detail::check_recurrence_backward(op, p, {}, dout, q, k, v, {{"a", a}, {"b", b}, {"gk", gk}},
+                                    {{"dq", dq, k, "k"},
+                                     {"dk", dk, k, "k"},
+                                     {"da", da, k, "k"},
+                                     {"db", db, k, "k"},
+                                     {"dgk", dgk, k, "k"},
+                                     {"dv", dv, v, "v"}},
+                                    {}, dinitial_state, dfinal_state, initial_state);
   backward_tokens(p, {dq, dk, dv, da, db, dgk}, dinitial_state, dout, dfinal_state, q, k, v, a, b, gk, initial_state);
 }
 
