@@ -4,11 +4,17 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "linattn/half.hpp"
 
 namespace linattn {
+
+// "" when name can be a state's feature map name in its file (1..256 printable ASCII characters without
+// spaces), else why it cannot: what RecurrentState::save checks, and the C API's linattn_state_create
+// before it makes a state that could never be saved.
+std::string state_feature_map_name_error(std::string_view name);
 
 // S: [B, H, M, E] = Σ_j φ(k_j) v_jᵀ and z: [B, H, M] = Σ_j φ(k_j), over the keys consumed so far.
 class RecurrentState {

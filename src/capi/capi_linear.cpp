@@ -3,7 +3,6 @@
 #include <string>
 
 #include "capi/capi_support.hpp"
-#include "io/state_file.hpp"
 #include "linattn/half_attention.hpp"
 #include "linattn/linear_attention.hpp"
 
@@ -51,7 +50,7 @@ linattn_status create_state(const char* f, int64_t batch, int64_t heads, int64_t
     *out = nullptr;
     require(feature_map, f, "feature_map");
     // A name that linattn_state_save cannot write was taken here and refused only at the save.
-    if (const std::string why = linattn::io::feature_map_name_error(feature_map); !why.empty())
+    if (const std::string why = linattn::state_feature_map_name_error(feature_map); !why.empty())
       fail(LINATTN_ERROR_INVALID_ARGUMENT, f, "feature_map: " + why);
     const int64_t extents[4] = {batch, heads, feature_dim, value_dim};
     const char* names[4] = {"batch", "heads", "feature_dim", "value_dim"};

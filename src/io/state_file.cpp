@@ -28,16 +28,10 @@ bool valid_name(std::string_view name) {
 
 }  // namespace
 
-std::string feature_map_name_error(std::string_view name) {
-  if (valid_name(name)) return "";
-  return "feature map name '" + std::string(name) + "' is not 1.." + std::to_string(kMaxFeatureMapName) +
-         " printable ASCII characters without spaces";
-}
-
 std::string serialize_state(const RecurrentState& state) {
   const char* op = "RecurrentState::save";
   if (state.batch() <= 0) detail::fail(op, "state is empty (batch 0), expected a constructed state");
-  if (const std::string why = feature_map_name_error(state.feature_map()); !why.empty()) detail::fail(op, why);
+  if (const std::string why = state_feature_map_name_error(state.feature_map()); !why.empty()) detail::fail(op, why);
   check_bounded("linattn::RecurrentState::save", "position", state.position(), 0, limits::kMaxPosition);
   const bool bf16_state = state.dtype() == DType::bf16;
   std::string out(kStateMagic, sizeof kStateMagic);
@@ -177,6 +171,12 @@ RecurrentState parse_state(std::string_view bytes, std::string_view name) {
 }
 
 }  // namespace io
+
+std::string state_feature_map_name_error(std::string_view name) {
+  if (io::valid_name(name)) return "";
+  return "feature map name '" + std::string(name) + "' is not 1.." + std::to_string(io::kMaxFeatureMapName) +
+         " printable ASCII characters without spaces";
+}
 
 void RecurrentState::save(const std::filesystem::path& path) const {
   write_file_atomically(path, io::serialize_state(*this));

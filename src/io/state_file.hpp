@@ -17,10 +17,6 @@ inline constexpr uint32_t kMaxFeatureMapName = 256;
 // magic, version, batch, heads, feature_dim, value_dim, position, name length.
 inline constexpr int64_t kStateFixedHeader = 8 + 4 + 5 * 8 + 4;
 
-// "" when name can be a state file's feature map name (1..kMaxFeatureMapName printable ASCII
-// characters without spaces), else why it cannot; what save checks, and linattn_state_create too.
-std::string feature_map_name_error(std::string_view name);
-
 // The bytes RecurrentState::save writes.
 std::string serialize_state(const RecurrentState& state);
 // Checks and decodes a state file's bytes; `name` (the path) is used in error messages.
