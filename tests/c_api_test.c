@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "linattn/linattn.h"
 #ifdef LINATTN_TEST_MODEL_API
@@ -770,6 +773,54 @@ static void test_defect_state_create_takes_only_names_save_writes(void) {
   linattn_state_free(state);
 }
 
+/* Issue 42 item 9: a size argument that passes every bound can still ask for more memory than the
+ * process may allocate. linattn_state_create of 16 GiB was killed by the OOM killer; it (and the feature
+ * maps' projections) must return LINATTN_ERROR_OUT_OF_MEMORY naming the request, before allocating.
+ * The 16 GiB case runs in a child whose address space is limited to 12 GiB, so that it is refused on
+ * any machine (the bound named is then RLIMIT_AS, or MemAvailable where less is free) and never
+ * allocates here; the petabyte cases exceed every machine. */
+static int refuses_16_gib_state(void) {
+  const struct rlimit limit = {(rlim_t)12 << 30, (rlim_t)12 << 30};
+  linattn_state* state = NULL;
+  linattn_status s;
+  if (setrlimit(RLIMIT_AS, &limit) != 0) return 2;
+  s = linattn_state_create(1, 1, 65536, 65536, "elu", &state);
+  if (s != LINATTN_ERROR_OUT_OF_MEMORY || state != NULL || !contains(linattn_last_error(), "linattn_state_create") ||
+      !contains(linattn_last_error(), "[1, 1, 65536, 65536]") || !contains(linattn_last_error(), "16.0 GiB")) {
+    fprintf(stderr, "16 GiB state: %s: %s\n", linattn_status_name(s), linattn_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+static void test_defect_huge_requests_are_refused_before_allocating(void) {
+  linattn_state* state = NULL;
+  linattn_feature_map* map = NULL;
+  linattn_status s;
+  int child_status = -1;
+  const pid_t child = fork();
+  if (child == 0) _exit(refuses_16_gib_state());
+  CHECK(child > 0 && waitpid(child, &child_status, 0) == child && WIFEXITED(child_status) &&
+            WEXITSTATUS(child_status) == 0,
+        "16 GiB state under a 12 GiB address-space limit: child status %d", child_status);
+  s = linattn_state_create_dtype(65536, 65536, 65536, 16384, "elu", LINATTN_BF16, &state);
+  CHECK(s == LINATTN_ERROR_OUT_OF_MEMORY && state == NULL && contains(linattn_last_error(), "needs about") &&
+            contains(linattn_last_error(), "is available"),
+        "2^62-byte bf16 state: %s: %s", linattn_status_name(s), linattn_last_error());
+  s = linattn_favor_map_create(1 << 20, (int64_t)1 << 30, 1, 0, &map);
+  CHECK(s == LINATTN_ERROR_OUT_OF_MEMORY && map == NULL && contains(linattn_last_error(), "linattn_favor_map_create") &&
+            contains(linattn_last_error(), "[1073741824, 1048576] projection"),
+        "favor 2^30 x 2^20: %s: %s", linattn_status_name(s), linattn_last_error());
+  s = linattn_random_fourier_map_create(1 << 20, (int64_t)1 << 30, 1, &map);
+  CHECK(s == LINATTN_ERROR_OUT_OF_MEMORY && map == NULL &&
+            contains(linattn_last_error(), "linattn_random_fourier_map_create"),
+        "random Fourier 2^30 x 2^20: %s: %s", linattn_status_name(s), linattn_last_error());
+  /* Bad sizes keep their own errors: the memory check never hides them. */
+  s = linattn_state_create(0, 1, 65536, 65536, "elu", &state);
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "batch is 0"), "batch 0: %s",
+        linattn_last_error());
+}
+
 static void test_defect_pointer_with_count_zero_is_refused(void) {
   float q[QSIZE], k[QSIZE], v[VSIZE], out[VSIZE], beta[GSIZE], final_state[SSIZE];
   const int64_t cu[2] = {0, T};
@@ -782,7 +833,8 @@ static void test_defect_pointer_with_count_zero_is_refused(void) {
   fill(q, QSIZE, -1, 1), fill(k, QSIZE, -1, 1), fill(v, VSIZE, -1, 1), fill(beta, GSIZE, 0, 1);
   /* A final_state asked for with n_state = 0 was silently not written. */
   s = linattn_decayed_forward(&to, &tq, &tk, &tv, NULL, NULL, NULL, final_state, 0);
-  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT && contains(linattn_last_error(), "final_state is a pointer with a count of 0"),
+  CHECK(s == LINATTN_ERROR_INVALID_ARGUMENT &&
+            contains(linattn_last_error(), "final_state is a pointer with a count of 0"),
         "final_state with n_state 0: %s, %s", linattn_status_name(s), linattn_last_error());
   /* cu_seqlens with n_cu_seqlens = 0 ran unpacked. */
   linattn_decay_options_init(&dec);
@@ -945,6 +997,7 @@ int main(void) {
   test_defect_feature_role_out_of_range_is_refused();
   test_defect_state_create_takes_only_names_save_writes();
   test_defect_pointer_with_count_zero_is_refused();
+  test_defect_huge_requests_are_refused_before_allocating();
 #ifdef LINATTN_TEST_MODEL_API
   test_model_api();
 #endif

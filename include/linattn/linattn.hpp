@@ -10,6 +10,7 @@
 #include "linattn/limits.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
+#include "linattn/memory.hpp"
 #include "linattn/npy.hpp"
 #include "linattn/performer.hpp"  // the alias of favor.hpp, kept for existing code
 #include "linattn/quality.hpp"

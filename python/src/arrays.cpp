@@ -1,13 +1,11 @@
 #include "arrays.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 #include "linattn/boundary.hpp"
+#include "linattn/memory.hpp"
 
 namespace linattn::python {
 
@@ -54,32 +52,17 @@ InputView<T> input_view(py::handle obj, const char* name, int dims, const char* 
   return in;
 }
 
-namespace {
-// MemAvailable of /proc/meminfo in bytes; infinity where it cannot be read (not Linux).
-double mem_available_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string line;
-  while (std::getline(meminfo, line))  // "MemAvailable:   22563760 kB"
-    if (line.rfind("MemAvailable:", 0) == 0) return std::strtod(line.c_str() + 13, nullptr) * 1024;
-  return HUGE_VAL;
-}
-}  // namespace
-
 template <class T>
 OutputArray<T> output_array(std::array<int64_t, 4> extent, bool tokens) {
   OutputArray<T> out;
   const auto [B, N, H, D] = extent;
   // Refused before numpy allocates: inputs with stride 0 can have a logical shape far larger than their
-  // memory, and an output of that shape ended in a bare MemoryError or the OOM killer.
+  // memory, and an output of that shape ended in a bare MemoryError or the OOM killer. OutOfMemory is a
+  // std::bad_alloc, which pybind11 raises as MemoryError with its message.
   const double bytes = double(B) * double(tokens ? N : 1) * double(H) * double(D) * double(sizeof(T));
-  if (bytes > mem_available_bytes()) {
-    const std::string message = "output of shape [" + std::to_string(B) + ", " + std::to_string(tokens ? N : 1) + ", " +
-                                std::to_string(H) + ", " + std::to_string(D) + "] needs " +
-                                std::to_string(bytes / double(1 << 20)) + " MiB, expected at most MemAvailable (" +
-                                std::to_string(mem_available_bytes() / double(1 << 20)) + " MiB)";
-    PyErr_SetString(PyExc_MemoryError, message.c_str());
-    throw py::error_already_set();
-  }
+  check_allocation("output of shape [" + std::to_string(B) + ", " + std::to_string(tokens ? N : 1) + ", " +
+                       std::to_string(H) + ", " + std::to_string(D) + "]",
+                   bytes);
   if (tokens) {
     out.array = py::array_t<T>(std::vector<py::ssize_t>{B, N, H, D});
     out.view = bnhd(out.array.mutable_data(), B, N, H, D);

@@ -15,6 +15,7 @@
 #include "bindings.hpp"
 #include "family_args.hpp"
 #include "linattn/reference.hpp"
+#include "memory_estimates.hpp"
 #include "reference_args.hpp"
 
 namespace linattn::python {
@@ -78,6 +79,7 @@ py::tuple forward32(const py::object& q, const py::object& k, const py::object& 
   const Inputs32 in = inputs32(q, k, v, g);
   const DecayArgs a = decay_args(decay, g_gamma, scale, cu_seqlens, chunk_size);
   const auto extent = state_extent(a, in.q.view, in.v.view);
+  check_chunked_memory(ChunkedFamily::decayed, in.q.view, in.v.view, extent, chunk_size, output_final_state, false);
   py::array_t<float> initial, final_state;
   if (!initial_state.is_none()) initial = state_arg<float>(initial_state, "initial_state", extent, false);
   if (output_final_state) final_state = zero_state(extent);
@@ -98,6 +100,8 @@ py::tuple backward32(const py::object& q, const py::object& k, const py::object&
   const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, T, H, V]");
   const DecayArgs a = decay_args(decay, g_gamma, scale, cu_seqlens, chunk_size);
   const auto extent = state_extent(a, in.q.view, in.v.view);
+  check_chunked_memory(ChunkedFamily::decayed, in.q.view, in.v.view, extent, chunk_size, !initial_state.is_none(),
+                       true);
   py::array_t<float> initial, dfinal, dinitial;
   if (!initial_state.is_none()) {
     initial = state_arg<float>(initial_state, "initial_state", extent, false);

@@ -13,6 +13,7 @@
 #include "bindings.hpp"
 #include "family_args.hpp"
 #include "linattn/reference.hpp"
+#include "memory_estimates.hpp"
 #include "reference_args.hpp"
 
 namespace linattn::python {
@@ -67,6 +68,7 @@ py::tuple forward32(const py::object& q, const py::object& k, const py::object& 
   const Inputs32 in = inputs32(q, k, v, beta, g);
   const DeltaArgs a = delta_args(gate, scale, use_qk_l2norm, cu_seqlens, chunk_size);
   const auto extent = in.state_extent(a);
+  check_chunked_memory(ChunkedFamily::delta, in.q.view, in.v.view, extent, chunk_size, output_final_state, false);
   py::array_t<float> initial, final_state;
   if (!initial_state.is_none()) initial = state_arg<float>(initial_state, "initial_state", extent, false);
   if (output_final_state) final_state = zero_state(extent);
@@ -87,6 +89,7 @@ py::tuple backward32(const py::object& q, const py::object& k, const py::object&
   const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, T, H, V]");
   const DeltaArgs a = delta_args(gate, scale, use_qk_l2norm, cu_seqlens, chunk_size);
   const auto extent = in.state_extent(a);
+  check_chunked_memory(ChunkedFamily::delta, in.q.view, in.v.view, extent, chunk_size, !initial_state.is_none(), true);
   py::array_t<float> initial, dfinal, dinitial;
   if (!initial_state.is_none()) {
     initial = state_arg<float>(initial_state, "initial_state", extent, false);

@@ -24,6 +24,16 @@ linattn_status make(const char* function, linattn_feature_map** out, Create crea
   });
 }
 
+// A random-feature map holds its [features, dim] projection: a size argument that passes the map's own
+// checks can still ask for more than the process may allocate, which is refused first (invalid sizes
+// are left to the map, whose message names them).
+void check_projection(const char* function, int64_t dim, int64_t features) {
+  if (dim >= 1 && features >= 1)
+    linattn::check_allocation(
+        std::string(function) + " of a [" + std::to_string(features) + ", " + std::to_string(dim) + "] projection",
+        4.0 * double(features) * double(dim));
+}
+
 linattn::FeatureMapPtr map_of(const char* function, const linattn_feature_map* map) {
   require(map, function, "map");
   return map->map;
@@ -67,14 +77,19 @@ linattn_status linattn_favor_map_create(int64_t dim, int64_t n_features, uint64_
     options.n_features = n_features;
     options.seed = seed;
     options.orthogonal = orthogonal != 0;
+    check_projection("linattn_favor_map_create", dim,
+                     n_features == 0 && dim >= 1 ? linattn::default_favor_features(dim) : n_features);
     return linattn::favor_feature_map(dim, options);
   });
 }
 
 linattn_status linattn_random_fourier_map_create(int64_t dim, int64_t n_features, uint64_t seed,
                                                  linattn_feature_map** out) {
-  return make("linattn_random_fourier_map_create", out,
-              [&] { return linattn::random_fourier_feature_map(dim, n_features, seed); });
+  return make("linattn_random_fourier_map_create", out, [&] {
+    // Its projection holds a row per cos and sin pair.
+    check_projection("linattn_random_fourier_map_create", dim, n_features / 2);
+    return linattn::random_fourier_feature_map(dim, n_features, seed);
+  });
 }
 
 void linattn_feature_map_free(linattn_feature_map* map) { delete map; }

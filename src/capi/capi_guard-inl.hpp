@@ -4,6 +4,7 @@
 #include <new>
 
 #include "linattn/error.hpp"
+#include "linattn/memory.hpp"
 
 namespace linattn::capi {
 
@@ -19,6 +20,9 @@ linattn_status guard(Body&& body, bool io_errors) noexcept {
   } catch (const linattn::Error& e) {
     set_error(e.what());
     return io_errors ? LINATTN_ERROR_IO : LINATTN_ERROR_INVALID_ARGUMENT;
+  } catch (const linattn::OutOfMemory& e) {  // refused before allocating: its message names the request
+    set_error(e.what());
+    return LINATTN_ERROR_OUT_OF_MEMORY;
   } catch (const std::bad_alloc&) {
     set_error("linattn: out of memory");
     return LINATTN_ERROR_OUT_OF_MEMORY;

@@ -65,6 +65,12 @@ linattn_status create_state(const char* f, int64_t batch, int64_t heads, int64_t
     if (dtype != LINATTN_F32 && dtype != LINATTN_BF16)
       fail(LINATTN_ERROR_INVALID_ARGUMENT, f,
            "dtype is " + std::to_string(dtype) + ", expected LINATTN_F32 (0) or LINATTN_BF16 (1)");
+    // Sizes inside every bound can still ask for more than the process may allocate (16 GiB in a 3 GiB
+    // container was killed): refused before allocating, as LINATTN_ERROR_OUT_OF_MEMORY.
+    const double rows = double(batch) * double(heads) * double(feature_dim);
+    linattn::check_allocation(std::string(f) + " of a state [" + std::to_string(batch) + ", " + std::to_string(heads) +
+                                  ", " + std::to_string(feature_dim) + ", " + std::to_string(value_dim) + "]",
+                              rows * double(value_dim) * (dtype == LINATTN_BF16 ? 2.0 : 4.0) + rows * 4.0);
     auto handle = std::make_unique<linattn_state>();
     handle->state = linattn::RecurrentState(batch, heads, feature_dim, value_dim, feature_map,
                                             dtype == LINATTN_BF16 ? linattn::DType::bf16 : linattn::DType::f32);

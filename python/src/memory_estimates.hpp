@@ -1,0 +1,24 @@
+#pragma once
+// What a chunked recurrence call (decay.cpp, delta.cpp) will allocate, checked against the memory the
+// process may still use before anything is allocated: the outputs, the [N, H, K, V] state arrays the
+// binding makes, and the scratch the operator's threads hold. Inputs of stride 0 describe far more than
+// they hold, so a request of petabytes used to reach numpy or the operator and end in the OOM killer.
+#include <array>
+#include <cstdint>
+
+#include "linattn/view.hpp"
+
+namespace linattn::python {
+
+// The family decides the operator's scratch (src/ops/decay, src/ops/delta): the decayed family runs a
+// block of heads per thread, each with its [K, V] state, and holds three [C, C] matrices; the delta
+// rule runs one head per thread with its state and its gradient, and holds five.
+enum class ChunkedFamily { decayed, delta };
+
+// Throws linattn::OutOfMemory (Python: MemoryError) naming the call, its shapes and the estimate when
+// it exceeds linattn::available_memory(). q [B, T, H, K], v [B, T, H, V]; states: [N, H, K, V];
+// state_arrays: how many arrays of that shape the binding allocates (a final state, dinitial_state).
+void check_chunked_memory(ChunkedFamily family, ConstTensorView q, ConstTensorView v, std::array<int64_t, 4> states,
+                          int64_t chunk_size, int state_arrays, bool backward);
+
+}  // namespace linattn::python
