@@ -1,110 +1,20 @@
 #include "common/memory.hpp"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "common/command.hpp"
 
 namespace linattn::cli {
 
-namespace {
-
-// A "Key:   123 kB" line of a /proc file, in bytes; -1 if absent.
-int64_t proc_kib_field(const char* path, const std::string& key) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, key.size() + 1, key + ":") != 0) continue;
-    std::istringstream fields(line.substr(key.size() + 1));
-    int64_t kib = -1;
-    fields >> kib;
-    return kib < 0 ? -1 : kib * 1024;
-  }
-  return -1;
-}
-
-}  // namespace
-
-int64_t mem_available_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable"); }
-
-namespace {
-
-// The first number in a file ("max" and unreadable files: -1).
-int64_t file_number(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  int64_t value = -1;
-  in >> value;
-  return in ? value : -1;
-}
-
-// The memory cgroup's directory under its mount, from /proc/self/cgroup's line for it (v2: "0::/p",
-// v1: "N:...memory...:/p"): mount/p where that exists (no cgroup namespace), else the mount itself
-// (a container's own cgroup is mounted as the root).
-std::filesystem::path cgroup_directory(bool& v2) {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  std::filesystem::path v1_dir, v2_dir;
-  while (std::getline(in, line)) {
-    const size_t first = line.find(':'), second = line.find(':', first + 1);
-    if (first == std::string::npos || second == std::string::npos) continue;
-    const std::string controllers = line.substr(first + 1, second - first - 1), path = line.substr(second + 1);
-    auto under = [&](const std::filesystem::path& mount) {
-      const std::filesystem::path inside = mount / std::filesystem::path(path).relative_path();
-      std::error_code error;
-      return std::filesystem::is_directory(inside, error) ? inside : mount;
-    };
-    if (controllers.empty() && line.compare(0, 2, "0:") == 0) v2_dir = under("/sys/fs/cgroup");
-    if (("," + controllers + ",").find(",memory,") != std::string::npos) v1_dir = under("/sys/fs/cgroup/memory");
-  }
-  v2 = v1_dir.empty();
-  return v2 ? v2_dir : v1_dir;
-}
-
-// The least limit − usage over the memory cgroup and its ancestors inside the mount; -1: no limit.
-int64_t cgroup_available_bytes() {
-  bool v2 = false;
-  std::filesystem::path dir = cgroup_directory(v2);
-  const std::filesystem::path root = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
-  int64_t least = -1;
-  for (; !dir.empty(); dir = dir.parent_path()) {
-    const int64_t limit = file_number(dir / (v2 ? "memory.max" : "memory.limit_in_bytes"));
-    const int64_t usage = file_number(dir / (v2 ? "memory.current" : "memory.usage_in_bytes"));
-    // v1 writes "no limit" as about 2^63 rounded to pages.
-    if (limit >= 0 && limit < (int64_t(1) << 62) && usage >= 0) {
-      const int64_t left = std::max<int64_t>(0, limit - usage);
-      least = least < 0 ? left : std::min(least, left);
-    }
-    if (dir == root || dir == dir.parent_path()) break;
-  }
-  return least;
-}
-
-// RLIMIT_AS less the address space in use (VmSize); -1: no limit.
-int64_t address_space_available_bytes() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return -1;
-  const int64_t used = proc_kib_field("/proc/self/status", "VmSize");
-  return std::max<int64_t>(0, int64_t(limit.rlim_cur) - std::max<int64_t>(used, 0));
-}
-
-}  // namespace
+int64_t mem_available_bytes() { return proc_field_bytes("/proc/meminfo", "MemAvailable"); }
 
 Available available_memory() {
-  Available least;
-  const std::pair<int64_t, const char*> bounds[] = {
-      {mem_available_bytes(), "MemAvailable"},
-      {cgroup_available_bytes(), "the memory cgroup's limit less its usage"},
-      {address_space_available_bytes(), "RLIMIT_AS less the address space in use"}};
-  for (const auto& [bytes, source] : bounds)
-    if (bytes >= 0 && (least.bytes < 0 || bytes < least.bytes)) least = {bytes, source};
-  return least;
+  const MemoryBudget budget = linattn::available_memory();
+  return {budget.bytes, budget.bound};
 }
 
 void check_memory(double estimate, const std::string& what) {
@@ -131,28 +41,16 @@ void warn_if_busy() {
                  load, cores);
 }
 
-std::string format_bytes(double bytes) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 6) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char text[48];
-  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : bytes >= 1e6 ? "%.3g %s" : "%.1f %s", bytes, units[unit]);
-  return text;
-}
-
 PeakMeter::PeakMeter() {
   std::ofstream clear("/proc/self/clear_refs");
   clear << "5";  // "5" resets the peak resident set size (Linux ≥ 4.0)
   clear.flush();
-  if (clear) baseline_ = proc_kib_field("/proc/self/status", "VmRSS");
+  if (clear) baseline_ = proc_field_bytes("/proc/self/status", "VmRSS");
 }
 
 int64_t PeakMeter::growth() const {
   if (baseline_ < 0) return -1;
-  const int64_t peak = proc_kib_field("/proc/self/status", "VmHWM");
+  const int64_t peak = proc_field_bytes("/proc/self/status", "VmHWM");
   return peak < 0 ? -1 : peak - baseline_;
 }
 

@@ -3,15 +3,16 @@
 #include <cstdint>
 #include <string>
 
+#include "linattn/memory.hpp"
+
 namespace linattn::cli {
 
 // /proc/meminfo's MemAvailable in bytes; -1 when it cannot be read.
 int64_t mem_available_bytes();
 
-// What this process can still allocate: the least of MemAvailable, its memory cgroup's limit less
-// its usage (v2 memory.max − memory.current, v1 memory.limit_in_bytes − memory.usage_in_bytes; its
-// own cgroup's and each visible ancestor's) and RLIMIT_AS less the address space in use. A process
-// in a container with 3 GiB saw the host's MemAvailable and was killed instead of refused.
+// What this process can still allocate: linattn::available_memory() (the least of MemAvailable, the
+// memory cgroup's limit less its usage and RLIMIT_AS less the address space in use), the library's
+// one reading of it, which the Python bindings and the C API check their requests against too.
 struct Available {
   int64_t bytes = -1;  // -1: no bound could be read
   std::string source;  // the bound that gave bytes, for messages ("MemAvailable", ...)
@@ -27,7 +28,7 @@ double load_average();
 void warn_if_busy();
 
 // "1.5 GiB", "312 KiB", "17 B".
-std::string format_bytes(double bytes);
+using linattn::format_bytes;
 
 // Peak resident memory added after construction: resets the kernel's high-water mark (VmHWM, via
 // /proc/self/clear_refs) and remembers VmRSS; growth() is VmHWM − that baseline. Run it in a child
