@@ -66,7 +66,8 @@ def test_defect9_wide_heads_scratch_is_counted_under_an_address_space_limit(name
     uses, the binding refuses it naming the request; before, the operator's own allocation failed
     (std::bad_alloc) or, without a limit, took the gigabytes."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + (1 << 30), hard))
+    limit = address_space_in_use() + (1 << 30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit if soft == resource.RLIM_INFINITY else min(soft, limit), hard))
     try:
         with pytest.raises(MemoryError) as refused:
             call(name, 1, 1, 1, 1 << 15, 1 << 15)
