@@ -80,6 +80,26 @@ Problem problem(const CompareArgs& a, Op op, int64_t seq) {
 }
 
 // max |got − want| / max |want|, the suite's measure.
+// compare names the delta rule as issue 41 and the model (--attention) do, deltanet, gated_deltanet and kda,
+// where bench and the operator table say delta_rule and gated_delta_rule; --methods takes both spellings.
+const char* method_name(Op op) {
+  return op == Op::delta_rule ? "deltanet" : op == Op::gated_delta_rule ? "gated_deltanet" : op_name(op);
+}
+const std::map<std::string, Op>& method_names() {
+  static const std::map<std::string, Op> names = [] {
+    std::map<std::string, Op> m = op_names();
+    for (Op op : {Op::delta_rule, Op::gated_delta_rule}) m[method_name(op)] = op;
+    return m;
+  }();
+  return names;
+}
+
+// The default sweep: one method of each family, so the table and the plot show the whole field (issue 41)
+// in about a minute on 2 cores: softmax, linear (elu+1), performer, linformer, the decayed gla and the
+// delta rule's gated_deltanet.
+const std::vector<Op> kDefaultMethods = {Op::softmax,   Op::linear, Op::favor,
+                                         Op::linformer, Op::gla,    Op::gated_delta_rule};
+
 double relative_error(std::span<const float> got, std::span<const float> want) {
   double diff = 0, scale = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -106,13 +126,13 @@ std::map<Op, double> accuracy(const CompareArgs& a, int64_t seq, const std::vect
       }
       Workload work(problem(a, op, seq));
       work.forward();
-      j[op_name(op)] = relative_error(work.out(), reference[is_causal(op)]);
+      j[method_name(op)] = relative_error(work.out(), reference[is_causal(op)]);
     }
     return j.dump();
   });
   std::map<Op, double> errors;
   const nlohmann::json parsed = nlohmann::json::parse(reply);
-  for (const auto& [name, value] : parsed.items()) errors[op_names().at(name)] = value.get<double>();
+  for (const auto& [name, value] : parsed.items()) errors[method_names().at(name)] = value.get<double>();
   return errors;
 }
 
@@ -134,8 +154,9 @@ std::optional<double> fit_exponent(const std::vector<std::pair<double, double>>&
 // Printed under a table with an error above 1, and in --help.
 constexpr const char* kErrorAboveOne =
     "An error above 1: the output differs from softmax's by more than softmax's largest entry. Linear attention "
-    "(elu+1, causal) is another model, not an approximation of softmax, so on N(0, 1) inputs its output need not "
-    "be close; Performer and Linformer approximate softmax and come closer as --features / --projected grow.";
+    "(elu+1, causal), the decayed kinds (gla, ...) and the delta rule are other models, not approximations of "
+    "softmax, so on N(0, 1) inputs their outputs need not be close; Performer and Linformer approximate softmax and "
+    "come closer as --features / --projected grow.";
 
 // What a method's output is compared with.
 const char* error_reference(Op op) { return op == Op::softmax ? "" : is_causal(op) ? "causal softmax" : "softmax"; }
@@ -149,7 +170,7 @@ nlohmann::json result_json(const CompareArgs& a, const Row& r) {
   const Problem p = problem(a, r.op, r.seq);
   const double fwd = r.m.forward->median, flops = forward_flops(p);
   nlohmann::json j = {{"seq", r.seq},
-                      {"method", op_name(r.op)},
+                      {"method", method_name(r.op)},
                       {"batch", p.batch},
                       {"heads", p.heads},
                       {"dim", p.dim},
@@ -189,7 +210,7 @@ std::string csv(const nlohmann::json& results) {
   // Method-major, N ascending: gnuplot draws each method's points as one line.
   std::vector<nlohmann::json> rows(results.begin(), results.end());
   std::stable_sort(rows.begin(), rows.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
-    return op_names().at(x["method"].get<std::string>()) < op_names().at(y["method"].get<std::string>());
+    return method_names().at(x["method"].get<std::string>()) < method_names().at(y["method"].get<std::string>());
   });
   for (const nlohmann::json& row : rows) {
     std::string line;
@@ -210,7 +231,7 @@ std::string csv(const nlohmann::json& results) {
 // The gnuplot script: time and peak memory against N, log-log, one line per method.
 std::string plot_script(const CompareArgs& a, const std::vector<Op>& ops, const std::string& csv_name, int threads) {
   std::string methods;
-  for (Op op : ops) methods += std::string(methods.empty() ? "" : " ") + op_name(op);
+  for (Op op : ops) methods += std::string(methods.empty() ? "" : " ") + method_name(op);
   std::string s;
   s += "# Written by linattn compare; rerun with: gnuplot compare.gp (from this folder)\n";
   s += "set terminal pngcairo size 1400,560 font ',10'\n";
@@ -239,7 +260,7 @@ std::string plot_script(const CompareArgs& a, const std::vector<Op>& ops, const 
 
 int compare(const CompareArgs& a) {
   std::vector<Op> ops = a.methods;
-  if (ops.empty()) ops = {Op::softmax, Op::linear, Op::causal, Op::favor, Op::linformer};
+  if (ops.empty()) ops = kDefaultMethods;
   std::sort(ops.begin(), ops.end());
   ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
   const std::vector<int64_t> seqs = sweep(a);
@@ -249,7 +270,7 @@ int compare(const CompareArgs& a) {
   for (int64_t seq : seqs)
     for (Op op : ops) {
       const Problem p = problem(a, op, seq);
-      const std::string what = std::string(op_name(op)) + " at N=" + std::to_string(seq);
+      const std::string what = std::string(method_name(op)) + " at N=" + std::to_string(seq);
       check_memory(estimated_bytes(p, a.measure.backward && has_backward(op)), what);
       if (op != Op::softmax)
         check_memory(estimated_bytes(problem(a, Op::softmax, seq), false) + estimated_bytes(p, false),
@@ -265,7 +286,7 @@ int compare(const CompareArgs& a) {
   for (int64_t seq : seqs) {
     std::vector<Row> block;
     for (Op op : ops) {
-      progress.show(format("N=%lld %s", (long long)seq, op_name(op)));
+      progress.show(format("N=%lld %s", (long long)seq, method_name(op)));
       Row r{seq, op, measure(problem(a, op, seq), a.measure), std::nullopt, std::nullopt};
       threads = r.m.threads;
       block.push_back(r);
@@ -289,7 +310,7 @@ int compare(const CompareArgs& a) {
     for (const Row& r : block) {
       const Problem p = problem(a, r.op, seq);
       const double fwd = r.m.forward->median;
-      table.add({op_name(r.op), cell_seconds(r.m.forward), cell_seconds(r.m.forward_backward),
+      table.add({method_name(r.op), cell_seconds(r.m.forward), cell_seconds(r.m.forward_backward),
                  format("%.3g", double(p.batch) * double(seq) / fwd), format("%.3g", forward_flops(p) / fwd * 1e-9),
                  cell_bytes(r.m.peak_forward_bytes),
                  r.m.forward_backward ? cell_bytes(r.m.peak_total_bytes) : std::string("-"),
@@ -317,20 +338,20 @@ int compare(const CompareArgs& a) {
       if (r.m.peak_total_bytes > 0) peak.push_back({double(r.seq), double(r.m.peak_total_bytes)});
     }
     const auto kf = fit_exponent(fwd), kb = fit_exponent(both), km = fit_exponent(peak);
-    fits[op_name(op)] = {{"forward", json_or_null(kf)},
-                         {"forward_backward", json_or_null(kb)},
-                         {"peak_bytes", json_or_null(km)},
-                         {"points", fwd.size()}};
+    fits[method_name(op)] = {{"forward", json_or_null(kf)},
+                             {"forward_backward", json_or_null(kb)},
+                             {"peak_bytes", json_or_null(km)},
+                             {"points", fwd.size()}};
     const auto cell = [](const std::optional<double>& k) { return k ? format("%.2f", *k) : std::string("-"); };
-    fit_table.add({op_name(op), cell(kf), cell(kb), cell(km)});
+    fit_table.add({method_name(op), cell(kf), cell(kb), cell(km)});
   }
   std::printf("Scaling: least-squares fit of log time against log N, time ∝ N^k (N = %lld..%lld, %zu points)\n%s\n",
               (long long)seqs.front(), (long long)seqs.back(), seqs.size(), fit_table.render().c_str());
 
   nlohmann::json results = nlohmann::json::array();
   for (const Row& r : rows) results.push_back(result_json(a, r));
-  std::vector<std::string> method_names;
-  for (Op op : ops) method_names.push_back(op_name(op));
+  std::vector<std::string> names;
+  for (Op op : ops) names.push_back(method_name(op));
   const nlohmann::json document = {
       {"config",
        {{"batch", a.batch},
@@ -338,7 +359,7 @@ int compare(const CompareArgs& a) {
         {"dim", a.dim},
         {"value_dim", a.value_dim > 0 ? a.value_dim : a.dim},
         {"seqs", seqs},
-        {"methods", method_names},
+        {"methods", names},
         {"threads", threads},
         {"seed", a.seed},
         {"dtype", dtype_name(a.dtype)},
@@ -372,10 +393,11 @@ const Registrar registrar{
        flags::add_list(app, "--seq", a->seqs, "Explicit list of N (comma-separated); overrides --min-seq/--max-seq",
                        flags::bounded(1, limits::kMaxSequence));
        flags::add_list(app, "--methods", a->methods,
-                       "Comma-separated subset of softmax,linear,causal,recurrent,performer (alias favor),linformer "
-                       "and the decayed retention,lightning,simple_gla,gla (default: softmax,linear,causal,performer,"
-                       "linformer)",
-                       flags::choice(op_names()))
+                       "Comma-separated subset of softmax,linear,causal,recurrent,performer (alias favor),linformer, "
+                       "the decayed retention,lightning,simple_gla,gla and the delta rule's deltanet (alias "
+                       "delta_rule),gated_deltanet (alias gated_delta_rule),kda (default: softmax,linear,performer,"
+                       "linformer,gla,gated_deltanet: one of each family)",
+                       flags::choice(method_names()))
            ->option_text("OP,...");
        app.add_option("--out", a->out, "Output folder for compare.json, compare.csv, compare.gp, compare.png")
            ->capture_default_str();
@@ -401,7 +423,8 @@ const Registrar registrar{
            "Each (N, method) runs in a forked child: times are medians after a warm-up; peak memory is the growth "
            "of that child's VmHWM (inputs, outputs, gradients and scratch). The error is max|out - out_softmax| / "
            "max|out_softmax| on the same inputs (causal methods against causal softmax). " +
-           std::string(kErrorAboveOne) + " Exit 3: the estimated memory of some configuration exceeds what this process can allocate.");
+           std::string(kErrorAboveOne) +
+           " Exit 3: the estimated memory of some configuration exceeds what this process can allocate.");
        flags::examples(app, {"linattn compare --max-seq 4096 --out out/compare",
                              "linattn compare --seq 1024,4096 --methods softmax,causal --no-backward --threads 4",
                              "gnuplot compare.gp   # from the --out folder: redraws compare.png"});

@@ -11,7 +11,8 @@ from conftest import binary, run_cli
 
 # One thread: on a shared machine, 2-thread OpenMP regions can stall for tens of ms each.
 TINY = ["--seq", "32,64,96", "--heads", 1, "--dim", 8, "--budget", 0, "--min-reps", 1, "--threads", 1]
-METHODS = ["softmax", "linear", "causal", "performer", "linformer"]
+METHODS = ["softmax", "linear", "performer", "linformer", "gla", "gated_deltanet"]  # the default: one of each family
+CAUSAL = {"causal", "gla", "gated_deltanet"}  # compared with causal softmax
 
 
 def test_compare_writes_json_csv_and_png(tmp_path):
@@ -34,7 +35,7 @@ def test_compare_writes_json_csv_and_png(tmp_path):
             assert r["relative_error"] < 1e-5
         else:
             assert r["relative_error"] > 0 and r["forward_backward_seconds"]["median"] > 0
-            assert r["error_reference"] == ("causal softmax" if r["method"] == "causal" else "softmax")
+            assert r["error_reference"] == ("causal softmax" if r["method"] in CAUSAL else "softmax")
     softmax = {r["seq"]: r["forward_backward_seconds"]["median"] for r in doc["results"] if r["method"] == "softmax"}
     for r in doc["results"]:
         if r["method"] == "softmax":
