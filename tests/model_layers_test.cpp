@@ -11,6 +11,7 @@
 #include "linattn/model/layers.hpp"
 #include "linattn/model/transformer.hpp"
 #include "support/finite_difference.hpp"
+#include "support/model_gradients.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::model {
@@ -287,16 +288,8 @@ TEST_P(ModelAttention, ModelBackwardMatchesFiniteDifferences) {
   model.backward();
   const std::vector<double> analytic = model.grads();
   auto loss = [&] { return model.forward(tokens.data(), targets.data(), weights.data(), B, T); };
-  for (const ParamTensor& t : param_tensors(model.config())) {
-    std::vector<double> x(model.params().begin() + t.offset, model.params().begin() + t.offset + t.size);
-    std::vector<double> a(analytic.begin() + t.offset, analytic.begin() + t.offset + t.size);
-    auto tensor_loss = [&] {
-      std::copy(x.begin(), x.end(), model.params().begin() + t.offset);
-      return loss();
-    };
-    EXPECT_LT(fd_error(x, a, tensor_loss), kTol) << attention_name(GetParam()) << " " << t.name;
-    std::copy(x.begin(), x.end(), model.params().begin() + t.offset);
-  }
+  for (const auto& [name, error] : testing::parameter_gradient_errors(model, analytic, loss))
+    EXPECT_LT(error, kTol) << attention_name(GetParam()) << " " << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, ModelAttention,

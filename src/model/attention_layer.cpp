@@ -1,6 +1,6 @@
-// The blocks' causal multi-head attention: q, k, v are strided views into the fused qkv rows, so
-// heads need no copies. float runs linattn's operators; double runs the fp64 reference. The delta
-// kinds are in delta_layers.cpp.
+// The blocks' multi-head attention (causal in the decoder, not in the encoder classifier): q, k, v are strided views
+// into the fused qkv rows, so heads need no copies. float runs linattn's operators; double runs the fp64 reference. The
+// delta kinds are in delta_layers.cpp.
 #include <stdexcept>
 #include <vector>
 
@@ -23,7 +23,7 @@ View4<T> part_view(T* base, int64_t part, int64_t row, int64_t B, int64_t T_, in
 LinearAttentionOptions linear_options(const AttentionSpec& spec) {
   LinearAttentionOptions options;
   options.feature_map = spec.feature_map;
-  options.causal = true;
+  options.causal = spec.causal;
   options.chunk_size = spec.chunk_size;
   return options;
 }
@@ -36,9 +36,9 @@ View4<T> gate_view(T* gate, const AttentionSpec& spec, int64_t B, int64_t T_, in
   return part_view(gate, 0, C, B, T_, spec.heads, C);
 }
 
-SoftmaxAttentionOptions softmax_options() {
+SoftmaxAttentionOptions softmax_options(const AttentionSpec& spec) {
   SoftmaxAttentionOptions options;
-  options.causal = true;
+  options.causal = spec.causal;
   return options;
 }
 
@@ -74,15 +74,22 @@ template <>
 void attention_forward<float>(float* out, float* lse, const float* qkv, const AttentionSpec& spec, int64_t B,
                               int64_t T_, int64_t C, const float* gate, const float* beta,
                               const SequenceParallel& parallel) {
+  if (runs_both_directions(spec)) {
+    require_single_process(parallel, "the encoder's attention");
+    return bidirectional_forward(out, qkv, spec, B, T_, C, gate, beta);
+  }
   if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C, parallel);
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
   const TensorView o = part_view(out, 0, C, B, T_, H, C);
   if (spec.kind == AttentionKind::softmax) {
-    parallel.softmax_forward(o, {lse, size_t(B * H * T_)}, q, k, v, softmax_options());
+    parallel.softmax_forward(o, {lse, size_t(B * H * T_)}, q, k, v, softmax_options(spec));
   } else if (is_decayed(spec.kind)) {
     parallel.decayed_forward(o, q, k, v, gate_view(gate, spec, B, T_, C), decayed_options(spec));
+  } else if (!spec.causal) {  // the encoder's: the group's linear_forward is the causal operator
+    require_single_process(parallel, "the encoder's attention");
+    linear_attention_forward(o, q, k, v, linear_options(spec));
   } else {
     parallel.linear_forward(o, q, k, v, linear_options(spec));
   }
@@ -92,6 +99,10 @@ template <>
 void attention_backward<float>(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                                const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C, const float* gate,
                                float* dgate, const float* beta, float* dbeta, const SequenceParallel& parallel) {
+  if (runs_both_directions(spec)) {
+    require_single_process(parallel, "the encoder's attention");
+    return bidirectional_backward(dqkv, dout, qkv, spec, B, T_, C, gate, dgate, beta, dbeta);
+  }
   if (is_delta(spec.kind))
     return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C, parallel);
   const int64_t H = spec.heads;
@@ -104,10 +115,14 @@ void attention_backward<float>(float* dqkv, const float* dout, const float* qkv,
                    dv = part_view(dqkv, 2, 3 * C, B, T_, H, C);
   if (spec.kind == AttentionKind::softmax) {
     const ConstTensorView out_view = part_view(out, 0, C, B, T_, H, C);
-    parallel.softmax_backward(dq, dk, dv, dout_view, q, k, v, out_view, {lse, size_t(B * H * T_)}, softmax_options());
+    parallel.softmax_backward(dq, dk, dv, dout_view, q, k, v, out_view, {lse, size_t(B * H * T_)},
+                              softmax_options(spec));
   } else if (is_decayed(spec.kind)) {
     parallel.decayed_backward(dq, dk, dv, gate_view(dgate, spec, B, T_, C), dout_view, q, k, v,
                               gate_view(gate, spec, B, T_, C), decayed_options(spec));
+  } else if (!spec.causal) {
+    require_single_process(parallel, "the encoder's attention");
+    linear_attention_backward(dq, dk, dv, dout_view, q, k, v, linear_options(spec));
   } else {
     parallel.linear_backward(dq, dk, dv, dout_view, q, k, v, linear_options(spec));
   }
@@ -118,13 +133,14 @@ void attention_forward<double>(double* out, double* lse, const double* qkv, cons
                                int64_t T_, int64_t C, const double* gate, const double* beta,
                                const SequenceParallel& parallel) {
   require_single_process(parallel, "the fp64 attention");
+  if (runs_both_directions(spec)) return bidirectional_forward(out, qkv, spec, B, T_, C, gate, beta);
   if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
                           v = to_tensor(qkv, 2, 3 * C, B, T_, H, C);
   if (spec.kind == AttentionKind::softmax) {
     std::vector<double> lse64;
-    from_tensor(out, 0, C, reference::softmax_attention_forward(q, k, v, softmax_options(), &lse64), H, C);
+    from_tensor(out, 0, C, reference::softmax_attention_forward(q, k, v, softmax_options(spec), &lse64), H, C);
     for (size_t i = 0; i < lse64.size(); ++i) lse[i] = lse64[i];
   } else if (is_decayed(spec.kind)) {
     gate_view(gate, spec, B, T_, C);  // checks that gla has its gate
@@ -143,6 +159,8 @@ void attention_backward<double>(double* dqkv, const double* dout, const double* 
                                 const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C, const double* gate,
                                 double* dgate, const double* beta, double* dbeta, const SequenceParallel& parallel) {
   require_single_process(parallel, "the fp64 attention");
+  if (runs_both_directions(spec))
+    return bidirectional_backward(dqkv, dout, qkv, spec, B, T_, C, gate, dgate, beta, dbeta);
   if (is_delta(spec.kind)) return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
@@ -161,7 +179,7 @@ void attention_backward<double>(double* dqkv, const double* dout, const double* 
     return;
   }
   const reference::Gradients g = spec.kind == AttentionKind::softmax
-                                     ? reference::softmax_attention_backward(dy, q, k, v, softmax_options())
+                                     ? reference::softmax_attention_backward(dy, q, k, v, softmax_options(spec))
                                      : reference::linear_attention_backward(dy, q, k, v, linear_options(spec));
   from_tensor(dqkv, 0, 3 * C, g.dq, H, C);
   from_tensor(dqkv, 1, 3 * C, g.dk, H, C);

@@ -86,6 +86,7 @@ void check_config(const ModelConfig& c) {
   positive("mlp_hidden", c.mlp_hidden);
   positive("favor_features", c.favor_features);
   positive("chunk_size", c.chunk_size);
+  check_bounded("linattn::model", "classes", c.classes, 0, 1 << 16, "0: the decoder");
   if (c.d_model % c.heads != 0)
     throw Error("linattn::model: d_model is " + std::to_string(c.d_model) + ", expected a multiple of heads (" +
                 std::to_string(c.heads) + ")");
@@ -156,6 +157,7 @@ std::string config_to_text(const ModelConfig& c) {
   detail::KeyValues kv;
   detail::write_fields<ModelConfig>(kv, c, kConfigFields);
   kv.set("attention", attention_name(c.attention));
+  if (c.classes > 0) kv.set("classes", c.classes);  // the decoder's files keep the keys they always had
   return kv.text();
 }
 
@@ -164,6 +166,7 @@ ModelConfig config_from_text(std::string_view text) {
   ModelConfig c;
   detail::read_fields<ModelConfig>(kv, c, kConfigFields);
   c.attention = attention_by_name(kv.get_string("attention"));
+  if (kv.has("classes")) c.classes = kv.get_int("classes");
   kv.check_all_read();
   check_config(c);
   return c;

@@ -67,7 +67,7 @@ std::string Tokenizer::decode(std::span<const int32_t> tokens) const {
 
 namespace {
 Batch empty_batch(int64_t B, int64_t T) {
-  Batch batch{B, T, std::vector<int32_t>(B * T), std::vector<int32_t>(B * T), std::vector<float>(B * T, 0.0f)};
+  Batch batch{B, T, std::vector<int32_t>(B * T), std::vector<int32_t>(B * T), std::vector<float>(B * T, 0.0f), {}};
   return batch;
 }
 // Held-out streams use seeds no training run uses (training seeds are small user numbers).
@@ -153,14 +153,17 @@ std::vector<Batch> TextTask::eval_batches(int64_t B, int64_t T, int64_t max_batc
   return batches;
 }
 
-std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path, const MqarShape& mqar) {
+std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path, const MqarShape& mqar,
+                                uint64_t seed) {
   if (name == "copy") return std::make_unique<CopyTask>();
+  if (name == "listops") return std::make_unique<ListOpsTask>(seed);
   if (name == "mqar") return std::make_unique<MqarTask>(mqar);
   if (name == "text") {
     if (data_path.empty()) throw Error("linattn::model: task \"text\" needs a data file, expected --data FILE");
     return std::make_unique<TextTask>(data_path);
   }
-  throw Error("linattn::model: task is \"" + std::string(name) + "\", expected \"copy\", \"text\" or \"mqar\"");
+  throw Error("linattn::model: task is \"" + std::string(name) +
+              "\", expected \"copy\", \"text\", \"mqar\" or \"listops\"");
 }
 
 }  // namespace linattn::model

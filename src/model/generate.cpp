@@ -8,6 +8,7 @@
 
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
+#include "linattn/error.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/softmax_attention.hpp"
 #include "model/block.hpp"
@@ -18,7 +19,13 @@ namespace {
 constexpr int64_t kMaxBlock = 1024;
 }  // namespace
 
-Generator::Generator(const Transformer<float>& model) : model_(model) { reset(); }
+Generator::Generator(const Transformer<float>& model) : model_(model) {
+  // The encoder classifier has no next-token head to sample from.
+  if (model.config().classes > 0)
+    throw Error("linattn::model: the model is an encoder classifier (" + std::to_string(model.config().classes) +
+                " classes, e.g. trained on --task listops), expected a decoder: score it with linattn eval");
+  reset();
+}
 
 void Generator::reset() {
   const ModelConfig& c = model_.config();

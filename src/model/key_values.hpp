@@ -21,6 +21,8 @@ class KeyValues {
   uint64_t get_u64(const std::string& key) const;
   double get_double(const std::string& key) const;
   const std::string& get_string(const std::string& key) const;
+  // Whether the text has the key: for the keys only some files write (an encoder's classes).
+  bool has(const std::string& key) const { return values_.count(key) > 0; }
 
   void set(const std::string& key, const std::string& value);
   void set(const std::string& key, int64_t value) { set(key, std::to_string(value)); }

@@ -54,7 +54,7 @@ Batch MqarTask::train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) 
   check_mqar_shape(shape_, T);
   const int64_t N = shape_.pairs, half = shape_.vocab / 2;
   Random rng(splitmix64(splitmix64(seed) + uint64_t(index)));
-  Batch batch{B, T, std::vector<int32_t>(B * T), std::vector<int32_t>(B * T), std::vector<float>(B * T, 0.0f)};
+  Batch batch{B, T, std::vector<int32_t>(B * T), std::vector<int32_t>(B * T), std::vector<float>(B * T, 0.0f), {}};
   std::vector<int32_t> s(size_t(T + 1));
   for (int64_t b = 0; b < B; ++b) {
     // s: T + 1 tokens, inputs s[0, T), targets s[1, T]: the pairs, the queries with their answers, padding.

@@ -25,8 +25,8 @@ void check_train_options(const TrainOptions& o) {
   // Every size and count is bounded (a checkpoint is untrusted: batch = 2^62 overflowed batch ×
   // seq_len) and every real is finite (weight_decay = inf turned the weights infinite).
   const char* where = "linattn::model";
-  require(o.task == "copy" || o.task == "text" || o.task == "mqar", "task", "\"" + o.task + "\"",
-          "\"copy\", \"text\" or \"mqar\"");
+  require(o.task == "copy" || o.task == "text" || o.task == "mqar" || o.task == "listops", "task", "\"" + o.task + "\"",
+          "\"copy\", \"text\", \"mqar\" or \"listops\"");
   check_bounded(where, "steps", o.steps, 1, limits::kMaxSteps);
   check_bounded(where, "batch", o.batch, 1, limits::kMaxBatch);
   check_bounded(where, "seq_len", o.seq_len, 2, limits::kMaxSeqLen);
@@ -40,6 +40,8 @@ void check_train_options(const TrainOptions& o) {
   check_bounded(where, "eval_batches", o.eval_batches, 1, limits::kMaxEvalBatches);
   check_bounded(where, "checkpoint_every", o.checkpoint_every, 0, limits::kMaxSteps);
   if (o.task == "mqar") check_mqar_shape(o.mqar, o.seq_len);
+  if (o.task == "listops")
+    require(o.seq_len >= 4, "seq_len", std::to_string(o.seq_len), "≥ 4 for listops (its shortest expressions)");
 }
 
 double estimated_training_bytes(const ModelConfig& config, const TrainOptions& options, int ranks) {
@@ -105,6 +107,11 @@ std::string number(double x) {
   return text;
 }
 
+// What the model's forward takes as targets: the labels of a classification task's batch.
+const int32_t* targets_of(const Batch& batch) {
+  return batch.labels.empty() ? batch.targets.data() : batch.labels.data();
+}
+
 // The positions [range.begin, range.begin + range.length) of every sequence of a [B, T] batch.
 Batch shard_of(const Batch& batch, ShardRange range) {
   Batch shard;
@@ -134,8 +141,12 @@ Trainer::Trainer(ModelConfig config, TrainOptions options, std::shared_ptr<const
     throw Error("linattn::model: seq_len is " + std::to_string(options_.seq_len) + ", expected ≥ " +
                 std::to_string(ranks) + " (the ranks each sequence is split over: every rank needs a token)");
   shard_ = shard_range(options_.seq_len, this->parallel().rank(), ranks);
-  task_ = make_task(options_.task, options_.data, options_.mqar);
+  task_ = make_task(options_.task, options_.data, options_.mqar, options_.seed);
   config.vocab_size = task_->tokenizer().size();
+  config.classes = task_->classes();  // a classification task trains the encoder classifier
+  if (config.classes > 0 && ranks > 1)
+    throw Error("linattn::model: task \"" + options_.task +
+                "\" trains the encoder classifier, which runs in one process, expected no sequence parallelism");
   model_ = std::make_unique<Transformer<float>>(config);
   model_->set_sequence_parallel(this->parallel(), shard_.begin);
   optimizer_ = AdamW(int64_t(model_->params().size()), AdamWOptions{0.9, 0.95, 1e-8, options_.weight_decay});
@@ -180,6 +191,10 @@ Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOpt
     options.steps = resume.steps;
   }
   Trainer trainer(f.config, options, std::move(parallel));
+  if (trainer.model_->config().classes != f.config.classes)
+    throw Error("linattn::model: " + name + " holds a model of " + std::to_string(f.config.classes) +
+                " classes, but its task \"" + options.task + "\" has " +
+                std::to_string(trainer.model_->config().classes) + ", expected a checkpoint written by linattn train");
   if (trainer.task_->tokenizer().vocab() != f.vocab)
     throw Error("linattn::model: " + name + ": the vocabulary of task \"" + trainer.options_.task + "\" (data \"" +
                 trainer.options_.data + "\") differs from the checkpoint's, expected the same data");
@@ -206,7 +221,7 @@ double Trainer::train_step() {
   const Batch whole = task_->train_batch(o.batch, o.seq_len, o.seed, step);
   const Batch batch = parallel_ ? shard_of(whole, shard_) : whole;
   model_->zero_grad();
-  const float loss = model_->forward(batch.tokens.data(), batch.targets.data(), batch.weights.data(), batch.B, batch.T);
+  const float loss = model_->forward(batch.tokens.data(), targets_of(batch), batch.weights.data(), batch.B, batch.T);
   model_->backward();
   parallel().sum(model_->grads());  // every rank's shard's part of the gradient, the same sum on every rank
   grad_norm_ = clip_grad_norm(model_->grads(), o.clip);
@@ -226,7 +241,24 @@ double Trainer::train_step() {
   return loss;
 }
 
+EvalResult evaluate_classifier(Transformer<float>& model, const std::vector<Batch>& batches) {
+  const int64_t O = model.config().classes;
+  double loss = 0, correct = 0, total = 0;
+  for (const Batch& batch : batches) {
+    loss += double(batch.B) *
+            model.forward(batch.tokens.data(), batch.labels.data(), batch.weights.data(), batch.B, batch.T);
+    for (int64_t b = 0; b < batch.B; ++b) {
+      const float* row = model.logits() + b * O;
+      correct += std::max_element(row, row + O) - row == batch.labels[size_t(b)] ? 1 : 0;
+    }
+    total += double(batch.B);
+  }
+  return total > 0 ? EvalResult{loss / total, correct / total} : EvalResult{};
+}
+
 EvalResult Trainer::evaluate(int64_t max_batches) {
+  if (model_->config().classes > 0)
+    return evaluate_classifier(*model_, task_->eval_batches(options_.batch, options_.seq_len, max_batches));
   const int64_t V = model_->config().vocab_size;
   double loss = 0, correct = 0, total = 0;
   for (const Batch& whole : task_->eval_batches(options_.batch, options_.seq_len, max_batches)) {

@@ -13,9 +13,11 @@
 
 namespace linattn::model {
 
+int64_t head_width(const ModelConfig& c) { return c.classes > 0 ? c.classes : c.vocab_size; }
+
 std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
   const int64_t V = c.vocab_size, C = c.d_model, L = c.layers, F = c.mlp_hidden, H = c.heads;
-  const int64_t G = gate_width(c.attention, C, H);
+  const int64_t G = gate_width(c.attention, C, H), O = head_width(c);
   const bool delta = is_delta(c.attention), decay_a = G > 0 && delta;
   const std::pair<const char*, std::pair<int64_t, bool>> shapes[] = {{"wte", {V * C, true}},
                                                                      {"ln1w", {L * C, false}},
@@ -37,8 +39,8 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
                                                                      {"fcprojb", {L * C, false}},
                                                                      {"lnfw", {C, false}},
                                                                      {"lnfb", {C, false}},
-                                                                     {"headw", {C * V, true}},
-                                                                     {"headb", {V, false}}};
+                                                                     {"headw", {C * O, true}},
+                                                                     {"headb", {O, false}}};
   std::vector<ParamTensor> tensors;
   int64_t offset = 0;
   for (const auto& [name, shape] : shapes) {
@@ -111,7 +113,8 @@ template <class T>
 Transformer<T>::Transformer(const ModelConfig& config) : config_(config) {
   check_config(config);
   for (int64_t l = 0; l < config.layers; ++l)
-    specs_.push_back({config.attention, config.heads, feature_map_for(config, l), config.chunk_size});
+    specs_.push_back(
+        {config.attention, config.heads, feature_map_for(config, l), config.chunk_size, config.classes == 0});
   params_.assign(param_count(config), T(0));
   grads_.assign(params_.size(), T(0));
   Random rng(splitmix64(config.init_seed));
@@ -151,8 +154,7 @@ void Transformer<T>::resize(int64_t B, int64_t T_len) {
   if (B == B_ && T_len == T_) return;
   B_ = B;
   T_ = T_len;
-  const int64_t BT = B * T_len, C = config_.d_model, L = config_.layers, F = config_.mlp_hidden, V = config_.vocab_size,
-                H = config_.heads;
+  const int64_t BT = B * T_len, C = config_.d_model, L = config_.layers, F = config_.mlp_hidden, H = config_.heads;
   encoded_.assign(BT * C, 0);
   for (auto* v : {&ln1_, &atty_, &residual2_, &ln2_, &residual3_}) v->assign(L * BT * C, 0);
   for (auto* v : {&ln1_mean_, &ln1_rstd_, &ln2_mean_, &ln2_rstd_}) v->assign(L * BT, 0);
@@ -172,10 +174,14 @@ void Transformer<T>::resize(int64_t B, int64_t T_len) {
   lnf_.assign(BT * C, 0);
   lnf_mean_.assign(BT, 0);
   lnf_rstd_.assign(BT, 0);
-  logits_.assign(BT * V, 0);
-  probs_.assign(BT * V, 0);
+  // The classifier's head sees one pooled row per sequence: logits [B, classes].
+  const int64_t rows = config_.classes > 0 ? B : BT, O = head_width(config_);
+  logits_.assign(rows * O, 0);
+  probs_.assign(rows * O, 0);
+  dlogits_.assign(rows * O, 0);
+  pooled_.assign(config_.classes > 0 ? B * C : 0, 0);
+  dpooled_.assign(pooled_.size(), 0);
   scratch_.assign(BT * C, 0);
-  dlogits_.assign(BT * V, 0);
   for (auto* v : {&dres_, &dln_, &datty_}) v->assign(BT * C, 0);
   dbig_.assign(BT * std::max(F, 3 * C), 0);
   dfch_.assign(BT * F, 0);
@@ -187,13 +193,16 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
     throw Error("linattn::model: batch is " + std::to_string(B) + " x " + std::to_string(T_len) +
                 " tokens, expected at least 1 x 1");
   check_tokens("tokens", tokens, B * T_len, config_.vocab_size);
-  if (targets) check_tokens("targets", targets, B * T_len, config_.vocab_size);
+  const bool classifier = config_.classes > 0;
+  if (classifier) require_single_process(*parallel_, "the encoder classifier");
+  if (targets && classifier) check_tokens("labels", targets, B, config_.classes);
+  if (targets && !classifier) check_tokens("targets", targets, B * T_len, config_.vocab_size);
   resize(B, T_len);
   const int64_t BT = B * T_len, C = config_.d_model, L = config_.layers, F = config_.mlp_hidden, V = config_.vocab_size,
                 H = config_.heads;
   tokens_.assign(tokens, tokens + BT);
   has_targets_ = targets != nullptr;
-  if (has_targets_) targets_.assign(targets, targets + BT);
+  if (has_targets_) targets_.assign(targets, targets + (classifier ? B : BT));
   if (weights)
     weights_.assign(weights, weights + BT);
   else
@@ -229,6 +238,15 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
     residual = a.residual3;
   }
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual, p.lnfw, p.lnfb, BT, C);
+  if (classifier) {
+    // One row per sequence: the mean of its real tokens (weights), then the head to the classes.
+    const int64_t O = config_.classes;
+    mean_pool_forward(pooled_.data(), lnf_.data(), weights, B, T_len, C);
+    matmul_forward(logits_.data(), pooled_.data(), p.headw, p.headb, B, C, O);
+    return has_targets_
+               ? cross_entropy_forward(probs_.data(), logits_.data(), targets, static_cast<const T*>(nullptr), B, O)
+               : T(0);
+  }
   matmul_forward(logits_.data(), lnf_.data(), p.headw, p.headb, BT, C, V);
   if (!has_targets_) return T(0);
   loss_total_ = 0;
@@ -261,9 +279,16 @@ void Transformer<T>::backward() {
   std::vector<T>&dlogits = dlogits_, &dres = dres_, &dln = dln_, &dbig = dbig_, &dfch = dfch_, &datty = datty_;
   std::fill(dres.begin(), dres.end(), T(0));
 
-  cross_entropy_backward(dlogits.data(), probs_.data(), targets_.data(), weights_.empty() ? nullptr : weights_.data(),
-                         BT, V, loss_total_);
-  matmul_backward(dln.data(), g.headw, g.headb, dlogits.data(), lnf_.data(), p.headw, BT, C, V);
+  const T* weights = weights_.empty() ? nullptr : weights_.data();
+  if (config_.classes > 0) {
+    const int64_t O = config_.classes;
+    cross_entropy_backward(dlogits.data(), probs_.data(), targets_.data(), static_cast<const T*>(nullptr), B, O);
+    matmul_backward(dpooled_.data(), g.headw, g.headb, dlogits.data(), pooled_.data(), p.headw, B, C, O);
+    mean_pool_backward(dln.data(), dpooled_.data(), weights, B, T_len, C);
+  } else {
+    cross_entropy_backward(dlogits.data(), probs_.data(), targets_.data(), weights, BT, V, loss_total_);
+    matmul_backward(dln.data(), g.headw, g.headb, dlogits.data(), lnf_.data(), p.headw, BT, C, V);
+  }
   const T* last = L > 0 ? residual3_.data() + (L - 1) * BT * C : encoded_.data();
   layernorm_backward(dres.data(), g.lnfw, g.lnfb, dln.data(), last, p.lnfw, lnf_mean_.data(), lnf_rstd_.data(), BT, C);
   for (int64_t l = L - 1; l >= 0; --l) {

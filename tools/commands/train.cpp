@@ -1,11 +1,12 @@
 // linattn train: trains the small decoder-only transformer (src/model/) on the copy task, MQAR or a
-// text file with softmax, linear, favor, retnet, gla, deltanet, gated_deltanet or kda attention; prints
-// progress, writes checkpoints, the final model and optionally the loss curve as CSV. Under
+// text file, or its encoder classifier on ListOps, with softmax, linear, favor, retnet, gla, deltanet, gated_deltanet
+// or kda attention; prints progress, writes checkpoints, the final model and optionally the loss curve as CSV. Under
 // `mpirun -np P ... --seq-parallel` every sequence is split over the P ranks (linattn_mpi's
 // distributed::sequence_parallel); rank 0 prints and writes the files.
 #include "linattn/model/train.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cinttypes>
 #include <csignal>
 #include <cstdarg>
@@ -101,6 +102,14 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   // Every rank trains; rank 0 alone prints and writes files (the others' copies are the same bits).
   const bool speaks = !parallel || parallel->rank() == 0;
   const bool resuming = !a.resume.empty();
+  // Issue 41's names: performer is favor; linformer has no training path yet (its projection of the
+  // keys along N is not in the model's layers): refused by name rather than trained as something else.
+  if (a.attention == "performer") a.attention = "favor";
+  if (a.attention == "linformer")
+    throw UsageError(
+        "--attention linformer: train does not have Linformer yet (its operator is bench's, compare's "
+        "and run's); choose softmax, linear, performer (favor), retnet, gla, deltanet, gated_deltanet "
+        "or kda");
   if (resuming) {
     // A resumed run takes its config and options from the checkpoint, so that it repeats exactly;
     // the paths (data, checkpoints) come from this command line, never from the file.
@@ -165,6 +174,13 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
       o.task.c_str(), o.data.empty() ? "" : " ", o.data.c_str(), model::attention_name(c.attention), c.d_model,
       c.layers, c.heads, trainer.model().params().size(), o.batch, o.seq_len, o.steps,
       resuming ? (" (resumed at step " + std::to_string(trainer.step()) + ")").c_str() : "");
+  if (c.classes > 0)
+    say(speaks,
+        "encoder classifier: non-causal attention%s, the mean over each sequence's tokens, a head to %" PRId64
+        " classes; expressions of %" PRId64 " to %" PRId64 " tokens\n",
+        model::is_decayed(c.attention) || model::is_delta(c.attention) ? " (this kind runs both directions, summed)"
+                                                                       : "",
+        c.classes, o.seq_len / 4, o.seq_len);
   if (parallel) {
     const model::ShardRange first = model::shard_range(o.seq_len, 0, parallel->ranks());
     say(speaks,
@@ -216,6 +232,13 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
         "mqar: %" PRId64 " pairs, %" PRId64 " symbols: held-out accuracy on the answers %.4f (%" PRId64
         " sequences x %" PRId64 " answers), loss %.4f\n",
         o.mqar.pairs, o.mqar.vocab, last_eval->accuracy, o.eval_batches * o.batch, o.mqar.pairs, last_eval->loss);
+  if (c.classes > 0 && last_eval)
+    say(speaks,
+        "%s: validation accuracy %.4f over %" PRId64
+        " expressions (chance 0.1), loss %.4f; test split: linattn eval %s\n",
+        o.task.c_str(), last_eval->accuracy,
+        std::min<int64_t>(o.eval_batches * o.batch, model::ListOpsTask::kSplitSize[1]), last_eval->loss,
+        o.checkpoint.c_str());
   if (!speaks) return kExitOk;
   trainer.save_model(a.out);
   say(speaks, "model: %s\n", a.out.c_str());
@@ -251,7 +274,7 @@ int train_command(const CLI::App& app, TrainArgs& a) {
 const Registrar registrar{
     {"train",
      "Train the small transformer (softmax, linear, favor, retnet, gla, deltanet, gated_deltanet or kda attention) "
-     "on the copy task, MQAR or a text",
+     "on the copy task, MQAR or a text, or its encoder classifier on ListOps",
      50, [](CLI::App& app) {
        auto a = std::make_shared<TrainArgs>();
        model::TrainOptions& o = a->options;
@@ -259,8 +282,10 @@ const Registrar registrar{
        o.checkpoint_every = 500;  // the command's default: a killed run loses at most 500 steps
        app.add_option("--task", o.task,
                       "copy (repeat the first half), mqar (multi-query associative recall: key-value pairs, then "
-                      "queries of the keys) or text (character level, needs --data)")
-           ->transform(flags::one_of({"copy", "mqar", "text"}))
+                      "queries of the keys), text (character level, needs --data) or listops (LRA's ListOps, 10 "
+                      "classes, expressions of seq-len/4 to seq-len tokens, splits fixed by --seed: trains the "
+                      "encoder classifier)")
+           ->transform(flags::one_of({"copy", "mqar", "text", "listops"}))
            ->capture_default_str();
        app.add_option("--mqar-pairs", o.mqar.pairs, "MQAR: key-value pairs per sequence (--seq-len must be >= 4x)")
            ->check(flags::bounded(1, 94))
@@ -270,12 +295,14 @@ const Registrar registrar{
            ->capture_default_str();
        app.add_option("--data", o.data, "Text file for --task text (e.g. data/devils_dictionary.txt)");
        app.add_option("--attention", a->attention,
-                      "softmax, linear (elu+1), favor (Performer), retnet (retention, a fixed decay per head), gla "
-                      "(gated linear attention, a learned decay per key dimension), deltanet (the delta rule), "
-                      "gated_deltanet (the delta rule with a learned decay per head) or kda (Kimi Delta Attention: "
-                      "a learned decay per key dimension)")
-           ->transform(
-               flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda"}))
+                      "softmax, linear (elu+1), favor or performer (Performer), retnet (retention, a fixed decay per "
+                      "head), gla (gated linear attention, a learned decay per key dimension), deltanet (the delta "
+                      "rule), gated_deltanet (the delta rule with a learned decay per head) or kda (Kimi Delta "
+                      "Attention: a learned decay per key dimension). linformer is refused (not in train yet). In "
+                      "the encoder (--task listops) the recurrent kinds, retnet, gla and the delta kinds, run in "
+                      "both directions and add the two outputs; softmax, linear and favor attend non-causally")
+           ->transform(flags::one_of({"softmax", "linear", "favor", "performer", "linformer", "retnet", "gla",
+                                      "deltanet", "gated_deltanet", "kda"}))
            ->capture_default_str();
        app.add_option("--steps", o.steps, "Optimizer steps")
            ->check(flags::bounded(1, limits::kMaxSteps))
@@ -345,13 +372,15 @@ const Registrar registrar{
        app.add_flag("--seq-parallel", a->seq_parallel,
                     "Under mpirun -np P: split every sequence over the P ranks (sequence parallelism; the losses are "
                     "one process's; rank 0 prints and writes the files)");
-       flags::examples(app, {"linattn train --task copy --attention linear --steps 3000 --out copy.model",
-                             "linattn train --task text --data data/devils_dictionary.txt --attention softmax --out "
-                             "text.model",
-                             "linattn train --resume copy.model.ckpt --out copy.model   # after Ctrl-C or a kill",
-                             "linattn train --resume copy.model.ckpt --steps 6000 --out copy.model",
-                             "mpirun -np 4 linattn train --seq-parallel --task copy --attention gated_deltanet "
-                             "--seq-len 1024 --threads 1"});
+       flags::examples(app,
+                       {"linattn train --task copy --attention linear --steps 3000 --out copy.model",
+                        "linattn train --task listops --attention gated_deltanet --seq-len 2000 --out listops.model",
+                        "linattn train --task text --data data/devils_dictionary.txt --attention softmax --out "
+                        "text.model",
+                        "linattn train --resume copy.model.ckpt --out copy.model   # after Ctrl-C or a kill",
+                        "linattn train --resume copy.model.ckpt --steps 6000 --out copy.model",
+                        "mpirun -np 4 linattn train --seq-parallel --task copy --attention gated_deltanet "
+                        "--seq-len 1024 --threads 1"});
        return [a, &app] { return train_command(app, *a); };
      }}};
 

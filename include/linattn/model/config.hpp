@@ -1,5 +1,6 @@
 #pragma once
-// The shape of a decoder-only transformer: what a model file stores to rebuild it.
+// The shape of a decoder-only transformer (or of the encoder classifier beside it): what a model file
+// stores to rebuild it.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -52,6 +53,12 @@ struct ModelConfig {
   uint64_t favor_seed = 7;      // Performer: layer l draws its features from favor_seed + l
   int64_t chunk_size = 64;      // causal linear and decayed attention: tokens per chunk
   uint64_t init_seed = 1;       // weight initialisation
+  // 0: the decoder (causal attention, a next-token head over the vocabulary). > 0: the encoder
+  // classifier of a classification task (ListOps): non-causal attention, the final norm's output
+  // mean-pooled over each sequence's real tokens, a linear head to `classes` logits per sequence.
+  // The recurrent kinds (retnet, gla and the delta kinds) have no non-causal form: the encoder runs
+  // each of them in both directions and adds the two outputs (before the head norm).
+  int64_t classes = 0;
 
   int64_t head_dim() const { return d_model / heads; }
 };

@@ -1,6 +1,6 @@
 #pragma once
 // What the model trains on: a character-level tokenizer, the copy task, multi-query associative
-// recall, and a text corpus.
+// recall, a text corpus, and ListOps (a classification task).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -32,11 +32,14 @@ class Tokenizer {
 };
 
 // tokens, targets, weights: [B, T]. targets[i] is the token after tokens[i]; weights say which
-// positions the loss counts.
+// positions the loss counts. A classification task (Task::classes() > 0) leaves targets empty and
+// gives labels: [B], each sequence's class; its weights are then 1 on the real tokens and 0 on the
+// padding, the tokens the classifier's mean pool averages.
 struct Batch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> tokens, targets;
   std::vector<float> weights;
+  std::vector<int32_t> labels;
 };
 
 class Task {
@@ -48,6 +51,8 @@ class Task {
   virtual Batch train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const = 0;
   // Held-out batches, the same every call.
   virtual std::vector<Batch> eval_batches(int64_t B, int64_t T, int64_t max_batches) const = 0;
+  // A classification task's classes (its model is the encoder classifier); 0 for the next-token tasks.
+  virtual int64_t classes() const { return 0; }
 };
 
 // The copy task of "Transformers are RNNs" (§4.1): L random symbols from 10, a separator, the same
@@ -113,9 +118,49 @@ class TextTask final : public Task {
   std::vector<int32_t> train_, held_out_;
 };
 
-// "copy", "text" (which reads data_path) or "mqar" (of shape mqar); throws linattn::Error naming the
-// choices otherwise.
+// ListOps (Nangia & Bowman, 2018) as the Long Range Arena generates it (Tay et al., 2020): nested
+// prefix expressions of MAX, MIN, MED (the median, rounded down) and SM (the sum modulo 10) over the
+// digits 0–9, e.g. "[MAX 2 9 [MIN 4 7 ] 0 ]" = 9; the label (10 classes) is the expression's value.
+// LRA's grammar: a node is an operator with probability 1/4 below depth 10 (else a digit) with 2–10
+// arguments, each a node one level deeper; trees are drawn until their length lies in [max_len / 4,
+// max_len] tokens (500–2,000 at LRA's --seq-len 2000). Tokens, one byte each: the digits '0'–'9'
+// (token = digit), 'X' "[MAX", 'N' "[MIN", 'D' "[MED", 'S' "[SM", ']' and the padding '.'.
+// A split is LRA's size (96,000 / 2,000 / 2,000 expressions) and example i of a split is a function of
+// (seed, split, i) alone: a seed fixes the three splits, nothing is stored on disk. The splits are
+// independent draws, so at a small max_len (a test's) an expression can occur in two of them.
+enum class ListOpsSplit { train, validation, test };
+struct ListOpsExample {
+  std::vector<int32_t> tokens;  // between max_len / 4 and max_len of them, no padding
+  int32_t label = 0;            // the value, 0–9
+};
+class ListOpsTask final : public Task {
+ public:
+  static constexpr int64_t kClasses = 10;
+  static constexpr int32_t kMax = 10, kMin = 11, kMed = 12, kSumMod = 13, kClose = 14, kPad = 15;
+  static constexpr int64_t kMaxDepth = 10, kMaxArgs = 10;
+  static constexpr int64_t kSplitSize[3] = {96000, 2000, 2000};  // train, validation, test
+  explicit ListOpsTask(uint64_t seed);
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  int64_t classes() const override { return kClasses; }
+  // Throws linattn::Error when max_len < 4 (no expression fits) or i is outside the split.
+  ListOpsExample example(ListOpsSplit split, int64_t i, int64_t max_len) const;
+  // B training examples drawn uniformly from the train split by (seed, index), padded to T.
+  Batch train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const override;
+  // The validation split's first max_batches · B examples (the last batch may be smaller).
+  std::vector<Batch> eval_batches(int64_t B, int64_t T, int64_t max_batches) const override;
+  // The first `count` examples of a split (all of it when count ≤ 0), in batches of B.
+  std::vector<Batch> split_batches(ListOpsSplit split, int64_t B, int64_t T, int64_t count) const;
+  // LRA's spelling of tokens: "[MAX 2 9 [MIN 4 7 ] 0 ]" (padding is left out).
+  static std::string text(std::span<const int32_t> tokens);
+
+ private:
+  uint64_t seed_;
+  Tokenizer tokenizer_;
+};
+
+// "copy", "text" (which reads data_path), "mqar" (of shape mqar) or "listops" (its splits fixed by
+// seed); throws linattn::Error naming the choices otherwise.
 std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path,
-                                const MqarShape& mqar = {});
+                                const MqarShape& mqar = {}, uint64_t seed = 1);
 
 }  // namespace linattn::model

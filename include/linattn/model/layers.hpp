@@ -105,9 +105,30 @@ struct AttentionSpec {
   int64_t heads = 1;
   FeatureMapPtr feature_map;  // null for softmax and the decayed and delta kinds
   int64_t chunk_size = 64;
+  bool causal = true;  // false: the encoder classifier's attention (every token sees every token)
 };
 
-// Causal multi-head attention. out: [B, T, C]; lse: [B, H, T] (softmax only, else unused);
+// The encoder's mean pool (pool_layers.cpp): out: [B, C] = Σ_t w[b, t] · inp[b, t, :] / Σ_t w[b, t],
+// weights: [B, T] (1 on the real tokens, 0 on padding; null: all 1). A sequence without weight pools to 0.
+template <class T>
+void mean_pool_forward(T* out, const T* inp, const T* weights, int64_t B, int64_t T_, int64_t C);
+// dinp: [B, T, C] = w[b, t] / Σ_t w[b, t] · dout[b, :], overwritten.
+template <class T>
+void mean_pool_backward(T* dinp, const T* dout, const T* weights, int64_t B, int64_t T_, int64_t C);
+
+// The recurrent kinds (retnet, gla and the delta kinds) have a causal operator only; non-causal, as the
+// encoder asks, they run both directions (bidirectional.cpp): out = A(x) + flip(A(flip(x))), where A is
+// the causal attention of the same kind and flip reverses the T axis of q, k, v, the gate and β. Softmax,
+// linear and favor have a non-causal operator of their own and run it.
+bool runs_both_directions(const AttentionSpec& spec);
+template <class T>
+void bidirectional_forward(T* out, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
+                           const T* gate, const T* beta);
+template <class T>
+void bidirectional_backward(T* dqkv, const T* dout, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_,
+                            int64_t C, const T* gate, T* dgate, const T* beta, T* dbeta);
+
+// Multi-head attention, causal unless spec.causal is false. out: [B, T, C]; lse: [B, H, T] (softmax only, else unused);
 // qkv: [B, T, 3C], q | k | v along the last axis, each split into H heads of C/H; gate: [B, T, C],
 // the per-key-dimension log decay g ([B, T, H, C/H]) for gla and kda, [B, T, H] (one per head) for
 // gated_deltanet, else unused (null); beta: [B, T, H], the delta kinds' β, else unused (null).

@@ -18,7 +18,7 @@
 namespace linattn::model {
 
 struct TrainOptions {
-  std::string task = "copy";  // "copy", "text" or "mqar"
+  std::string task = "copy";  // "copy", "text", "mqar" or "listops" (a classification task: the encoder)
   std::string data;           // the text file (task "text")
   MqarShape mqar;             // task "mqar": key–value pairs and symbols (stored only for that task)
   int64_t steps = 1000, batch = 16, seq_len = 128, warmup = 100;
@@ -43,6 +43,10 @@ struct EvalResult {
   double accuracy = 0;  // argmax = target, over the weighted positions
   double bits_per_token() const;
 };
+
+// The encoder classifier's mean cross-entropy and accuracy (argmax = label) over every sequence of
+// batches (a classification task's: labels and the real-token mask).
+EvalResult evaluate_classifier(Transformer<float>& model, const std::vector<Batch>& batches);
 
 struct Progress {
   int64_t step = 0, steps = 0;  // steps done, of

@@ -34,13 +34,15 @@ struct ParamPointers {
   P *fcw, *fcb;            // [L, C, F], [L, F]
   P *fcprojw, *fcprojb;    // [L, F, C], [L, C]
   P *lnfw, *lnfb;          // [C]
-  P *headw, *headb;        // [C, V], [V]
+  P *headw, *headb;        // [C, V], [V] (the classifier: [C, classes], [classes])
 };
 
 // The parameter tensors of a config, in array order (after qkvb: gla adds gatew and gateb;
 // gated_deltanet and kda gatew, gateb, alog, betaw and betab; deltanet betaw and betab; the other
 // kinds' layout is the one model files have always had).
 std::vector<ParamTensor> param_tensors(const ModelConfig& config);
+// The head's outputs: config.classes for the encoder classifier, else the vocabulary.
+int64_t head_width(const ModelConfig& config);
 int64_t param_count(const ModelConfig& config);
 // The floats a Transformer holds per token of a batch for one step (its activations and their
 // gradients, what Transformer::resize allocates for B × T tokens), for memory estimates.
@@ -64,6 +66,9 @@ class Transformer {
 
   // logits: [B, T, V] of tokens: [B, T] (positions 0..T−1). Returns the loss when targets: [B, T]
   // is given (weights: [B, T] or null), else 0. Keeps what backward needs.
+  // The encoder classifier (config.classes > 0): logits: [B, classes] of the mean over each sequence's
+  // tokens with weight (weights: [B, T], the real-token mask; null: every token); targets: [B], the
+  // classes; the loss is the mean cross-entropy over the B sequences. Single process only.
   T forward(const int32_t* tokens, const int32_t* targets, const T* weights, int64_t B, int64_t T_);
   // grads += ∂loss/∂params of the last forward, which must have had targets.
   void backward();
@@ -99,7 +104,8 @@ class Transformer {
   std::vector<T> fch_, fch_gelu_;  // [L, B, T, F]
   std::vector<T> residual3_;       // [L, B, T, C]
   std::vector<T> lnf_, lnf_mean_, lnf_rstd_;
-  std::vector<T> logits_, probs_;                              // [B, T, V]
+  std::vector<T> logits_, probs_;                              // [B, T, V] ([B, classes] for the classifier)
+  std::vector<T> pooled_, dpooled_;                            // [B, C]: the classifier's mean pool
   std::vector<T> scratch_;                                     // [B, T, C]
   std::vector<T> dlogits_, dres_, dln_, dbig_, dfch_, datty_;  // backward's buffers
   std::vector<T> dattn_, dgate_, dbeta_;                       // [B, T, C], [B, T, G], [B, T, H]
