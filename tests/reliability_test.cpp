@@ -27,6 +27,7 @@
 #include "linattn/npy.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/threads.hpp"
+#include "model/key_values.hpp"
 #include "support/temp_dir.hpp"
 
 namespace linattn {
@@ -104,6 +105,16 @@ TEST(Reliability, Defect02ModelFileFavorFeaturesAreBounded) {
   c.chunk_size = int64_t(1) << 62;
   EXPECT_TRUE(contains(error_of([&] { model::parse_model_file(model_bytes(c), "chunk.model"); }),
                        "chunk_size is 4611686018427387904, expected in [1, 65536]"));
+}
+
+// Issue 42 item 15: a config value with a trailing CR (a file edited on Windows) was quoted as is, so the
+// message showed "64" and the CR stayed invisible; bytes outside printable ASCII are shown as \xNN.
+TEST(Reliability, ConfigValueWithTrailingCarriageReturnShowsIt) {
+  const model::detail::KeyValues kv("d_model=64\r\n", "model config");
+  const std::string message = error_of([&] { kv.get_int("d_model"); });
+  EXPECT_TRUE(contains(message, "d_model is \"64\\x0d\", expected an integer")) << message;
+  const std::string unknown = error_of([&] { model::detail::KeyValues("ke\ty=1\n", "model config").check_all_read(); });
+  EXPECT_TRUE(contains(unknown, "key ke\\x09y (=1) is unknown")) << unknown;
 }
 
 // Issue 42 item 1: a model file or checkpoint of a decayed or delta kind saying chunk_size = 65536 (inside the

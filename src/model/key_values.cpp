@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "linattn/error.hpp"
+#include "model/printable.hpp"
 
 namespace linattn::model::detail {
 namespace {
@@ -16,7 +17,7 @@ N parse_number(const std::string& what, const std::string& key, const std::strin
   N result{};
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), result);
   if (ec != std::errc() || end != value.data() + value.size() || value.empty())
-    bad(what, key + " is \"" + value + "\", expected " + expected);
+    bad(what, printable(key) + " is \"" + printable(value) + "\", expected " + expected);
   return result;
 }
 }  // namespace
@@ -29,10 +30,10 @@ KeyValues::KeyValues(std::string_view text, std::string what) : what_(std::move(
     if (line.empty()) continue;
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos || eq == 0)
-      bad(what_, "line \"" + std::string(line) + "\" is not key=value, expected key=value");
+      bad(what_, "line \"" + printable(line) + "\" is not key=value, expected key=value");
     const std::string key(line.substr(0, eq));
     if (!values_.emplace(key, std::string(line.substr(eq + 1))).second)
-      bad(what_, key + " appears twice, expected once");
+      bad(what_, printable(key) + " appears twice, expected once");
   }
 }
 
@@ -61,7 +62,9 @@ void KeyValues::set_double(const std::string& key, double value) {
 
 void KeyValues::check_all_read() const {
   for (const auto& [key, value] : values_)
-    if (!read_.count(key)) bad(what_, "key " + key + " (=" + value + ") is unknown, expected only the documented keys");
+    if (!read_.count(key))
+      bad(what_,
+          "key " + printable(key) + " (=" + printable(value) + ") is unknown, expected only the documented keys");
 }
 
 std::string KeyValues::text() const {
