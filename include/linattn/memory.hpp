@@ -33,6 +33,8 @@ class OutOfMemory : public std::bad_alloc {
 
 // Throws OutOfMemory "linattn: <what> needs about 16 GiB, but only 2.5 GiB is available (<bound>)" when
 // bytes exceeds available_memory(). bytes is a double so that products of huge extents cannot overflow.
+// Requests of 16 MiB or less are let through unread: they are the common case, and reading the bounds
+// costs a few file reads.
 void check_allocation(const std::string& what, double bytes);
 
 // A "Key:   123 kB" field of a /proc file (/proc/meminfo, /proc/self/status) in bytes; -1 if absent.
