@@ -11,12 +11,17 @@
 
 namespace linattn::testing {
 
-// {tensor name, max |analytic − numeric| / max |numeric|} for every tensor of model's config; analytic
-// is the gradient of loss() at the current parameters (step 1e-5). The parameters are left as they were.
+// {tensor name, max |analytic − numeric| / max |numeric|} for every tensor of model's config, where loss()
+// runs the model's forward with targets (so that backward may follow) and returns the loss: the analytic
+// gradient is backward's after loss() at the current parameters, the numeric one central differences of
+// loss() (step 1e-5). The parameters are left as they were.
 template <class Loss>
 std::vector<std::pair<std::string, double>> parameter_gradient_errors(model::Transformer<double>& model,
-                                                                      const std::vector<double>& analytic,
                                                                       const Loss& loss) {
+  model.zero_grad();
+  loss();
+  model.backward();
+  const std::vector<double> analytic = model.grads();
   std::vector<std::pair<std::string, double>> errors;
   for (const model::ParamTensor& t : model::param_tensors(model.config())) {
     const auto begin = model.params().begin() + t.offset;
