@@ -112,7 +112,8 @@ int eval(const CLI::App& app, const EvalArgs& a) {
 
 void add_split_flags(CLI::App& app, model::ListOpsSplit& split, int64_t& examples) {
   app.add_option("--split", split, "train, validation or test (LRA's 96,000 / 2,000 / 2,000 expressions)")
-      ->transform(flags::choice(split_names()));
+      ->transform(flags::choice(split_names()))
+      ->option_text("NAME");
   app.add_option("--examples", examples, "The split's first N expressions (0: all of it)")
       ->check(flags::bounded(0, 96000))
       ->capture_default_str();
@@ -122,7 +123,9 @@ const Registrar eval_registrar{
     {"eval", "Accuracy of an encoder classifier (train --task listops) on the test split of its task", 52,
      [](CLI::App& app) {
        auto a = std::make_shared<EvalArgs>();
-       app.add_option("model", a->model, "Model or checkpoint file from linattn train --task listops")->required();
+       // Positional or --model (generate's spelling).
+       app.add_option("model,--model", a->model, "Model or checkpoint file from linattn train --task listops")
+           ->required();
        add_split_flags(app, a->split, a->examples);
        app.add_option("--seq-len", a->seq_len,
                       "Longest expression (they run seq-len/4 to seq-len tokens); default: the checkpoint's, "

@@ -83,7 +83,7 @@ def test_tiny_training_beats_chance_and_eval_scores_the_test_split(tmp_path):
     # Chance is 0.1; ListOps' labels are skewed (MAX tends to 9), so the bar is the majority class's rate.
     assert result["accuracy"] > majority_rate("test", 2000, 32, 1) + 0.03, result
     # The model file gives the same score once told the length; another seed, another split.
-    same = json.loads(run_cli("eval", out, "--seq-len", 32, "--seed", 1, "--json").stdout)
+    same = json.loads(run_cli("eval", "--model", out, "--seq-len", 32, "--seed", 1, "--json").stdout)
     assert same["accuracy"] == result["accuracy"] and same["loss"] == pytest.approx(result["loss"])
     other = run_cli("eval", ckpt, "--split", "validation", "--examples", 100)
     assert other.returncode == 0 and "validation split: 100 expressions" in other.stdout
