@@ -18,6 +18,7 @@
 #include "common/command.hpp"
 #include "common/flags.hpp"
 #include "common/paths.hpp"
+#include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
 #include "linattn/limits.hpp"
 #include "linattn/model/data.hpp"
@@ -107,7 +108,12 @@ int generate(const GenerateArgs& a) {
   if (!a.speed_contexts.empty()) return speed(a, net);
 
   const model::Tokenizer tokenizer(file.vocab);
-  std::vector<int32_t> prompt = tokenizer.encode(a.prompt);
+  std::vector<int32_t> prompt;
+  try {
+    prompt = tokenizer.encode(a.prompt);
+  } catch (const linattn::Error& e) {  // the tokenizer knows neither the flag nor the file its vocabulary came from
+    throw UsageError("--prompt: " + std::string(e.what()) + " (the vocabulary of " + a.model + ")");
+  }
   if (prompt.empty()) prompt.push_back(0);  // no prompt: start from the first symbol
   model::Generator generator(net);
   Random rng(splitmix64(a.seed));  // the model's seeding (model/data.cpp, transformer.cpp)

@@ -233,3 +233,12 @@ def test_defect42_13_every_number_flag_takes_plain_decimal_only(command):
             args = {**REQUIRED.get(command, {}), flag: spelling}
             line = assert_one_line_error(run_cli(command, *(x for pair in args.items() for x in pair)), 2)
             assert f"{flag}: is '{spelling}'" in line and "plain decimal" in line, (flag, line)
+
+
+def test_defect42_15_prompt_outside_the_vocabulary_names_the_flag_and_the_model(tmp_path):
+    # The tokenizer's error named neither the flag nor the file whose vocabulary it checked against.
+    model = tmp_path / "copy.model"
+    proc = run_cli("train", "--task", "copy", "--steps", 1, "--out", model, *TINY_TRAIN)
+    assert proc.returncode == 0, proc.stderr
+    line = assert_one_line_error(run_cli("generate", "--model", model, "--prompt", "abz", "--tokens", 2), 2)
+    assert "--prompt" in line and str(model) in line and "'z'" in line and "offset 2" in line, line
