@@ -115,6 +115,8 @@ TEST(Reliability, ConfigValueWithTrailingCarriageReturnShowsIt) {
   EXPECT_TRUE(contains(message, "d_model is \"64\\x0d\", expected an integer")) << message;
   const std::string unknown = error_of([&] { model::detail::KeyValues("ke\ty=1\n", "model config").check_all_read(); });
   EXPECT_TRUE(contains(unknown, "key ke\\x09y (=1) is unknown")) << unknown;
+  const std::string attention = error_of([] { model::attention_by_name("gla\r"); });
+  EXPECT_TRUE(contains(attention, "attention is \"gla\\x0d\", expected one of")) << attention;
 }
 
 // Issue 42 item 1: a model file or checkpoint of a decayed or delta kind saying chunk_size = 65536 (inside the

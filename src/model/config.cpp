@@ -6,6 +6,7 @@
 #include "linattn/error.hpp"
 #include "linattn/limits.hpp"
 #include "model/key_values.hpp"
+#include "model/printable.hpp"
 #if __has_include("linattn/performer.hpp")
 #include "linattn/performer.hpp"
 #define LINATTN_MODEL_HAS_FAVOR 1
@@ -40,7 +41,7 @@ AttentionKind attention_by_name(std::string_view name) {
        {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor, AttentionKind::retnet, AttentionKind::gla,
         AttentionKind::deltanet, AttentionKind::gated_deltanet, AttentionKind::kda})
     if (name == attention_name(kind)) return kind;
-  throw Error("linattn::model: attention is \"" + std::string(name) +
+  throw Error("linattn::model: attention is \"" + detail::printable(name) +
               "\", expected one of \"softmax\", \"linear\", \"favor\", \"retnet\", \"gla\", \"deltanet\", "
               "\"gated_deltanet\", \"kda\"");
 }

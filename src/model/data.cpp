@@ -6,6 +6,7 @@
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
 #include "linattn/random.hpp"
+#include "model/printable.hpp"
 
 namespace linattn::model {
 
@@ -29,31 +30,14 @@ Tokenizer Tokenizer::from_text(std::string_view text) {
   return Tokenizer(vocab);
 }
 
-namespace {
-// Bytes as readable text for messages: printable ASCII as is, others as \xNN.
-std::string printable(std::string_view bytes) {
-  std::string out;
-  for (char c : bytes) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) {
-      out.push_back(c);
-    } else {
-      static const char* const hex = "0123456789abcdef";
-      out += {'\\', 'x', hex[u >> 4], hex[u & 15]};
-    }
-  }
-  return out;
-}
-}  // namespace
-
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> tokens(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     const int32_t slot = index_[static_cast<unsigned char>(text[i])];
     if (slot == 0)
       throw Error("linattn::model: character " + std::to_string(static_cast<unsigned char>(text[i])) + " ('" +
-                  printable(text.substr(i, 1)) + "') at offset " + std::to_string(i) +
-                  " is not in the model's vocabulary, expected one of \"" + printable(vocab_) + "\"");
+                  detail::printable(text.substr(i, 1)) + "') at offset " + std::to_string(i) +
+                  " is not in the model's vocabulary, expected one of \"" + detail::printable(vocab_) + "\"");
     tokens[i] = slot - 1;
   }
   return tokens;
