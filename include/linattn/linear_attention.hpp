@@ -25,6 +25,13 @@ struct LinearAttentionOptions {
   // backward and within 6% of the fastest forward on the reference machine (docs/decisions.md); any
   // value ≥ 1 gives the same result up to fp32 rounding.
   int64_t chunk_size = 32;
+  // [N + 1], non-decreasing from 0 to T: N sequences packed along the time axis of batch row 0 (B must
+  // be 1, Nq = Nk = T, no key_lengths). Sequence n holds tokens [cu_seqlens[n], cu_seqlens[n + 1]) of
+  // q, k and v; its sums run over its own keys only (causal: within the sequence), exactly as if it ran
+  // alone; an empty sequence is allowed. Taken by linear_attention_forward/backward (either mode) and
+  // the fp64 oracle without a state; the entry points with a state per batch row
+  // (causal_linear_attention_*, recurrent_step) refuse it. Empty: every batch row is one sequence.
+  std::span<const int64_t> cu_seqlens;
 };
 
 // out: [B, Nq, H, E]; q: [B, Nq, H, D]; k: [B, Nk, H, D]; v: [B, Nk, H, E].

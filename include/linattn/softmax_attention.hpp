@@ -17,6 +17,11 @@ struct SoftmaxAttentionOptions {
   bool causal = false;
   // Per-batch key lengths [B]: batch b sees keys j < key_lengths[b]. Empty: all Nk keys.
   std::span<const int64_t> key_lengths;
+  // [N + 1], non-decreasing from 0 to T: N sequences packed along the time axis of batch row 0 (B must
+  // be 1, Nq = Nk = T, no key_lengths). Sequence n holds tokens [cu_seqlens[n], cu_seqlens[n + 1]) of
+  // q, k and v; its queries see its own keys only (causal: within the sequence), exactly as if it ran
+  // alone; an empty sequence is allowed. lse stays [1, H, T]. Empty: every batch row is one sequence.
+  std::span<const int64_t> cu_seqlens;
 };
 
 // out: [B, Nq, H, E]; lse: [B, H, Nq] contiguous, the log-sum-exp of each row's scaled scores

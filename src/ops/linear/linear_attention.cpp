@@ -4,6 +4,7 @@
 // into an initial state, or gives 0 to the rows that see no key.
 #include <algorithm>
 
+#include "core/sequences.hpp"
 #include "core/validate.hpp"
 #include "ops/linear/linear_common.hpp"
 
@@ -162,13 +163,29 @@ void causal_any_backward(TensorView dq, TensorView dk, TensorView dv, ConstTenso
   }
 }
 
+// A packed call's checks beyond those of its unpacked options: cu_seqlens itself, and the causal
+// chunk size, before the first sequence runs.
+void check_packed(const char* op, const LinearAttentionOptions& options, const LinearProblem& p) {
+  check_cu_seqlens(op, options.cu_seqlens, options.key_lengths, p.B, p.Nq, p.Nk);
+  if (options.causal) check_chunk_size(op, options);
+}
+
 }  // namespace
 }  // namespace detail
 
 void linear_attention_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                               const LinearAttentionOptions& options) {
   const char* op = "linear_attention_forward";
-  const detail::LinearProblem p = detail::check_linear_forward(op, out, q, k, v, options);
+  const LinearAttentionOptions one = detail::without_packing(options);
+  const detail::LinearProblem p = detail::check_linear_forward(op, out, q, k, v, one);
+  if (!options.cu_seqlens.empty()) {  // each packed sequence alone, over its slice of the tokens
+    detail::check_packed(op, options, p);
+    detail::for_each_sequence(options.cu_seqlens, [&](int64_t t, int64_t n) {
+      using detail::seq_slice;
+      linear_attention_forward(seq_slice(out, t, n), seq_slice(q, t, n), seq_slice(k, t, n), seq_slice(v, t, n), one);
+    });
+    return;
+  }
   if (options.causal) {
     detail::check_chunk_size(op, options);
     detail::causal_any_forward(out, q, k, v, p, options.chunk_size);
@@ -182,7 +199,17 @@ void linear_attention_forward(TensorView out, ConstTensorView q, ConstTensorView
 void linear_attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                                ConstTensorView k, ConstTensorView v, const LinearAttentionOptions& options) {
   const char* op = "linear_attention_backward";
-  const detail::LinearProblem p = detail::check_linear_backward(op, dq, dk, dv, dout, q, k, v, options);
+  const LinearAttentionOptions one = detail::without_packing(options);
+  const detail::LinearProblem p = detail::check_linear_backward(op, dq, dk, dv, dout, q, k, v, one);
+  if (!options.cu_seqlens.empty()) {
+    detail::check_packed(op, options, p);
+    detail::for_each_sequence(options.cu_seqlens, [&](int64_t t, int64_t n) {
+      using detail::seq_slice;
+      linear_attention_backward(seq_slice(dq, t, n), seq_slice(dk, t, n), seq_slice(dv, t, n), seq_slice(dout, t, n),
+                                seq_slice(q, t, n), seq_slice(k, t, n), seq_slice(v, t, n), one);
+    });
+    return;
+  }
   if (options.causal) {
     detail::check_chunk_size(op, options);
     detail::causal_any_backward(dq, dk, dv, dout, q, k, v, p, options.chunk_size);

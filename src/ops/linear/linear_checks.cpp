@@ -4,6 +4,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/sequences.hpp"
 #include "core/validate.hpp"
 
 namespace linattn::detail {
@@ -14,6 +15,7 @@ int64_t check_linear_arguments(const char* op, ConstTensorView q, ConstTensorVie
   if (!o.feature_map) fail(op, "options.feature_map is null, expected a feature map (e.g. elu_feature_map())");
   if (!std::isfinite(o.eps) || o.eps < 0) fail_with(op, "options.eps is ", o.eps, ", expected a finite value ≥ 0");
   check_key_lengths(op, o.key_lengths, q.batch(), k.seq());
+  if (!o.cu_seqlens.empty()) check_cu_seqlens(op, o.cu_seqlens, o.key_lengths, q.batch(), q.seq(), k.seq());
   const int64_t M = o.feature_map->feature_dim(q.dim());
   if (M < 1) fail_with(op, "options.feature_map->feature_dim(", q.dim(), ") is ", M, ", expected ≥ 1");
   checked_mul(op, "B × H × M × E", checked_mul(op, "B × H", q.batch(), q.heads()),

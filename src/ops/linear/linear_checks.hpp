@@ -10,8 +10,8 @@
 namespace linattn::detail {
 
 // q, k, v agreeing with each other (check_attention_inputs), options.feature_map set, options.eps
-// finite and ≥ 0, key_lengths in range, and a feature dim M ≥ 1 whose state [B, H, M, E] fits in
-// int64. Returns M.
+// finite and ≥ 0, key_lengths in range, cu_seqlens when given (core/sequences.hpp), and a feature dim M ≥ 1 whose state
+// [B, H, M, E] fits in int64. Returns M.
 int64_t check_linear_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                const LinearAttentionOptions& options);
 // A state of [batch, heads, feature_dim, value_dim] `seen` where [B, H, M, E] `want` is expected;

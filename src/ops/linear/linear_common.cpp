@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "core/sequences.hpp"
 #include "core/validate.hpp"
 #include "kernels/feature_map_elementwise.hpp"
 #include "kernels/gemm.hpp"
@@ -23,6 +24,8 @@ namespace {
 LinearProblem check_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                            const LinearAttentionOptions& o) {
   LinearProblem p;
+  refuse_cu_seqlens(op, o.cu_seqlens,
+                    "its state is one per batch row; linear_attention_forward/backward take packed sequences");
   p.M = check_linear_arguments(op, q, k, v, o);
   p.B = q.batch(), p.Nq = q.seq(), p.Nk = k.seq(), p.H = q.heads(), p.D = q.dim(), p.E = v.dim();
   p.Mp = kernels::padded(p.M), p.Ep = kernels::padded(p.E);

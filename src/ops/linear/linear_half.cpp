@@ -14,7 +14,7 @@ template <HalfType H>
 void linear_attention_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v,
                               const LinearAttentionOptions& options) {
   const char* op = "linear_attention_forward";
-  if (!options.causal) {  // read in place, tile by tile
+  if (!options.causal && options.cu_seqlens.empty()) {  // read in place, tile by tile (packed: widened below)
     kernels::HalfCall<H> c(op);
     c.in_place("q", q), c.in_place("k", k), c.in_place("v", v), c.out_in_place("out", out);
     c.check();

@@ -2,6 +2,7 @@
 //   out_i = num_i / den_i,  num_i = Σ_j a_ij v_j + φ(q_i)ᵀS0,  den_i = Σ_j a_ij + φ(q_i)ᵀz0 + eps,
 //   a_ij = φ(q_i)·φ(k_j), over the keys j that query i sees (key padding, causal bottom-right).
 // Without the normaliser, out_i = num_i.
+#include "core/sequences.hpp"
 #include "core/validate.hpp"
 #include "linattn/reference.hpp"
 #include "ops/linear/linear_checks.hpp"
@@ -55,9 +56,13 @@ Features features_of(const Sizes& s, const LinearAttentionOptions& options, cons
   return f;
 }
 
+// Whether query i of batch b sees key j: key padding, packed sequences (only its own), then bottom-right
+// causal alignment.
 bool visible(const Sizes& s, const LinearAttentionOptions& options, int64_t b, int64_t i, int64_t j) {
   const int64_t length = options.key_lengths.empty() ? s.Nk : options.key_lengths[b];
   if (j >= length) return false;
+  const std::span<const int64_t> cu = options.cu_seqlens;
+  if (!cu.empty() && detail::sequence_of(cu, i) != detail::sequence_of(cu, j)) return false;
   return !options.causal || j <= i + (s.Nk - s.Nq);
 }
 
@@ -103,7 +108,9 @@ void numerator_denominator(std::vector<double>& num, double& den, const Sizes& s
 Tensor linear_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const LinearAttentionOptions& options, const State* initial, State* final_state) {
   // final_state may be initial itself: each head's sums are read before they are added to.
-  const Sizes s = check_arguments("reference::linear_attention_forward", q, k, v, options, initial);
+  const char* op = "reference::linear_attention_forward";
+  const Sizes s = check_arguments(op, q, k, v, options, initial);
+  if (initial || final_state) detail::refuse_cu_seqlens(op, options.cu_seqlens, "the states are one per batch row");
   Tensor out({s.B, s.Nq, s.H, s.E});
   if (final_state) *final_state = initial ? *initial : zero_state(s);
   std::vector<double> num;
@@ -133,6 +140,7 @@ Gradients linear_attention_backward(const Tensor& dout, const Tensor& q, const T
                                     const LinearAttentionOptions& options, const State* initial, State* dinitial) {
   const char* op = "reference::linear_attention_backward";
   const Sizes s = check_arguments(op, q, k, v, options, initial, &dout);
+  if (initial || dinitial) detail::refuse_cu_seqlens(op, options.cu_seqlens, "the states are one per batch row");
   detail::check_outputs(op, {detail::object_region("dinitial", dinitial)}, {detail::object_region("initial", initial)});
   Gradients g{Tensor(q.extent), Tensor(k.extent), Tensor(v.extent)};
   if (dinitial) *dinitial = zero_state(s);

@@ -104,7 +104,8 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
                                 ConstTensorView k, ConstTensorView v, ConstTensorView out, std::span<const float> lse,
                                 const SoftmaxAttentionOptions& options) {
   const char* op = kBackward;
-  const Plan p = make_plan(op, q, k, v, lse.size(), options);
+  const SoftmaxAttentionOptions one = detail::without_packing(options);
+  const Plan p = make_plan(op, q, k, v, lse.size(), one);
   detail::check_output_shape(op, "out", out, q, v);
   detail::check_output_shape(op, "dout", dout, q, v);
   detail::check_like(op, "dq", dq, q, "q");
@@ -114,6 +115,20 @@ void softmax_attention_backward(TensorView dq, TensorView dk, TensorView dv, Con
   detail::check_outputs(
       op, {region("dq", dq), region("dk", dk), region("dv", dv)},
       {region("q", q), region("k", k), region("v", v), region("out", out), region("dout", dout), region("lse", lse)});
+  if (!options.cu_seqlens.empty()) {
+    // Each packed sequence alone, over its slice of the tokens, with its lse rows [H, n] gathered.
+    detail::check_cu_seqlens(op, options.cu_seqlens, options.key_lengths, p.B, p.Nq, p.Nk);
+    std::vector<float> rows;
+    detail::for_each_sequence(options.cu_seqlens, [&](int64_t t, int64_t n) {
+      rows.resize(size_t(p.H * n));
+      for (int64_t h = 0; h < p.H; ++h) std::copy_n(lse.data() + h * p.Nq + t, n, rows.data() + h * n);
+      using detail::seq_slice;
+      softmax_attention_backward(seq_slice(dq, t, n), seq_slice(dk, t, n), seq_slice(dv, t, n), seq_slice(dout, t, n),
+                                 seq_slice(q, t, n), seq_slice(k, t, n), seq_slice(v, t, n), seq_slice(out, t, n), rows,
+                                 one);
+    });
+    return;
+  }
 
   const int threads = omp_get_max_threads();
   const bool prefetch = p.k_tiles > kPrefetchTiles;

@@ -60,10 +60,25 @@ void forward_query_tile(TensorView out, float* lse, ConstTensorView q, ConstTens
 void softmax_attention_forward(TensorView out, std::span<float> lse, ConstTensorView q, ConstTensorView k,
                                ConstTensorView v, const SoftmaxAttentionOptions& options) {
   const char* op = kForward;
-  const Plan p = make_plan(op, q, k, v, lse.size(), options);
+  const SoftmaxAttentionOptions one = detail::without_packing(options);
+  const Plan p = make_plan(op, q, k, v, lse.size(), one);
   detail::check_output_shape(op, "out", out, q, v);
   using detail::region;
   detail::check_outputs(op, {region("lse", lse), region("out", out)}, {region("q", q), region("k", k), region("v", v)});
+  if (!options.cu_seqlens.empty()) {
+    // Each packed sequence alone, over its slice of the tokens; its lse rows [H, n] of lse [1, H, T]
+    // are not contiguous, so they come back through a buffer.
+    detail::check_cu_seqlens(op, options.cu_seqlens, options.key_lengths, p.B, p.Nq, p.Nk);
+    std::vector<float> rows;
+    detail::for_each_sequence(options.cu_seqlens, [&](int64_t t, int64_t n) {
+      rows.resize(size_t(p.H * n));
+      using detail::seq_slice;
+      softmax_attention_forward(seq_slice(out, t, n), rows, seq_slice(q, t, n), seq_slice(k, t, n), seq_slice(v, t, n),
+                                one);
+      for (int64_t h = 0; h < p.H; ++h) std::copy_n(rows.data() + h * n, n, lse.data() + h * p.Nq + t);
+    });
+    return;
+  }
 
   if (p.Nq <= kDecodeRows) {
     decode_forward<float>(out, lse, q, k, v, p);

@@ -13,7 +13,8 @@ void softmax_attention_forward(View4<H> out, std::span<float> lse, HalfIn<H> q, 
                                const SoftmaxAttentionOptions& options) {
   kernels::HalfCall<H> c("softmax_attention_forward");
   const ConstTensorView q32 = c.in("q", q);
-  const bool native = detail::softmax_half_decodes(q.seq(), k.stride);
+  // Packed sequences run one by one in the fp32 driver, on widened copies.
+  const bool native = detail::softmax_half_decodes(q.seq(), k.stride) && options.cu_seqlens.empty();
   const ConstTensorView k32 = native ? c.in_place("k", k) : c.in("k", k),
                         v32 = native ? c.in_place("v", v) : c.in("v", v);
   const TensorView out32 = c.out("out", out);

@@ -11,6 +11,9 @@ Plan make_plan(const char* op, ConstTensorView q, ConstTensorView k, ConstTensor
   detail::check_attention_inputs(op, q, k, v);
   detail::check_key_lengths(op, options.key_lengths, q.batch(), k.seq());
   detail::check_scale(op, options.scale);
+  detail::refuse_cu_seqlens(
+      op, options.cu_seqlens,
+      "the planned drivers run one sequence per batch row; softmax_attention_forward/backward take packed sequences");
   Plan p;
   p.B = q.batch(), p.Nq = q.seq(), p.Nk = k.seq(), p.H = q.heads(), p.D = q.dim(), p.E = v.dim();
   p.Dp = round_up(p.D, kernels::kPad);

@@ -23,7 +23,9 @@
 #include <span>
 
 #include "core/huge_pages.hpp"
+#include "core/sequences.hpp"
 #include "core/validate.hpp"
+#include "core/views.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/pack.hpp"
 #include "linattn/half.hpp"
@@ -91,7 +93,8 @@ struct Plan {
   }
 };
 
-// The checks both directions share: q, k, v and their agreement, options, lse's size.
+// The checks both directions share: q, k, v and their agreement, options, lse's size. options.cu_seqlens
+// is refused: the entry points run packed sequences one by one before they plan.
 Plan make_plan(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v, size_t lse_size,
                const SoftmaxAttentionOptions& options);
 

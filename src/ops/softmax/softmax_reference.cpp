@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/sequences.hpp"
 #include "core/validate.hpp"
 #include "linattn/reference.hpp"
 
@@ -19,10 +20,13 @@ Sizes sizes_of(const Tensor& q, const Tensor& k, const Tensor& v, const SoftmaxA
   return s;
 }
 
-// Whether query i of batch b sees key j: key padding, then bottom-right causal alignment.
+// Whether query i of batch b sees key j: key padding, packed sequences (only its own), then bottom-right
+// causal alignment.
 bool visible(const Sizes& s, const SoftmaxAttentionOptions& options, int64_t b, int64_t i, int64_t j) {
   const int64_t length = options.key_lengths.empty() ? s.Nk : options.key_lengths[b];
   if (j >= length) return false;
+  const std::span<const int64_t> cu = options.cu_seqlens;
+  if (!cu.empty() && detail::sequence_of(cu, i) != detail::sequence_of(cu, j)) return false;
   return !options.causal || j <= i + (s.Nk - s.Nq);
 }
 
@@ -58,6 +62,8 @@ void check_arguments(const char* op, const Tensor& q, const Tensor& k, const Ten
   detail::check_attention_inputs(op, qs, ks, vs);
   detail::check_key_lengths(op, options.key_lengths, q.extent[0], k.extent[1]);
   detail::check_scale(op, options.scale);
+  if (!options.cu_seqlens.empty())
+    detail::check_cu_seqlens(op, options.cu_seqlens, options.key_lengths, q.extent[0], q.extent[1], k.extent[1]);
 }
 
 }  // namespace
