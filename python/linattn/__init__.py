@@ -4,10 +4,13 @@ Functions take float32 numpy arrays q [B, Nq, H, D], k [B, Nk, H, D], v [B, Nk, 
 (read without a copy) and return a fresh float32 array [B, Nq, H, E]; layout="bhnd" takes and returns
 torch's [B, H, N, D] order instead (see docs/python.md, docs/pytorch.md).
 
-- softmax_attention(q, k, v, *, causal=False, key_lengths=None, scale=None)
+- softmax_attention(q, k, v, *, causal=False, key_lengths=None, scale=None, cu_seqlens=None)
 - linear_attention(q, k, v, *, feature_map="elu", causal=False, key_lengths=None, eps=1e-6,
-  n_features=None, seed=0)
+  n_features=None, seed=0, cu_seqlens=None)
 - softmax_attention_backward / linear_attention_backward(q, k, v, dout, *, same options) -> (dq, dk, dv)
+  (cu_seqlens [N + 1]: sequences packed along the time axis of batch row 0, each attending to itself)
+- decayed_step(q, k, v, g, state, *, decay, ...) / delta_rule_step(q, k, v, beta, g, state, *, gate, ...):
+  one decoding token [B, H, K] against a float32 state [B, H, K, V] advanced in place
 - RecurrentState(batch, heads, dim, value_dim, feature_map="elu"): .step(q, k, v), .save, .load
 - info(): the CPU's features, the SIMD targets compiled in and the one dispatch chose (a dict)
 - reference: the same functions in fp64 on float64 arrays (the slow oracle the tests trust)
@@ -29,6 +32,8 @@ from ._layout import LAYOUTS, check_layout, from_bnhd, to_bnhd
 from ._linattn import (
     __version__,
     RecurrentState,
+    decayed_step,
+    delta_rule_step,
     has_favor,
     info,
     num_threads,
@@ -40,6 +45,8 @@ __all__ = [
     "__version__",
     "LAYOUTS",
     "RecurrentState",
+    "decayed_step",
+    "delta_rule_step",
     "has_favor",
     "info",
     "linear_attention",

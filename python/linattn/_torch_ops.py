@@ -26,6 +26,12 @@ def _lengths(key_lengths):
     return None if key_lengths is None else key_lengths.detach().numpy()
 
 
+def _packing(cu_seqlens):
+    """The cu_seqlens keyword where sequences are packed (none otherwise, so that the calls without
+    it keep their exact keywords)."""
+    return {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens.detach().numpy()}
+
+
 _HALF = {torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
@@ -44,9 +50,9 @@ def _out_shape(q, v):
 
 @torch.library.custom_op("linattn::softmax_forward", mutates_args=())
 def softmax_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float],
-                    key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+                    key_lengths: Optional[Tensor], cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """(out [B, Nq, H, E], lse [B, H, Nq]); lse is empty for float64 (the oracle's backward recomputes)."""
-    options = dict(causal=causal, key_lengths=_lengths(key_lengths), scale=scale)
+    options = dict(causal=causal, key_lengths=_lengths(key_lengths), scale=scale, **_packing(cu_seqlens))
     with torch_threads():
         if q.dtype in _HALF:
             out, lse = _linattn.half._softmax_attention_saving(_bits(q), _bits(k), _bits(v), dtype=_HALF[q.dtype],
@@ -60,7 +66,7 @@ def softmax_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Option
 
 
 @softmax_forward.register_fake
-def _(q, k, v, causal, scale, key_lengths):
+def _(q, k, v, causal, scale, key_lengths, cu_seqlens=None):
     saves = q.dtype == torch.float32 or q.dtype in _HALF
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if saves else q.new_empty(0)
     return q.new_empty(_out_shape(q, v)), lse
@@ -68,8 +74,9 @@ def _(q, k, v, causal, scale, key_lengths):
 
 @torch.library.custom_op("linattn::softmax_backward", mutates_args=())
 def softmax_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor, causal: bool,
-                     scale: Optional[float], key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    options = dict(causal=causal, key_lengths=_lengths(key_lengths), scale=scale)
+                     scale: Optional[float], key_lengths: Optional[Tensor],
+                     cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    options = dict(causal=causal, key_lengths=_lengths(key_lengths), scale=scale, **_packing(cu_seqlens))
     with torch_threads():
         if q.dtype in _HALF:
             grads = _linattn.half._softmax_attention_backward_saved(
@@ -87,20 +94,20 @@ def softmax_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, 
 
 
 @softmax_backward.register_fake
-def _(q, k, v, out, lse, dout, causal, scale, key_lengths):
+def _(q, k, v, out, lse, dout, causal, scale, key_lengths, cu_seqlens=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _softmax_setup(ctx, inputs, output):
-    q, k, v, causal, scale, key_lengths = inputs
+    q, k, v, *options = inputs
     ctx.save_for_backward(q, k, v, *output)
-    ctx.options = (causal, scale, key_lengths)
+    ctx.options = options
 
 
 def _softmax_grad(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = softmax_backward(q, k, v, out, lse, dout.contiguous(), *ctx.options)
-    return dq, dk, dv, None, None, None
+    return dq, dk, dv, *([None] * len(ctx.options))
 
 
 softmax_forward.register_autograd(_softmax_grad, setup_context=_softmax_setup)
@@ -108,9 +115,10 @@ softmax_forward.register_autograd(_softmax_grad, setup_context=_softmax_setup)
 
 @torch.library.custom_op("linattn::linear_forward", mutates_args=())
 def linear_forward(q: Tensor, k: Tensor, v: Tensor, feature_map: str, causal: bool, eps: float,
-                   n_features: Optional[int], seed: int, key_lengths: Optional[Tensor]) -> Tensor:
+                   n_features: Optional[int], seed: int, key_lengths: Optional[Tensor],
+                   cu_seqlens: Optional[Tensor] = None) -> Tensor:
     options = dict(feature_map=feature_map, causal=causal, key_lengths=_lengths(key_lengths), eps=eps,
-                   n_features=n_features, seed=seed)
+                   n_features=n_features, seed=seed, **_packing(cu_seqlens))
     with torch_threads():
         if q.dtype in _HALF:
             out = _linattn.half.linear_attention(_bits(q), _bits(k), _bits(v), dtype=_HALF[q.dtype], **options)
@@ -119,16 +127,16 @@ def linear_forward(q: Tensor, k: Tensor, v: Tensor, feature_map: str, causal: bo
 
 
 @linear_forward.register_fake
-def _(q, k, v, feature_map, causal, eps, n_features, seed, key_lengths):
+def _(q, k, v, feature_map, causal, eps, n_features, seed, key_lengths, cu_seqlens=None):
     return q.new_empty(_out_shape(q, v))
 
 
 @torch.library.custom_op("linattn::linear_backward", mutates_args=())
 def linear_backward(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, feature_map: str, causal: bool, eps: float,
-                    n_features: Optional[int], seed: int,
-                    key_lengths: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+                    n_features: Optional[int], seed: int, key_lengths: Optional[Tensor],
+                    cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     options = dict(feature_map=feature_map, causal=causal, key_lengths=_lengths(key_lengths), eps=eps,
-                   n_features=n_features, seed=seed)
+                   n_features=n_features, seed=seed, **_packing(cu_seqlens))
     with torch_threads():
         if q.dtype in _HALF:
             grads = _linattn.half.linear_attention_backward(_bits(q), _bits(k), _bits(v), _bits(dout.to(q.dtype)),
@@ -140,7 +148,7 @@ def linear_backward(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, feature_map: 
 
 
 @linear_backward.register_fake
-def _(q, k, v, dout, feature_map, causal, eps, n_features, seed, key_lengths):
+def _(q, k, v, dout, feature_map, causal, eps, n_features, seed, key_lengths, cu_seqlens=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

@@ -77,28 +77,33 @@ def _tensor(backend, array):
     return backend.wrap(array) if hasattr(backend, "wrap") else torch.from_numpy(array)
 
 
-def _key_lengths(key_lengths):
+def _key_lengths(key_lengths, name="key_lengths"):
     if key_lengths is None:
         return None
     if isinstance(key_lengths, torch.Tensor):
         if key_lengths.is_floating_point() or key_lengths.is_complex() or key_lengths.dtype == torch.bool:
-            raise TypeError(f"key_lengths: expected integers, got {key_lengths.dtype}")
+            raise TypeError(f"{name}: expected integers, got {key_lengths.dtype}")
         key_lengths = key_lengths.detach().cpu().numpy()
     return np.asarray(key_lengths)
 
 
-def _key_lengths_tensor(key_lengths):
-    """key_lengths for the torch.library operators: None or an int64 CPU tensor."""
+def _key_lengths_tensor(key_lengths, name="key_lengths"):
+    """key_lengths (or cu_seqlens, `name`) for the torch.library operators: None or an int64 CPU tensor."""
     if key_lengths is None:
         return None
     if isinstance(key_lengths, torch.Tensor):
         if key_lengths.is_floating_point() or key_lengths.is_complex() or key_lengths.dtype == torch.bool:
-            raise TypeError(f"key_lengths: expected integers, got {key_lengths.dtype}")
+            raise TypeError(f"{name}: expected integers, got {key_lengths.dtype}")
         return key_lengths.detach().to(device="cpu", dtype=torch.int64)
     array = np.asarray(key_lengths)
     if array.dtype.kind not in "iu":
-        raise TypeError(f"key_lengths: expected integers, got {array.dtype}")
+        raise TypeError(f"{name}: expected integers, got {array.dtype}")
     return torch.from_numpy(array.astype(np.int64))
+
+
+def _packing(cu_seqlens):
+    """The cu_seqlens keyword of the autograd.Function path where sequences are packed (none otherwise)."""
+    return {} if cu_seqlens is None else {"cu_seqlens": _key_lengths(cu_seqlens, "cu_seqlens")}
 
 
 class _Operator(torch.autograd.Function):
@@ -146,55 +151,59 @@ class _Operator(torch.autograd.Function):
         return (None, None, *(None if g is None else _tensor(ctx.backend, g) for g in grads))
 
 
-def _softmax_bnhd(q, k, v, causal, key_lengths, scale):
+def _softmax_bnhd(q, k, v, causal, key_lengths, scale, cu_seqlens=None):
     """softmax attention on [B, N, H, D] tensors (views of any strides), bottom-right causal."""
     if _OPS is not None:
         _backend((q, k, v), half=True)
         out, _ = _OPS.softmax_forward(q, k, v, bool(causal), None if scale is None else float(scale),
-                                      _key_lengths_tensor(key_lengths))
+                                      _key_lengths_tensor(key_lengths),
+                                      _key_lengths_tensor(cu_seqlens, "cu_seqlens"))
         return out
     _backend((q, k, v), half=True)
-    options = dict(causal=bool(causal), key_lengths=_key_lengths(key_lengths), scale=scale)
+    options = dict(causal=bool(causal), key_lengths=_key_lengths(key_lengths), scale=scale, **_packing(cu_seqlens))
     return _Operator.apply("softmax_attention", options, q, k, v)
 
 
-def _linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed):
+def _linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed, cu_seqlens=None):
     """linear attention on [B, N, H, D] tensors (views of any strides), bottom-right causal."""
     if _OPS is not None:
         _backend((q, k, v), half=True)
         return _OPS.linear_forward(q, k, v, str(feature_map), bool(causal), float(eps), n_features, int(seed),
-                                   _key_lengths_tensor(key_lengths))
+                                   _key_lengths_tensor(key_lengths), _key_lengths_tensor(cu_seqlens, "cu_seqlens"))
     _backend((q, k, v), half=True)
     options = dict(feature_map=feature_map, causal=bool(causal), key_lengths=_key_lengths(key_lengths),
-                   eps=float(eps), n_features=n_features, seed=seed)
+                   eps=float(eps), n_features=n_features, seed=seed, **_packing(cu_seqlens))
     return _Operator.apply("linear_attention", options, q, k, v)
 
 
-def softmax_attention(q, k, v, *, layout=None, causal=False, key_lengths=None, scale=None):
+def softmax_attention(q, k, v, *, layout=None, causal=False, key_lengths=None, scale=None, cu_seqlens=None):
     """softmax(q kᵀ · scale) v; layout "bhnd": q [B, H, Nq, D], k [B, H, Nk, D], v [B, H, Nk, E] ->
     [B, H, Nq, E] (torch's order), or "bnhd": q [B, Nq, H, D], ... -> [B, Nq, H, E]. No default: a
     4-d shape does not say which (TypeError when not given).
 
     scale defaults to 1/√D; causal aligns bottom-right (query i sees keys j ≤ i + Nk − Nq; torch's
     is_causal is top-left: scaled_dot_product_attention has that); key_lengths [B]: batch b sees keys
-    j < key_lengths[b]. A row that sees no key outputs 0.
+    j < key_lengths[b]. A row that sees no key outputs 0. cu_seqlens [N + 1] (integers, 0 to T): N
+    sequences packed along the time axis of batch row 0 (B = 1), each attending to itself only.
     """
     check_layout(layout, "softmax_attention")
     q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
-    return from_bnhd(_softmax_bnhd(q, k, v, causal, key_lengths, scale), layout)
+    return from_bnhd(_softmax_bnhd(q, k, v, causal, key_lengths, scale, cu_seqlens), layout)
 
 
 def linear_attention(q, k, v, *, layout=None, feature_map="elu", causal=False, key_lengths=None, eps=1e-6,
-                     n_features=None, seed=0):
+                     n_features=None, seed=0, cu_seqlens=None):
     """φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), the sums over j < key_lengths[b]
     (and j ≤ i + Nk − Nq when causal: bottom-right). layout: "bhnd" or "bnhd", as softmax_attention.
 
     feature_map: "elu" (elu + 1, the default), "relu", "identity", or "favor" (Performer random
-    features with n_features and seed) where built in.
+    features with n_features and seed) where built in. cu_seqlens [N + 1]: packed sequences, as
+    softmax_attention.
     """
     check_layout(layout, "linear_attention")
     q, k, v = (to_bnhd(x, layout) for x in (q, k, v))
-    return from_bnhd(_linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed), layout)
+    return from_bnhd(_linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed, cu_seqlens),
+                     layout)
 
 
 def _float32_projection(name, x):

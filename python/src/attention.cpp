@@ -37,17 +37,20 @@ AttentionGradients softmax_gradients(const AttentionInputs& in, const InputView<
 }
 
 py::array softmax_forward(const py::object& q, const py::object& k, const py::object& v, bool causal,
-                          const py::object& key_lengths, std::optional<float> scale) {
+                          const py::object& key_lengths, std::optional<float> scale, const py::object& cu_seqlens) {
   const AttentionInputs in = attention_inputs("softmax_attention", q, k, v, key_lengths);
-  return softmax_run(in, softmax_options(in.key_lengths, causal, scale)).out.array;
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
+  return softmax_run(in, softmax_options(in.key_lengths, causal, scale, cu)).out.array;
 }
 
 // The C++ backward needs the forward's out and lse: recomputed here.
 py::tuple softmax_backward(const py::object& q, const py::object& k, const py::object& v, const py::object& dout,
-                           bool causal, const py::object& key_lengths, std::optional<float> scale) {
+                           bool causal, const py::object& key_lengths, std::optional<float> scale,
+                           const py::object& cu_seqlens) {
   const AttentionInputs in = attention_inputs("softmax_attention_backward", q, k, v, key_lengths);
   const InputView<float> d = dout_arg(dout);
-  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
+  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale, cu);
   Saved saved = softmax_run(in, options);
   return softmax_gradients(in, d, saved.out.view, saved.lse_span(), options).arrays();
 }
@@ -55,28 +58,33 @@ py::tuple softmax_backward(const py::object& q, const py::object& k, const py::o
 // linattn.torch's pair: the forward hands (out, lse) over, and the backward takes them back instead
 // of recomputing them.
 py::tuple softmax_forward_saving(const py::object& q, const py::object& k, const py::object& v, bool causal,
-                                 const py::object& key_lengths, std::optional<float> scale) {
+                                 const py::object& key_lengths, std::optional<float> scale,
+                                 const py::object& cu_seqlens) {
   const AttentionInputs in = attention_inputs("softmax_attention", q, k, v, key_lengths);
-  Saved saved = softmax_run(in, softmax_options(in.key_lengths, causal, scale));
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
+  Saved saved = softmax_run(in, softmax_options(in.key_lengths, causal, scale, cu));
   return py::make_tuple(saved.out.array, saved.lse);
 }
 
 py::tuple softmax_backward_saved(const py::object& q, const py::object& k, const py::object& v, const py::object& out,
                                  const py::object& lse, const py::object& dout, bool causal,
-                                 const py::object& key_lengths, std::optional<float> scale) {
+                                 const py::object& key_lengths, std::optional<float> scale,
+                                 const py::object& cu_seqlens) {
   const AttentionInputs in = attention_inputs("softmax_attention_backward", q, k, v, key_lengths);
   const SavedInputs saved = saved_inputs(out, lse);
   const InputView<float> d = dout_arg(dout);
-  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
+  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale, cu);
   return softmax_gradients(in, d, saved.out.view, saved.lse_span(), options).arrays();
 }
 
 py::array linear_forward(const py::object& q, const py::object& k, const py::object& v, const std::string& feature_map,
                          bool causal, const py::object& key_lengths, float eps, std::optional<int64_t> n_features,
-                         uint64_t seed) {
+                         uint64_t seed, const py::object& cu_seqlens) {
   const AttentionInputs in = attention_inputs("linear_attention", q, k, v, key_lengths);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
   const LinearAttentionOptions options =
-      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed, cu);
   OutputArray<float> out = output_array<float>(out_extent(in));
   {
     py::gil_scoped_release nogil;
@@ -87,11 +95,12 @@ py::array linear_forward(const py::object& q, const py::object& k, const py::obj
 
 py::tuple linear_backward(const py::object& q, const py::object& k, const py::object& v, const py::object& dout,
                           const std::string& feature_map, bool causal, const py::object& key_lengths, float eps,
-                          std::optional<int64_t> n_features, uint64_t seed) {
+                          std::optional<int64_t> n_features, uint64_t seed, const py::object& cu_seqlens) {
   const AttentionInputs in = attention_inputs("linear_attention_backward", q, k, v, key_lengths);
   const InputView<float> d = dout_arg(dout);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
   const LinearAttentionOptions options =
-      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed, cu);
   AttentionGradients g(in);
   {
     py::gil_scoped_release nogil;
@@ -114,10 +123,12 @@ void bind_attention(py::module_& m) {
   using py::arg;
   m.def("_softmax_attention_saving", &softmax_forward_saving, arg("q"), arg("k"), arg("v"), py::kw_only(),
         arg("causal") = false, arg("key_lengths") = py::none(), arg("scale") = py::none(),
+        arg("cu_seqlens") = py::none(),
         "softmax_attention, returning (out, lse) for _softmax_attention_backward_saved (linattn.torch).");
   m.def("_softmax_attention_backward_saved", &softmax_backward_saved, arg("q"), arg("k"), arg("v"), arg("out"),
         arg("lse"), arg("dout"), py::kw_only(), arg("causal") = false, arg("key_lengths") = py::none(),
-        arg("scale") = py::none(), "softmax_attention_backward with the forward's out and lse given.");
+        arg("scale") = py::none(), arg("cu_seqlens") = py::none(),
+        "softmax_attention_backward with the forward's out and lse given.");
   m.def("_view_info", &view_info, py::arg("x"), "Testing aid: (address, element strides, copied) of x's view.");
 }
 

@@ -135,6 +135,25 @@ py::array recurrent32(const py::object& q, const py::object& k, const py::object
   return out.array;
 }
 
+// decayed_step's recurrence for one token: q, k [B, H, K], v [B, H, V], g [B, H] / [B, H, 1] (simple_gla)
+// or [B, H, K] (gla), on the caller's state [B, H, K, V], advanced in place (the token-by-token driver
+// on the array itself: a RecurrentState would cost a copy of the state in and out of every step).
+py::array step32(const py::object& q, const py::object& k, const py::object& v, const py::object& g,
+                 const py::object& state, const std::string& decay, const py::object& g_gamma,
+                 std::optional<float> scale) {
+  const InputView<float> Q = input_view<float>(q, "q", 3, "[B, H, K]"), K = input_view<float>(k, "k", 3, "[B, H, K]"),
+                         V = input_view<float>(v, "v", 3, "[B, H, V]"),
+                         G = token_arg<float>(g, "g", "[B, H] or [B, H, 1] (simple_gla), [B, H, K] (gla)");
+  const DecayArgs a = decay_args(decay, g_gamma, scale, py::none(), 64);
+  py::array_t<float> S = state_arg<float>(state, "state", state_extent(a, Q.view, V.view), true);
+  OutputArray<float> out = output_array<float>(out_extent(Q, V), false);
+  {
+    py::gil_scoped_release nogil;
+    decayed_recurrent_forward(out.view, Q.view, K.view, V.view, G.view, mutable_span(S), a.options());
+  }
+  return out.array;
+}
+
 struct Inputs64 {
   reference::Tensor q, k, v, g;
   GateView<double> gate;  // how g was given (its data is copied into g)
@@ -224,6 +243,11 @@ void bind_decay(py::module_& m) {
         py::arg("cu_seqlens") = py::none(),
         "o [B, T, H, V] of decayed_attention token by token; state: a C-contiguous float32 [N, H, K, V] array "
         "holding the initial state, overwritten with the final state.");
+  m.def("decayed_step", &step32, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("state"),
+        py::kw_only(), py::arg("decay"), py::arg("g_gamma") = py::none(), py::arg("scale") = py::none(),
+        "o [B, H, V] of one decoding token (decayed_step): q, k [B, H, K], v [B, H, V], g [B, H] or [B, H, 1] "
+        "(simple_gla), [B, H, K] (gla), None otherwise; state: a C-contiguous float32 [B, H, K, V] array, "
+        "advanced in place.");
   auto reference = py::reinterpret_borrow<py::module_>(m.attr("reference"));
   def_decayed(reference, &forward64, &backward64, "float64, the fp64 oracle, token by token");
 }

@@ -125,6 +125,28 @@ py::array recurrent32(const py::object& q, const py::object& k, const py::object
   return out.array;
 }
 
+// delta_rule_step's recurrence for one token: q, k [B, H, K], v [B, H, V], beta [B, H] or [B, H, 1], g [B, H]
+// or [B, H, 1] (gated_delta_rule), [B, H, K] (kda), on the caller's state [B, H, K, V], advanced in place
+// (the token-by-token driver on the array itself, as linattn.decayed_step).
+py::array step32(const py::object& q, const py::object& k, const py::object& v, const py::object& beta,
+                 const py::object& g, const py::object& state, const std::string& gate, std::optional<float> scale,
+                 bool use_qk_l2norm) {
+  if (beta.is_none()) throw py::type_error("beta: expected a float32 array [B, H], got None");
+  const InputView<float> Q = input_view<float>(q, "q", 3, "[B, H, K]"), K = input_view<float>(k, "k", 3, "[B, H, K]"),
+                         V = input_view<float>(v, "v", 3, "[B, H, V]"),
+                         Beta = token_arg<float>(beta, "beta", "[B, H] or [B, H, 1]"),
+                         G = token_arg<float>(g, "g", "[B, H] or [B, H, 1] (gated_delta_rule), [B, H, K] (kda)");
+  const DeltaArgs a = delta_args(gate, scale, use_qk_l2norm, py::none(), 64);
+  const std::array<int64_t, 4> extent{Q.view.batch(), Q.view.heads(), Q.view.dim(), V.view.dim()};
+  py::array_t<float> S = state_arg<float>(state, "state", extent, true);
+  OutputArray<float> out = output_array<float>({Q.view.batch(), 1, Q.view.heads(), V.view.dim()}, false);
+  {
+    py::gil_scoped_release nogil;
+    delta_rule_recurrent_forward(out.view, Q.view, K.view, V.view, Beta.view, G.view, mutable_span(S), a.options());
+  }
+  return out.array;
+}
+
 // The oracle's tensors: fp64 copies (beta and g with their unit axis where they came without it).
 struct Inputs64 {
   reference::Tensor q, k, v, beta, g;
@@ -221,6 +243,12 @@ void bind_delta(py::module_& m) {
         py::arg("use_qk_l2norm") = false, py::arg("cu_seqlens") = py::none(),
         "o [B, T, H, V] of delta_rule token by token; state: a C-contiguous float32 [N, H, K, V] array holding "
         "the initial state, overwritten with the final state.");
+  m.def("delta_rule_step", &step32, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("beta"), py::arg("g"),
+        py::arg("state"), py::kw_only(), py::arg("gate"), py::arg("scale") = py::none(),
+        py::arg("use_qk_l2norm") = false,
+        "o [B, H, V] of one decoding token (delta_rule_step): q, k [B, H, K], v [B, H, V], beta [B, H] or "
+        "[B, H, 1], g [B, H] or [B, H, 1] (gated_delta_rule), [B, H, K] (kda), None for delta_rule; state: a "
+        "C-contiguous float32 [B, H, K, V] array, advanced in place.");
   auto reference = py::reinterpret_borrow<py::module_>(m.attr("reference"));
   def_delta(reference, &forward64, &backward64, "float64, the fp64 oracle, token by token");
 }

@@ -109,6 +109,16 @@ TrailingView<T> trailing_arg(const py::object& x, const char* name, const char* 
   t.in = input_view<T>(x4, name, 4, shape);
   return t;
 }
+// One token's [B, H] or [B, H, C] tensor (a decode step's beta or gate) as a [B, 1, H, C] view;
+// None: an empty view.
+template <class T>
+InputView<T> token_arg(const py::object& x, const char* name, const char* shape) {
+  if (x.is_none()) return {};
+  py::object x3 = x;
+  if (py::isinstance<py::array>(x) && py::reinterpret_borrow<py::array>(x).ndim() == 2)
+    x3 = py::module_::import("numpy").attr("expand_dims")(x, -1);
+  return input_view<T>(x3, name, 3, shape);
+}
 // A gradient array in the shape its tensor came in; None where it was not given.
 template <class T>
 py::object trailing_result(py::array a, const TrailingView<T>& t) {

@@ -63,9 +63,11 @@ struct Grads {
 };
 
 py::tuple softmax_saving(const py::object& q, const py::object& k, const py::object& v, const std::string& dtype,
-                         bool causal, const py::object& key_lengths, std::optional<float> scale) {
+                         bool causal, const py::object& key_lengths, std::optional<float> scale,
+                         const py::object& cu_seqlens) {
   const Inputs in = inputs("softmax_attention", q, k, v, key_lengths);
-  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
+  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale, cu);
   OutputArray<Bits> out = output_array<Bits>(in.out_extent());
   py::array_t<float> lse(std::vector<py::ssize_t>{in.q.view.extent[0], in.q.view.extent[2], in.q.view.extent[1]});
   const std::span<float> lse_span(lse.mutable_data(), size_t(lse.size()));
@@ -78,13 +80,15 @@ py::tuple softmax_saving(const py::object& q, const py::object& k, const py::obj
 
 py::tuple softmax_backward_saved(const py::object& q, const py::object& k, const py::object& v, const py::object& out,
                                  const py::object& lse, const py::object& dout, const std::string& dtype, bool causal,
-                                 const py::object& key_lengths, std::optional<float> scale) {
+                                 const py::object& key_lengths, std::optional<float> scale,
+                                 const py::object& cu_seqlens) {
   const Inputs in = inputs("softmax_attention_backward", q, k, v, key_lengths);
   const InputView<Bits> o = input_view<Bits>(out, "out", 4, "[B, Nq, H, E]"),
                         d = input_view<Bits>(dout, "dout", 4, "[B, Nq, H, E]");
   if (!py::isinstance<py::array_t<float>>(lse)) throw py::type_error("lse: expected a numpy.ndarray of float32");
   const auto l = py::array_t<float, py::array::c_style>::ensure(lse);
-  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
+  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale, cu);
   Grads g(in);
   by_dtype(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
@@ -97,10 +101,11 @@ py::tuple softmax_backward_saved(const py::object& q, const py::object& k, const
 
 py::array linear_forward(const py::object& q, const py::object& k, const py::object& v, const std::string& dtype,
                          const std::string& feature_map, bool causal, const py::object& key_lengths, float eps,
-                         std::optional<int64_t> n_features, uint64_t seed) {
+                         std::optional<int64_t> n_features, uint64_t seed, const py::object& cu_seqlens) {
   const Inputs in = inputs("linear_attention", q, k, v, key_lengths);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
   const LinearAttentionOptions options =
-      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed, cu);
   OutputArray<Bits> out = output_array<Bits>(in.out_extent());
   by_dtype(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
@@ -111,11 +116,13 @@ py::array linear_forward(const py::object& q, const py::object& k, const py::obj
 
 py::tuple linear_backward(const py::object& q, const py::object& k, const py::object& v, const py::object& dout,
                           const std::string& dtype, const std::string& feature_map, bool causal,
-                          const py::object& key_lengths, float eps, std::optional<int64_t> n_features, uint64_t seed) {
+                          const py::object& key_lengths, float eps, std::optional<int64_t> n_features, uint64_t seed,
+                          const py::object& cu_seqlens) {
   const Inputs in = inputs("linear_attention_backward", q, k, v, key_lengths);
   const InputView<Bits> d = input_view<Bits>(dout, "dout", 4, "[B, Nq, H, E]");
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
   const LinearAttentionOptions options =
-      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed);
+      linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed, cu);
   Grads g(in);
   by_dtype(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
@@ -178,16 +185,18 @@ void bind_half(py::module_& m) {
         "(dq, dk, dv) bits and (dE, dF) float32 (dF None when F is), from the forward's out and lse.");
   h.def("_softmax_attention_saving", &softmax_saving, arg("q"), arg("k"), arg("v"), py::kw_only(), arg("dtype"),
         arg("causal") = false, arg("key_lengths") = py::none(), arg("scale") = py::none(),
-        "(out bits [B, Nq, H, E], lse float32 [B, H, Nq]).");
+        arg("cu_seqlens") = py::none(), "(out bits [B, Nq, H, E], lse float32 [B, H, Nq]).");
   h.def("_softmax_attention_backward_saved", &softmax_backward_saved, arg("q"), arg("k"), arg("v"), arg("out"),
         arg("lse"), arg("dout"), py::kw_only(), arg("dtype"), arg("causal") = false, arg("key_lengths") = py::none(),
-        arg("scale") = py::none(), "(dq, dk, dv) bits, from the forward's out and lse.");
+        arg("scale") = py::none(), arg("cu_seqlens") = py::none(),
+        "(dq, dk, dv) bits, from the forward's out and lse.");
   h.def("linear_attention", &linear_forward, arg("q"), arg("k"), arg("v"), py::kw_only(), arg("dtype"),
         arg("feature_map") = "elu", arg("causal") = false, arg("key_lengths") = py::none(), arg("eps") = 1e-6f,
-        arg("n_features") = py::none(), arg("seed") = 0, "out bits [B, Nq, H, E].");
+        arg("n_features") = py::none(), arg("seed") = 0, arg("cu_seqlens") = py::none(), "out bits [B, Nq, H, E].");
   h.def("linear_attention_backward", &linear_backward, arg("q"), arg("k"), arg("v"), arg("dout"), py::kw_only(),
         arg("dtype"), arg("feature_map") = "elu", arg("causal") = false, arg("key_lengths") = py::none(),
-        arg("eps") = 1e-6f, arg("n_features") = py::none(), arg("seed") = 0, "(dq, dk, dv) bits.");
+        arg("eps") = 1e-6f, arg("n_features") = py::none(), arg("seed") = 0, arg("cu_seqlens") = py::none(),
+        "(dq, dk, dv) bits.");
 }
 
 }  // namespace linattn::python

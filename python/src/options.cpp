@@ -7,6 +7,7 @@
 #endif
 
 #include "bindings.hpp"
+#include "family_args.hpp"
 
 namespace linattn::python {
 
@@ -29,22 +30,30 @@ FeatureMapPtr feature_map_arg(const std::string& name, int64_t dim, std::optiona
   return feature_map_by_name(name);
 }
 
-SoftmaxAttentionOptions softmax_options(std::span<const int64_t> key_lengths, bool causal, std::optional<float> scale) {
+SoftmaxAttentionOptions softmax_options(std::span<const int64_t> key_lengths, bool causal, std::optional<float> scale,
+                                        std::span<const int64_t> cu_seqlens) {
   SoftmaxAttentionOptions options;
   options.scale = scale;
   options.causal = causal;
   options.key_lengths = key_lengths;
+  options.cu_seqlens = cu_seqlens;
   return options;
 }
 
 LinearAttentionOptions linear_options(std::span<const int64_t> key_lengths, int64_t dim, const std::string& feature_map,
-                                      bool causal, float eps, std::optional<int64_t> n_features, uint64_t seed) {
+                                      bool causal, float eps, std::optional<int64_t> n_features, uint64_t seed,
+                                      std::span<const int64_t> cu_seqlens) {
   LinearAttentionOptions options;
   options.feature_map = feature_map_arg(feature_map, dim, n_features, seed);
   options.eps = eps;
   options.causal = causal;
   options.key_lengths = key_lengths;
+  options.cu_seqlens = cu_seqlens;
   return options;
+}
+
+std::vector<int64_t> cu_seqlens_arg(const py::object& cu_seqlens) {
+  return vector_arg<int64_t>(cu_seqlens, "cu_seqlens", "[N + 1]");
 }
 
 }  // namespace linattn::python

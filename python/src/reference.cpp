@@ -55,9 +55,10 @@ py::tuple arrays(const reference::Gradients& g) {
 }
 
 py::array softmax_forward(const py::object& q, const py::object& k, const py::object& v, bool causal,
-                          const py::object& key_lengths, std::optional<float> scale) {
+                          const py::object& key_lengths, std::optional<float> scale, const py::object& cu_seqlens) {
   const ReferenceInputs in = reference_inputs(q, k, v, key_lengths);
-  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
+  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale, cu);
   reference::Tensor out;
   {
     py::gil_scoped_release nogil;
@@ -67,10 +68,12 @@ py::array softmax_forward(const py::object& q, const py::object& k, const py::ob
 }
 
 py::tuple softmax_backward(const py::object& q, const py::object& k, const py::object& v, const py::object& dout,
-                           bool causal, const py::object& key_lengths, std::optional<float> scale) {
+                           bool causal, const py::object& key_lengths, std::optional<float> scale,
+                           const py::object& cu_seqlens) {
   const ReferenceInputs in = reference_inputs(q, k, v, key_lengths);
   const reference::Tensor d = reference_dout(dout);
-  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
+  const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale, cu);
   reference::Gradients g;
   {
     py::gil_scoped_release nogil;
@@ -81,10 +84,11 @@ py::tuple softmax_backward(const py::object& q, const py::object& k, const py::o
 
 py::array linear_forward(const py::object& q, const py::object& k, const py::object& v, const std::string& feature_map,
                          bool causal, const py::object& key_lengths, float eps, std::optional<int64_t> n_features,
-                         uint64_t seed) {
+                         uint64_t seed, const py::object& cu_seqlens) {
   const ReferenceInputs in = reference_inputs(q, k, v, key_lengths);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
   const LinearAttentionOptions options =
-      linear_options(in.key_lengths, in.q.extent[3], feature_map, causal, eps, n_features, seed);
+      linear_options(in.key_lengths, in.q.extent[3], feature_map, causal, eps, n_features, seed, cu);
   reference::Tensor out;
   {
     py::gil_scoped_release nogil;
@@ -95,11 +99,12 @@ py::array linear_forward(const py::object& q, const py::object& k, const py::obj
 
 py::tuple linear_backward(const py::object& q, const py::object& k, const py::object& v, const py::object& dout,
                           const std::string& feature_map, bool causal, const py::object& key_lengths, float eps,
-                          std::optional<int64_t> n_features, uint64_t seed) {
+                          std::optional<int64_t> n_features, uint64_t seed, const py::object& cu_seqlens) {
   const ReferenceInputs in = reference_inputs(q, k, v, key_lengths);
   const reference::Tensor d = reference_dout(dout);
+  const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
   const LinearAttentionOptions options =
-      linear_options(in.key_lengths, in.q.extent[3], feature_map, causal, eps, n_features, seed);
+      linear_options(in.key_lengths, in.q.extent[3], feature_map, causal, eps, n_features, seed, cu);
   reference::Gradients g;
   {
     py::gil_scoped_release nogil;
