@@ -49,6 +49,8 @@ void check_inputs(const char* op, ConstTensorView q, ConstTensorView k, ConstTen
   if (!options.key_lengths.empty())
     fail(op, "options.key_lengths has " + std::to_string(options.key_lengths.size()) +
                  " entries, expected none (a shard holds whole keys; key lengths are not distributed)");
+  if (!options.cu_seqlens.empty())
+    fail(op, "options.cu_seqlens is given, expected none (packed sequences are not distributed)");
   if (options.chunk_size < 1)
     fail(op, "options.chunk_size is " + std::to_string(options.chunk_size) + ", expected ≥ 1");
   if (!std::isfinite(options.eps) || options.eps < 0)
