@@ -11,13 +11,13 @@ One process, the same tensors for both sides, the median of --reps repetitions a
           per-call overhead (a call on a 1-element problem: checks, conversions, dispatch).
   model   a Qwen3.5-shaped model (transformers' Qwen3_5TextConfig defaults: hidden size, head counts and
           dims; --layers layers, one in four full attention; random weights): prefill of --prefill tokens
-          and greedy decode tokens/s at a --context token cache, transformers' CPU path against
+          and greedy decode tokens/s from that prefill's cache, transformers' CPU path against
           linattn.integrations.transformers.enable(), with the share of time in the linear-attention
           layers (their forward hooks) before and after.
 
 Examples:
   build/venv/bin/python scripts/models_speed.py ops --seq 8192 --reps 3
-  build/venv/bin/python scripts/models_speed.py model --prefill 8192 --context 32768 --decode 8
+  build/venv/bin/python scripts/models_speed.py model --prefill 8192 --decode 8
   build/venv/bin/python scripts/models_speed.py ops --seq 1024 --reps 1 --json out/models_speed.json
 """
 
@@ -164,37 +164,24 @@ def model(args):
         timer = _LayerTimer(net, linear_type)
         with torch.no_grad():
             start = time.perf_counter()
-            net(prompt, use_cache=False)
+            out = net(prompt, use_cache=True)
             prefill = time.perf_counter() - start
         share = timer.seconds / prefill
-        timer.close()
-        results[label] = {"prefill_s": prefill, "prefill_tokens_per_s": args.prefill / prefill,
-                          "prefill_linear_share": share}
-        print(f"{label}: prefill {args.prefill} tokens {prefill:.2f} s, linear layers {100 * share:.0f}%",
-              file=sys.stderr)
-
-    # Decode at a long context: one cache built once (with linattn, the faster prefill), then decode
-    # tokens timed on each side from a copy of it.
-    integration.enable()
-    context = torch.randint(0, args.vocab, (1, args.context))
-    with torch.no_grad():
-        out = net(context, use_cache=True)
-    import copy
-    for label, on in (("transformers", False), ("linattn", True)):
-        (integration.enable if on else integration.disable)()
-        cache = copy.deepcopy(out.past_key_values)
-        token = out.logits[:, -1:].argmax(-1)
-        timer = _LayerTimer(net, linear_type)
+        timer.seconds = 0.0
+        # Greedy decode from the prefill's own cache: a context of --prefill tokens.
+        cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
         with torch.no_grad():
             start = time.perf_counter()
             for _ in range(args.decode):
                 step = net(token, past_key_values=cache, use_cache=True)
                 token = step.logits[:, -1:].argmax(-1)
             seconds = time.perf_counter() - start
-        results[label]["decode_tokens_per_s"] = args.decode / seconds
-        results[label]["decode_linear_share"] = timer.seconds / seconds
+        results[label] = {"prefill_s": prefill, "prefill_tokens_per_s": args.prefill / prefill,
+                          "prefill_linear_share": share, "decode_tokens_per_s": args.decode / seconds,
+                          "decode_linear_share": timer.seconds / seconds}
         timer.close()
-        print(f"{label}: decode at {args.context} tokens {args.decode / seconds:.2f} tokens/s", file=sys.stderr)
+        print(f"{label}: prefill {args.prefill} tokens {prefill:.2f} s (linear layers {100 * share:.0f}%), decode "
+              f"{args.decode / seconds:.2f} tokens/s at {args.prefill} tokens", file=sys.stderr)
     integration.disable()
     return results
 
@@ -209,11 +196,10 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=4, help="model: layers (one in four full attention)")
     parser.add_argument("--vocab", type=int, default=4096, help="model: vocabulary size (random weights)")
     parser.add_argument("--prefill", type=int, default=8192, help="model: prompt tokens for the prefill")
-    parser.add_argument("--context", type=int, default=32768, help="model: cache length for the decode")
     parser.add_argument("--decode", type=int, default=8, help="model: tokens decoded")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    for name in ("seq", "reps", "threads", "layers", "vocab", "prefill", "context", "decode"):
+    for name in ("seq", "reps", "threads", "layers", "vocab", "prefill", "decode"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
