@@ -775,22 +775,37 @@ static void test_defect_state_create_takes_only_names_save_writes(void) {
 
 /* Issue 42 item 9: a size argument that passes every bound can still ask for more memory than the
  * process may allocate. linattn_state_create of 16 GiB was killed by the OOM killer; it (and the feature
- * maps' projections) must return LINATTN_ERROR_OUT_OF_MEMORY naming the request, before allocating.
- * The 16 GiB case runs in a child whose address space is limited to 12 GiB, so that it is refused on
- * any machine (the bound named is then RLIMIT_AS, or MemAvailable where less is free) and never
- * allocates here; the petabyte cases exceed every machine. */
-static int refuses_16_gib_state(void) {
-  const struct rlimit limit = {(rlim_t)12 << 30, (rlim_t)12 << 30};
-  linattn_state* state = NULL;
-  linattn_status s;
-  if (setrlimit(RLIMIT_AS, &limit) != 0) return 2;
-  s = linattn_state_create(1, 1, 65536, 65536, "elu", &state);
-  if (s != LINATTN_ERROR_OUT_OF_MEMORY || state != NULL || !contains(linattn_last_error(), "linattn_state_create") ||
-      !contains(linattn_last_error(), "[1, 1, 65536, 65536]") || !contains(linattn_last_error(), "16.0 GiB")) {
-    fprintf(stderr, "16 GiB state: %s: %s\n", linattn_status_name(s), linattn_last_error());
-    return 1;
-  }
+ * maps' projections, and the recurrences' chunked scratch, which their tensors' extents size) must
+ * return LINATTN_ERROR_OUT_OF_MEMORY naming the request, before allocating. The gigabyte cases run in a
+ * child whose address space is limited to 4 GiB, so that they are refused on any machine (the bound
+ * named is then RLIMIT_AS, or MemAvailable where less is free) and never allocate here; the petabyte
+ * cases exceed every machine. */
+static int refused_out_of_memory(linattn_status s, const char* what, const char* needle) {
+  if (s == LINATTN_ERROR_OUT_OF_MEMORY && contains(linattn_last_error(), needle)) return 1;
+  fprintf(stderr, "%s: %s: %s\n", what, linattn_status_name(s), linattn_last_error());
   return 0;
+}
+
+static int refuses_gigabytes_under_4_gib(void) {
+  const struct rlimit limit = {(rlim_t)4 << 30, (rlim_t)4 << 30};
+  /* K = V = 2^15 over one float (every stride 0; the output overlapping itself would be refused later):
+   * one head's [K, V] state in the operator's scratch is 4 GiB, the delta rule's with its gradient 8. */
+  static float zero = 0;
+  const linattn_tensor wide = {&zero, LINATTN_F32, {1, 1, 1, 32768}, {0, 0, 0, 0}};
+  const linattn_tensor beta = {&zero, LINATTN_F32, {1, 1, 1, 1}, {0, 0, 0, 0}};
+  linattn_state* state = NULL;
+  int ok = 1;
+  if (setrlimit(RLIMIT_AS, &limit) != 0) return 2;
+  ok &= refused_out_of_memory(linattn_state_create(1, 1, 65536, 65536, "elu", &state), "16 GiB state",
+                              "linattn_state_create of a state [1, 1, 65536, 65536] needs about 16.0 GiB");
+  ok &= state == NULL;
+  ok &= refused_out_of_memory(linattn_decayed_forward(&wide, &wide, &wide, &wide, NULL, NULL, NULL, NULL, 0),
+                              "decayed K = V = 2^15",
+                              "linattn_decayed_forward: the chunked scratch of q [1, 1, 1, 32768] with 32768");
+  ok &= refused_out_of_memory(linattn_delta_forward(&wide, &wide, &wide, &wide, &beta, NULL, NULL, NULL, NULL, 0),
+                              "delta K = V = 2^15",
+                              "linattn_delta_forward: the chunked scratch of q [1, 1, 1, 32768] with 32768");
+  return ok ? 0 : 1;
 }
 
 static void test_defect_huge_requests_are_refused_before_allocating(void) {
@@ -799,10 +814,10 @@ static void test_defect_huge_requests_are_refused_before_allocating(void) {
   linattn_status s;
   int child_status = -1;
   const pid_t child = fork();
-  if (child == 0) _exit(refuses_16_gib_state());
+  if (child == 0) _exit(refuses_gigabytes_under_4_gib());
   CHECK(child > 0 && waitpid(child, &child_status, 0) == child && WIFEXITED(child_status) &&
             WEXITSTATUS(child_status) == 0,
-        "16 GiB state under a 12 GiB address-space limit: child status %d", child_status);
+        "gigabyte requests under a 4 GiB address-space limit: child status %d", child_status);
   s = linattn_state_create_dtype(65536, 65536, 65536, 16384, "elu", LINATTN_BF16, &state);
   CHECK(s == LINATTN_ERROR_OUT_OF_MEMORY && state == NULL && contains(linattn_last_error(), "needs about") &&
             contains(linattn_last_error(), "is available"),

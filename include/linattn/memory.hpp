@@ -37,6 +37,22 @@ class OutOfMemory : public std::bad_alloc {
 // costs a few file reads.
 void check_allocation(const std::string& what, double bytes);
 
+// The scratch the chunked forms of the decayed family (decayed_attention_*) and the delta rule
+// (delta_rule_*) hold besides their inputs, outputs and states, in bytes: per running thread its [C, C]
+// matrices (3 and 5 of them), [C, K] and [C, V] row blocks and transposes, and the [K, V] state of every
+// head it runs (the delta rule keeps its gradient too), with the backward's state before every chunk.
+// A lower bound of the operators' buffers, so that a request refused on it would have run out of memory;
+// 0 for shapes or a chunk_size the operators refuse (their checks name the argument). The bindings that
+// know a call's shapes (Python, the C API) check it before the operator allocates: K = V = 2^15 is a
+// 4 GiB state per thread.
+struct ChunkedScratch {
+  bool delta = false;     // the delta rule's scratch, else the decayed family's
+  int64_t sequences = 0;  // N: the batch, or the packed sequences
+  int64_t T = 0, H = 0, K = 0, V = 0, chunk_size = 0;
+  bool backward = false;
+};
+double chunked_scratch_bytes(const ChunkedScratch& s);
+
 // A "Key:   123 kB" field of a /proc file (/proc/meminfo, /proc/self/status) in bytes; -1 if absent.
 int64_t proc_field_bytes(const char* path, const char* key);
 

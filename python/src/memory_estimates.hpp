@@ -1,8 +1,9 @@
 #pragma once
 // What a chunked recurrence call (decay.cpp, delta.cpp) will allocate, checked against the memory the
 // process may still use before anything is allocated: the outputs, the [N, H, K, V] state arrays the
-// binding makes, and the scratch the operator's threads hold. Inputs of stride 0 describe far more than
-// they hold, so a request of petabytes used to reach numpy or the operator and end in the OOM killer.
+// binding makes, and the scratch the operator's threads hold (linattn::chunked_scratch_bytes). Inputs
+// of stride 0 describe far more than they hold, so a request of petabytes used to reach numpy or the
+// operator and end in the OOM killer.
 #include <array>
 #include <cstdint>
 
@@ -10,9 +11,7 @@
 
 namespace linattn::python {
 
-// The family decides the operator's scratch (src/ops/decay, src/ops/delta): the decayed family runs a
-// block of heads per thread, each with its [K, V] state, and holds three [C, C] matrices; the delta
-// rule runs one head per thread with its state and its gradient, and holds five.
+// Which operator: the decayed family (decayed_attention) or the delta rule (delta_rule).
 enum class ChunkedFamily { decayed, delta };
 
 // Throws linattn::OutOfMemory (Python: MemoryError) naming the call, its shapes and the estimate when

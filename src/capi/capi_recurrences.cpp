@@ -8,6 +8,7 @@
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
 #include "linattn/half_attention.hpp"
+#include "linattn/memory.hpp"
 
 using namespace linattn::capi;
 
@@ -54,6 +55,26 @@ linattn::DeltaRuleOptions delta_options(const char* function, const linattn_delt
   return options;
 }
 
+// The operator's chunked scratch, refused before it is allocated: a C caller's tensor extents are size
+// arguments too (K = V = 2^15 is a 4 GiB state per thread). Shapes the operator refuses count nothing.
+void check_scratch(const char* function, bool delta, const linattn_tensor* q, const linattn_tensor* v,
+                   std::span<const int64_t> cu_seqlens, int64_t chunk_size, bool backward) {
+  if (q == nullptr || v == nullptr) return;  // the operator's checks name them
+  const int64_t N = cu_seqlens.empty() ? q->extent[0] : int64_t(cu_seqlens.size()) - 1;
+  std::string what(function);
+  what += ": the chunked scratch of q [";
+  for (int i = 0; i < 4; ++i) {
+    if (i > 0) what += ", ";
+    what += std::to_string(q->extent[i]);
+  }
+  what += "] with ";
+  what += std::to_string(v->extent[3]);
+  what += " value columns and chunk_size ";
+  what += std::to_string(chunk_size);
+  linattn::check_allocation(what, linattn::chunked_scratch_bytes({delta, N, q->extent[1], q->extent[2], q->extent[3],
+                                                                  v->extent[3], chunk_size, backward}));
+}
+
 // An optional state buffer of n_state floats: NULL is none.
 template <class T>
 std::span<T> state_buffer(const char* function, const char* name, T* data, int64_t n_state) {
@@ -96,9 +117,11 @@ linattn_status linattn_decayed_forward(const linattn_tensor* out, const linattn_
   return guard([&] {
     by_dtype(f, "out", out, [&](auto element) {
       using T = decltype(element);
+      const linattn::DecayedAttentionOptions o = decay_options(f, options);
+      check_scratch(f, false, q, v, o.cu_seqlens, o.chunk_size, false);
       linattn::decayed_attention_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q),
                                          const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
-                                         optional_const_view_of<T>(f, "g", g), decay_options(f, options),
+                                         optional_const_view_of<T>(f, "g", g), o,
                                          state_buffer(f, "initial_state", initial_state, n_state),
                                          state_buffer(f, "final_state", final_state, n_state));
     });
@@ -115,12 +138,14 @@ linattn_status linattn_decayed_backward(const linattn_tensor* dq, const linattn_
   return guard([&] {
     by_dtype(f, "dq", dq, [&](auto element) {
       using T = decltype(element);
+      const linattn::DecayedAttentionOptions o = decay_options(f, options);
+      check_scratch(f, false, q, v, o.cu_seqlens, o.chunk_size, true);
       linattn::decayed_attention_backward(
           view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv), optional_view_of<T>(f, "dg", dg),
           state_buffer(f, "dinitial_state", dinitial_state, n_state), const_view_of<T>(f, "dout", dout),
           state_buffer(f, "dfinal_state", dfinal_state, n_state), const_view_of<T>(f, "q", q),
-          const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v), optional_const_view_of<T>(f, "g", g),
-          decay_options(f, options), state_buffer(f, "initial_state", initial_state, n_state));
+          const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v), optional_const_view_of<T>(f, "g", g), o,
+          state_buffer(f, "initial_state", initial_state, n_state));
     });
   });
 }
@@ -182,9 +207,11 @@ linattn_status linattn_delta_forward(const linattn_tensor* out, const linattn_te
   return guard([&] {
     by_dtype(f, "out", out, [&](auto element) {
       using T = decltype(element);
+      const linattn::DeltaRuleOptions o = delta_options(f, options);
+      check_scratch(f, true, q, v, o.cu_seqlens, o.chunk_size, false);
       linattn::delta_rule_forward(view_of<T>(f, "out", out), const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k),
                                   const_view_of<T>(f, "v", v), const_view_of<T>(f, "beta", beta),
-                                  optional_const_view_of<T>(f, "g", g), delta_options(f, options),
+                                  optional_const_view_of<T>(f, "g", g), o,
                                   state_buffer(f, "initial_state", initial_state, n_state),
                                   state_buffer(f, "final_state", final_state, n_state));
     });
@@ -201,12 +228,14 @@ linattn_status linattn_delta_backward(const linattn_tensor* dq, const linattn_te
   return guard([&] {
     by_dtype(f, "dq", dq, [&](auto element) {
       using T = decltype(element);
+      const linattn::DeltaRuleOptions o = delta_options(f, options);
+      check_scratch(f, true, q, v, o.cu_seqlens, o.chunk_size, true);
       linattn::delta_rule_backward(
           view_of<T>(f, "dq", dq), view_of<T>(f, "dk", dk), view_of<T>(f, "dv", dv), view_of<T>(f, "dbeta", dbeta),
           optional_view_of<T>(f, "dg", dg), state_buffer(f, "dinitial_state", dinitial_state, n_state),
           const_view_of<T>(f, "dout", dout), state_buffer(f, "dfinal_state", dfinal_state, n_state),
           const_view_of<T>(f, "q", q), const_view_of<T>(f, "k", k), const_view_of<T>(f, "v", v),
-          const_view_of<T>(f, "beta", beta), optional_const_view_of<T>(f, "g", g), delta_options(f, options),
+          const_view_of<T>(f, "beta", beta), optional_const_view_of<T>(f, "g", g), o,
           state_buffer(f, "initial_state", initial_state, n_state));
     });
   });

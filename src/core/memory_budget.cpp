@@ -2,13 +2,16 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "linattn/limits.hpp"
 #include "linattn/memory.hpp"
+#include "linattn/threads.hpp"
 
 namespace linattn {
 
@@ -106,6 +109,22 @@ void check_allocation(const std::string& what, double bytes) {
     throw OutOfMemory("linattn: " + what + " needs about " + format_bytes(bytes) + ", but only " +
                       format_bytes(double(budget.bytes)) + " is available (" + budget.bound +
                       "); make the request smaller");
+}
+
+double chunked_scratch_bytes(const ChunkedScratch& s) {
+  const int64_t max_chunk = s.delta ? limits::kMaxDeltaChunkSize : limits::kMaxDecayChunkSize;
+  if (s.sequences < 1 || s.T < 1 || s.H < 1 || s.K < 1 || s.V < 1 || s.chunk_size < 1 || s.chunk_size > max_chunk)
+    return 0;
+  const double N = double(s.sequences), T = double(s.T), H = double(s.H), K = double(s.K), V = double(s.V);
+  const double C = std::min(double(s.chunk_size), T), threads = std::max(1, num_threads());
+  // The decayed family splits each sequence's heads into enough groups for every thread, each run as
+  // one task; the delta rule runs a task per (sequence, head).
+  const double groups = s.delta ? H : std::clamp(std::ceil(threads / N), 1.0, H);
+  const double heads_per_task = s.delta ? 1 : std::ceil(H / groups);
+  const double live = std::min(threads, N * groups);
+  const double per_head = K * V * ((s.delta ? 2 : 1) + (s.backward ? std::ceil(T / C) + 1 : 0));
+  const double per_thread = (s.delta ? 5 : 3) * C * C + 4 * C * (K + V) + std::max(K, V) * C;
+  return 4 * live * (per_thread + heads_per_task * per_head);
 }
 
 std::string format_bytes(double bytes) {
