@@ -21,6 +21,9 @@ def binary():
     return path
 
 
+# The bounds a memory refusal (exit 3) may name, the tightest on the machine that runs it
+# (linattn::available_memory, include/linattn/memory.hpp).
+MEMORY_BOUND = r"MemAvailable|the memory cgroup's limit|RLIMIT_AS"
 MPI_ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
 
