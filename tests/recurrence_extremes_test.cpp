@@ -22,6 +22,7 @@
 #include "linattn/limits.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/reference.hpp"
+#include "support/sanitizers.h"
 #include "support/tensors.hpp"
 
 namespace linattn::testing {
@@ -436,13 +437,10 @@ TEST(ChunkSizeBound, ChunkSizeAtTheBoundMatchesTheOracle) {
 }
 
 TEST(ParallelRegions, OutOfMemoryIsThrownToTheCallerNotTerminated) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "an address-space limit breaks the sanitizers' own reservations";
-#else
+  if (LINATTN_UNDER_SANITIZER) GTEST_SKIP() << "an address-space limit breaks the sanitizers' own reservations";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(run_out_of_memory(false), ::testing::ExitedWithCode(0), "") << "decayed_attention_forward";
   EXPECT_EXIT(run_out_of_memory(true), ::testing::ExitedWithCode(0), "") << "delta_rule_forward";
-#endif
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/parallel_errors.hpp"
@@ -23,6 +24,8 @@ using detail::RecurrenceHead;
 
 // A thread's scratch, kept across its heads (a head allocates nothing).
 struct Scratch {
+  // Constructed in place by std::optional::emplace (clang 14 has no parenthesised aggregate initialisation).
+  explicit Scratch(DeltaChunk c) : chunk(std::move(c)) {}
   DeltaChunk chunk;
   std::vector<float> S, dS, states;  // [K, Vp]; the backward's state before each chunk, [chunks, K, Vp]
   std::vector<int64_t> starts;       // the backward's chunk starts, then the sequence's end

@@ -1,0 +1,19 @@
+/* LINATTN_UNDER_SANITIZER: 1 when this test program runs under AddressSanitizer or ThreadSanitizer. GCC
+ * defines __SANITIZE_ADDRESS__; clang (the sanitizer build's clang 14 included) only answers
+ * __has_feature. Tests that limit the address space (RLIMIT_AS) skip there: the sanitizers' own shadow
+ * reservations cannot live under such a limit ("ERROR: Failed to mmap"). C and C++. */
+#ifndef LINATTN_TESTS_SUPPORT_SANITIZERS_H
+#define LINATTN_TESTS_SUPPORT_SANITIZERS_H
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LINATTN_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LINATTN_UNDER_SANITIZER 1
+#endif
+#endif
+#ifndef LINATTN_UNDER_SANITIZER
+#define LINATTN_UNDER_SANITIZER 0
+#endif
+
+#endif
