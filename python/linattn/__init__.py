@@ -15,8 +15,13 @@ torch's [B, H, N, D] order instead (see docs/python.md, docs/pytorch.md).
 - info(): the CPU's features, the SIMD targets compiled in and the one dispatch chose (a dict)
 - reference: the same functions in fp64 on float64 arrays (the slow oracle the tests trust)
 - linattn.torch: autograd functions and nn.Module layers (imported on demand: it imports torch)
-- linattn.fla: flash-linear-attention's decayed linear attention (fla.ops names and layout; imports torch)
-- linattn.layers: fla.layers.LinearAttention with a constant-memory decoding Cache (imports torch)
+- linattn.fla: flash-linear-attention's ops on the CPU (fla.ops names and layout: the decayed family, the
+  delta rule, RWKV-7's generalized delta rule; imports torch)
+- linattn.layers: fla.layers' LinearAttention, GatedLinearAttention, SimpleGatedLinearAttention, DeltaNet,
+  GatedDeltaNet, KimiDeltaAttention, MultiScaleRetention and Mamba2, with a constant-memory Cache
+- linattn.mamba: mamba_ssm's mamba_chunk_scan_combined and selective_state_update (docs/mamba.md)
+- linattn.integrations.transformers / .fla: enable() / disable() put linattn under transformers' models
+  and flash-linear-attention's ops on CPU tensors (docs/models.md)
 """
 
 import os
