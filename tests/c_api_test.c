@@ -814,7 +814,7 @@ static void test_defect_huge_requests_are_refused_before_allocating(void) {
   linattn_feature_map* map = NULL;
   linattn_status s;
   int child_status = -1;
-  if (!LINATTN_UNDER_SANITIZER) { /* the sanitizers' shadow memory cannot live under an address-space limit */
+  if (!linattn_address_space_limit_untestable()) { /* not under the sanitizers or qemu-user */
     const pid_t child = fork();
     if (child == 0) _exit(refuses_gigabytes_under_4_gib());
     CHECK(child > 0 && waitpid(child, &child_status, 0) == child && WIFEXITED(child_status) &&

@@ -437,7 +437,8 @@ TEST(ChunkSizeBound, ChunkSizeAtTheBoundMatchesTheOracle) {
 }
 
 TEST(ParallelRegions, OutOfMemoryIsThrownToTheCallerNotTerminated) {
-  if (LINATTN_UNDER_SANITIZER) GTEST_SKIP() << "an address-space limit breaks the sanitizers' own reservations";
+  if (linattn_address_space_limit_untestable())
+    GTEST_SKIP() << "an address-space limit cannot be tested under the sanitizers or qemu-user";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(run_out_of_memory(false), ::testing::ExitedWithCode(0), "") << "decayed_attention_forward";
   EXPECT_EXIT(run_out_of_memory(true), ::testing::ExitedWithCode(0), "") << "delta_rule_forward";
