@@ -7,6 +7,8 @@ packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchma
           libopenmpi-dev openmpi-bin)
 # linattn.distributed's tests: mpi4py built against Debian's Open MPI (python/tests/test_distributed.py).
 packages+=(python3-mpi4py)
+# scripts/applications/make_speech_data.py: the speech task's voices (espeak-ng, flite) and their resampling (sox).
+packages+=(espeak-ng flite sox)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
