@@ -14,6 +14,7 @@
 #include "linattn/file_io.hpp"
 #include "linattn/model/data.hpp"
 #include "linattn/model/transformer.hpp"
+#include "support/file_bytes.hpp"
 
 namespace linattn::model {
 namespace {
@@ -40,21 +41,11 @@ ModelFile sample_file(bool checkpoint) {
   return f;
 }
 
+using testing::with_crc;
+
 // The error message parse_model_file gives for bytes, or "" when it accepts them.
 std::string parse_error(const std::string& bytes) {
-  try {
-    parse_model_file(bytes, "test.model");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// bytes with the trailing CRC recomputed, so that a deliberate change gets past the checksum.
-std::string with_crc(std::string bytes) {
-  bytes.resize(bytes.size() - 4);
-  io::put_u32(bytes, crc32(bytes));
-  return bytes;
+  return testing::error_of([](const std::string& b) { parse_model_file(b, "test.model"); }, bytes);
 }
 
 TEST(ModelFile, RoundTripsModelAndCheckpoint) {

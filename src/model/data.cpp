@@ -5,6 +5,7 @@
 
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
+#include "linattn/model/dataset.hpp"
 #include "linattn/random.hpp"
 #include "model/printable.hpp"
 
@@ -142,12 +143,17 @@ std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::pa
   if (name == "copy") return std::make_unique<CopyTask>();
   if (name == "listops") return std::make_unique<ListOpsTask>(seed);
   if (name == "mqar") return std::make_unique<MqarTask>(mqar);
-  if (name == "text") {
-    if (data_path.empty()) throw Error("linattn::model: task \"text\" needs a data file, expected --data FILE");
-    return std::make_unique<TextTask>(data_path);
+  if (name == "text" || is_dataset_task(name)) {
+    if (data_path.empty())
+      throw Error("linattn::model: task \"" + std::string(name) + "\" needs a data file, expected --data FILE");
+    if (name == "text") return std::make_unique<TextTask>(data_path);
+    auto task = std::make_unique<DatasetTask>(data_path);
+    if (task->dataset().task != name)
+      throw Error("linattn::model: " + data_path.string() + " is a dataset of task \"" + task->dataset().task +
+                  "\", expected one of task \"" + std::string(name) + "\"");
+    return task;
   }
-  throw Error("linattn::model: task is \"" + std::string(name) +
-              "\", expected \"copy\", \"text\", \"mqar\" or \"listops\"");
+  throw Error("linattn::model: task is \"" + std::string(name) + "\", expected " + kTaskChoices);
 }
 
 }  // namespace linattn::model

@@ -55,39 +55,15 @@ int32_t draw_node(Random& rng, int64_t depth, int64_t budget, std::vector<int32_
   return apply(op, std::move(args));
 }
 
-// Keeps held-out and training streams apart: split s's example i comes from (seed, s, i).
-uint64_t example_seed(uint64_t seed, ListOpsSplit split, int64_t i) {
-  return splitmix64(splitmix64(splitmix64(seed) + uint64_t(split) + 1) + uint64_t(i));
-}
-
-// B examples padded to T: tokens, the real-token mask as weights, the labels.
-template <class Example>
-Batch pack(int64_t B, int64_t T, Example&& example) {
-  Batch batch;
-  batch.B = B, batch.T = T;
-  batch.tokens.assign(size_t(B * T), ListOpsTask::kPad);
-  batch.weights.assign(size_t(B * T), 0.0f);
-  for (int64_t b = 0; b < B; ++b) {
-    const ListOpsExample e = example(b);
-    std::copy(e.tokens.begin(), e.tokens.end(), batch.tokens.begin() + b * T);
-    std::fill_n(batch.weights.begin() + b * T, e.tokens.size(), 1.0f);
-    batch.labels.push_back(e.label);
-  }
-  return batch;
-}
-
 }  // namespace
 
 ListOpsTask::ListOpsTask(uint64_t seed) : seed_(seed), tokenizer_("0123456789XNDS].") {}
 
 ListOpsExample ListOpsTask::example(ListOpsSplit split, int64_t i, int64_t max_len) const {
-  const int64_t size = kSplitSize[int(split)];
   if (max_len < 4)
     throw Error("linattn::model: listops seq_len is " + std::to_string(max_len) +
                 ", expected ≥ 4 (the shortest expressions, \"[MAX 1 2 ]\", are 4 tokens)");
-  if (i < 0 || i >= size)
-    throw Error("linattn::model: listops example " + std::to_string(i) + " is outside its split, expected [0, " +
-                std::to_string(size) + ")");
+  check_index(split, i, "listops");
   Random rng(example_seed(seed_, split, i));
   ListOpsExample e;
   for (int tries = 0; tries < kMaxTries; ++tries) {
@@ -100,25 +76,6 @@ ListOpsExample ListOpsTask::example(ListOpsSplit split, int64_t i, int64_t max_l
   }
   throw Error("linattn::model: no listops expression of " + std::to_string(max_len / 4) + " to " +
               std::to_string(max_len) + " tokens in " + std::to_string(kMaxTries) + " draws");
-}
-
-Batch ListOpsTask::train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const {
-  Random rng(splitmix64(splitmix64(seed) + uint64_t(index)));
-  std::vector<int64_t> picks;
-  for (int64_t b = 0; b < B; ++b) picks.push_back(rng.below(kSplitSize[0]));
-  return pack(B, T, [&](int64_t b) { return example(ListOpsSplit::train, picks[size_t(b)], T); });
-}
-
-std::vector<Batch> ListOpsTask::split_batches(ListOpsSplit split, int64_t B, int64_t T, int64_t count) const {
-  const int64_t n = count > 0 ? std::min(count, kSplitSize[int(split)]) : kSplitSize[int(split)];
-  std::vector<Batch> batches;
-  for (int64_t first = 0; first < n; first += B)
-    batches.push_back(pack(std::min(B, n - first), T, [&](int64_t b) { return example(split, first + b, T); }));
-  return batches;
-}
-
-std::vector<Batch> ListOpsTask::eval_batches(int64_t B, int64_t T, int64_t max_batches) const {
-  return split_batches(ListOpsSplit::validation, B, T, B * max_batches);
 }
 
 std::string ListOpsTask::text(std::span<const int32_t> tokens) {

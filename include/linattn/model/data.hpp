@@ -129,11 +129,39 @@ class TextTask final : public Task {
 // (seed, split, i) alone: a seed fixes the three splits, nothing is stored on disk. The splits are
 // independent draws, so at a small max_len (a test's) an expression can occur in two of them.
 enum class ListOpsSplit { train, validation, test };
-struct ListOpsExample {
-  std::vector<int32_t> tokens;  // between max_len / 4 and max_len of them, no padding
-  int32_t label = 0;            // the value, 0–9
+using Split = ListOpsSplit;  // every classification task's three splits (ListOps named them first)
+// One labelled sequence of a classification task.
+struct LabelledSequence {
+  std::vector<int32_t> tokens;  // no padding
+  int32_t label = 0;
 };
-class ListOpsTask final : public Task {
+using ListOpsExample = LabelledSequence;  // between max_len / 4 and max_len tokens, the label the value 0–9
+
+// A classification task whose data are three fixed splits of labelled sequences (ListOps, Pathfinder,
+// a dataset file): training batches draw uniformly from the train split by (seed, index); held-out
+// batches are a split's first examples in order, padded to T with pad().
+class SplitTask : public Task {
+ public:
+  virtual int64_t split_size(Split split) const = 0;
+  // Example i of a split at sequence length max_len; throws linattn::Error when i is outside the split.
+  virtual LabelledSequence example(Split split, int64_t i, int64_t max_len) const = 0;
+  // The token that fills a sequence shorter than T (its weight is 0: the mean pool leaves it out).
+  virtual int32_t pad() const = 0;
+  // B training examples drawn uniformly from the train split by (seed, index), padded to T.
+  Batch train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const override;
+  // The validation split's first max_batches · B examples (the last batch may be smaller).
+  std::vector<Batch> eval_batches(int64_t B, int64_t T, int64_t max_batches) const override;
+  // The first `count` examples of a split (all of it when count ≤ 0), in batches of B.
+  std::vector<Batch> split_batches(Split split, int64_t B, int64_t T, int64_t count) const;
+
+ protected:
+  // The random stream of a generated split's example i, apart from every other (seed, split, i).
+  static uint64_t example_seed(uint64_t seed, Split split, int64_t i);
+  // Throws linattn::Error naming the task when i is outside the split.
+  void check_index(Split split, int64_t i, std::string_view task) const;
+};
+
+class ListOpsTask final : public SplitTask {
  public:
   static constexpr int64_t kClasses = 10;
   static constexpr int32_t kMax = 10, kMin = 11, kMed = 12, kSumMod = 13, kClose = 14, kPad = 15;
@@ -142,14 +170,10 @@ class ListOpsTask final : public Task {
   explicit ListOpsTask(uint64_t seed);
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   int64_t classes() const override { return kClasses; }
+  int64_t split_size(Split split) const override { return kSplitSize[int(split)]; }
   // Throws linattn::Error when max_len < 4 (no expression fits) or i is outside the split.
-  ListOpsExample example(ListOpsSplit split, int64_t i, int64_t max_len) const;
-  // B training examples drawn uniformly from the train split by (seed, index), padded to T.
-  Batch train_batch(int64_t B, int64_t T, uint64_t seed, int64_t index) const override;
-  // The validation split's first max_batches · B examples (the last batch may be smaller).
-  std::vector<Batch> eval_batches(int64_t B, int64_t T, int64_t max_batches) const override;
-  // The first `count` examples of a split (all of it when count ≤ 0), in batches of B.
-  std::vector<Batch> split_batches(ListOpsSplit split, int64_t B, int64_t T, int64_t count) const;
+  ListOpsExample example(ListOpsSplit split, int64_t i, int64_t max_len) const override;
+  int32_t pad() const override { return kPad; }
   // LRA's spelling of tokens: "[MAX 2 9 [MIN 4 7 ] 0 ]" (padding is left out).
   static std::string text(std::span<const int32_t> tokens);
 
@@ -158,8 +182,19 @@ class ListOpsTask final : public Task {
   Tokenizer tokenizer_;
 };
 
-// "copy", "text" (which reads data_path), "mqar" (of shape mqar) or "listops" (its splits fixed by
-// seed); throws linattn::Error naming the choices otherwise.
+// The tasks by name, as train's --task spells them.
+inline constexpr const char* kTaskChoices =
+    "\"copy\", \"text\", \"mqar\", \"listops\", \"pathfinder\", \"image\" or \"speech\"";
+// The tasks whose data is a dataset file (dataset.hpp), named in the file.
+inline bool is_dataset_task(std::string_view name) { return name == "image" || name == "speech"; }
+// A task that trains the encoder classifier.
+inline bool is_classification_task(std::string_view name) {
+  return name == "listops" || name == "pathfinder" || is_dataset_task(name);
+}
+
+// "copy", "text" (which reads data_path), "mqar" (of shape mqar), "listops" and "pathfinder" (their
+// splits fixed by seed), or "image" and "speech" (a dataset file at data_path whose task is that name);
+// throws linattn::Error naming the choices otherwise.
 std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::path& data_path,
                                 const MqarShape& mqar = {}, uint64_t seed = 1);
 
