@@ -7,8 +7,9 @@ packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchma
           libopenmpi-dev openmpi-bin)
 # linattn.distributed's tests: mpi4py built against Debian's Open MPI (python/tests/test_distributed.py).
 packages+=(python3-mpi4py)
-# scripts/applications/make_speech_data.py: the speech task's voices (espeak-ng, flite) and their resampling (sox).
-packages+=(espeak-ng flite sox)
+# scripts/applications: the speech task's voices (espeak-ng, flite) and resampling (sox); GNU time measures the
+# peak memory of the LRA table's runs (reproduce_applications.sh, vit_scaling.py).
+packages+=(espeak-ng flite sox time)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
