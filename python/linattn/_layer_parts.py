@@ -165,6 +165,31 @@ def short_convolve(module, q, k, v, last, use_cache, cu_seqlens):
     return q, k, v, (cq, ck, cv)
 
 
+def rms_norm_gated(x, gate, weight, eps, activation="silu", norm_in_input_dtype=False):
+    """The gated RMS norm of fla's FusedRMSNormGated and of transformers' *RMSNormGated modules:
+    x / √(mean(x²) + eps) · weight · act(gate), act silu ("silu", "swish") or sigmoid ("sigmoid"); the
+    output in x's dtype. Computed in float32, in the order transformers' torch modules compute it, so
+    that it gives their results bit for bit: norm_in_input_dtype rounds the normalised x to x's dtype
+    before the weight multiplies it (Qwen3-Next, Qwen3.5, OLMo-Hybrid: weight · normed.to(dtype)); without
+    it everything stays in float32 until the end (fla, Kimi Linear, GLM-5-Next, Bailing). weight: None for
+    no affine weight. The temporaries are updated in place: no more memory traffic than the formula needs."""
+    if activation in ("silu", "swish"):
+        gated = F.silu(gate.to(torch.float32))
+    elif activation == "sigmoid":
+        gated = torch.sigmoid(gate.to(torch.float32))
+    else:
+        raise ValueError(f"activation: expected 'swish', 'silu' or 'sigmoid', got {activation!r}")
+    h = x.to(torch.float32)
+    rstd = h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    h = h * rstd
+    if weight is not None:
+        h = weight * h.to(x.dtype) if norm_in_input_dtype else h.mul_(weight.to(torch.float32))
+    # In place only where the product stays float32: transformers' weight · normed.to(bf16) is bf16 there,
+    # and its product with the float32 gate is float32 before the final rounding.
+    out = h.mul_(gated) if h.dtype == torch.float32 else h * gated
+    return out.to(x.dtype)
+
+
 class FusedRMSNormGated(nn.Module):
     """fla.modules.FusedRMSNormGated: rmsnorm(x)·weight, times the gate's activation: g·sigmoid(g)
     ("swish", "silu") or sigmoid(g)."""
@@ -184,9 +209,7 @@ class FusedRMSNormGated(nn.Module):
         out_dtype = x.dtype
         residual_dtype = residual.dtype if residual is not None else (torch.float32 if residual_in_fp32 else x.dtype)
         x = x.float() if residual is None else x.float() + residual.float()
-        y = F.rms_norm(x, (self.hidden_size,), None if self.weight is None else self.weight.float(), self.eps)
-        gate = F.silu(g.float()) if self.activation in ("swish", "silu") else torch.sigmoid(g.float())
-        out = (y * gate).to(out_dtype)
+        out = rms_norm_gated(x, g, self.weight, self.eps, self.activation).to(out_dtype)
         return (out, x.to(residual_dtype)) if prenorm else out
 
 

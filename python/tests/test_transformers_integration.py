@@ -195,6 +195,47 @@ def test_packed_batch_equals_separate_sequences(enabled, name, keywords):
         assert_close(packed[:, int(cu[i]):int(cu[i + 1])], alone, 1e-5, f"{name} packed sequence {i}")
 
 
+@pytest.mark.parametrize("name", ["qwen3_5", "kimi_linear", "glm5_next"])
+def test_packed_batch_backward_and_full_attention_kernel(enabled, monkeypatch, name):
+    """A packed batch's backward: every parameter's gradient of the packed row's loss equals the sum over
+    its sequences run alone. Its full-attention layers run linattn's softmax with cu_seqlens (grouped key
+    heads in qwen3_5, latent attention in kimi_linear), except glm5_next's, whose top-k mask only the
+    per-sequence path applies."""
+    import linattn.torch as linattn_torch
+    calls = []
+    real = linattn_torch.softmax_attention
+    monkeypatch.setattr(linattn_torch, "softmax_attention", lambda *a, **k: calls.append(k) or real(*a, **k))
+    model = build(name)
+    lengths = [6, 1, 9]
+    parts = [tokens(1, n, seed=20 + i) for i, n in enumerate(lengths)]
+    cu = torch.tensor([0, 6, 7, 16], dtype=torch.int32)
+
+    def gradients(ids, **packing):
+        model.zero_grad(set_to_none=True)
+        logits = model(ids, use_cache=False, **packing).logits
+        weights = torch.linspace(-1, 1, logits.numel()).reshape(logits.shape)
+        (logits * weights[:, :logits.shape[1]]).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    packed = gradients(torch.cat(parts, 1), position_ids=torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0),
+                       cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9)
+    assert (len(calls) > 0) == (name != "glm5_next")
+    assert all(call.get("cu_seqlens") is not None for call in calls)
+    alone = {}
+    for i, part in enumerate(parts):
+        # The same weights per logit as in the packed row: the slice of the packed row's weight tensor.
+        model.zero_grad(set_to_none=True)
+        logits = model(part, use_cache=False).logits
+        full = torch.linspace(-1, 1, 16 * logits.shape[-1]).reshape(1, 16, -1)
+        (logits * full[:, int(cu[i]):int(cu[i + 1])]).sum().backward()
+        for n, p in model.named_parameters():
+            if p.grad is not None:
+                alone[n] = alone.get(n, 0) + p.grad
+    assert packed.keys() == alone.keys()
+    for n in packed:
+        assert_close(packed[n], alone[n], 1e-4, f"{name} packed gradient of {n}")
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_bfloat16(enabled, name):
     """A bf16 model: linattn's logits are as close to the fp32 model's as transformers' bf16 CPU path is."""

@@ -29,10 +29,16 @@ What is routed (CPU tensors only):
 - causal_conv1d_fn, causal_conv1d_update: linattn.integrations.causal_conv1d (causal-conv1d's semantics),
   which keeps packed sequences apart (seq_idx, or transformers' `cu_seq_lens_q`).
 - the "sdpa" attention function (AttentionInterface): with transformers' packed-batch keywords
-  (`cu_seq_lens_q` / `cu_seq_lens_k`, or `seq_idx`; batch 1, CPU) each sequence is attended separately with torch's
-  scaled_dot_product_attention; every other call goes to transformers' own sdpa_attention_forward.
-Not routed: the gated RMS norm (transformers reaches it only through the `kernels` package's layer
-mapping, "RMSNormGated"; its torch module runs, as without linattn).
+  (`cu_seq_lens_q` / `cu_seq_lens_k`, or `seq_idx`; batch 1, CPU) each sequence attends to its own keys
+  only: linattn's softmax with cu_seqlens (grouped key heads repeated; its backward) where the model's mask
+  is the packed mask itself, else torch's scaled_dot_product_attention per sequence within that mask
+  (packed_attention.py says when); every other call goes to transformers' own sdpa_attention_forward.
+- the gated RMS norm: every module class transformers publishes as the layer "RMSNormGated"
+  (use_kernel_forward_from_hub, the same hook's decorator for classes: Qwen3NextRMSNormGated and its kin in
+  the nine families) gets a forward that sends CPU inputs to linattn's rms_norm_gated (a torch
+  implementation, in the order of transformers' own, so bit for bit its results; linattn has no C++ one).
+  A class is routed only after a probe showed that one of rms_norm_gated's two roundings reproduces it
+  bit for bit in float32 and bfloat16; otherwise its own forward stays.
 
 Tested with transformers 5.25.0 and its dependency kernels 0.19.1; enable() refuses other minor versions.
 """
@@ -44,6 +50,8 @@ import re
 import sys
 
 import torch
+
+from .packed_attention import offsets_of, packed_attention
 
 __all__ = ["enable", "disable", "is_enabled", "routed_kernel", "SUPPORTED_VERSIONS"]
 
@@ -75,13 +83,6 @@ def _transformers():
 # The CPU implementations, by kernel name.
 
 
-def _offsets_of(seq_idx):
-    """cu_seqlens [N + 1] of one row's sequence indices seq_idx [1, T] (causal-conv1d's packing format)."""
-    ids = torch.as_tensor(seq_idx).reshape(-1)
-    starts = torch.nonzero(ids[1:] != ids[:-1]).reshape(-1) + 1
-    return torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), ids.numel())])
-
-
 def _linattn_op(module, name, renamed, torch_function, packed_from_model=False):
     """linattn.<module>.<name> called as transformers calls the package it stands for: arguments bound by
     the torch fallback's own signature and given to linattn by the package's names (renamed maps the one
@@ -108,7 +109,7 @@ def _linattn_op(module, name, renamed, torch_function, packed_from_model=False):
             if given.get("cu_seq_lens_q") is not None:
                 given["cu_seqlens"] = given["cu_seq_lens_q"]
             elif given.get("seq_idx") is not None and given["q"].shape[0] == 1:
-                given["cu_seqlens"] = _offsets_of(given["seq_idx"])
+                given["cu_seqlens"] = offsets_of(given["seq_idx"])
         return op(**{k: v for k, v in given.items() if k in names})
 
     return run
@@ -139,7 +140,7 @@ def _conv_fn(torch_function):
             **kwargs):
         cu = cu_seqlens if cu_seqlens is not None else cu_seq_lens_q
         if cu is None and seq_idx is not None:
-            cu = _offsets_of(seq_idx)
+            cu = offsets_of(seq_idx)
         if cu is not None and hidden_states.shape[0] == 1:
             cu = torch.as_tensor(cu).to(torch.long)
             # The cache may put earlier inputs (or zeros) before the batch's tokens: they precede the first sequence.
@@ -198,7 +199,10 @@ def _routed(decorated, func_name, package, torch_function):
 
 def routed_kernel(obj):
     """The kernel name (e.g. "chunk_gated_delta_rule") under which linattn runs obj, a function of a
-    modeling module, or None when obj is not routed to linattn."""
+    modeling module, or the layer name ("RMSNormGated") of a module class whose forward linattn runs;
+    None when obj is not routed to linattn."""
+    if isinstance(obj, type):  # a gated norm's module class (not one of transformers' placeholder classes)
+        return getattr(obj.forward, "linattn_kernel", None) if issubclass(obj, torch.nn.Module) else None
     return getattr(_inner(obj), "linattn_kernel", None) if _function_like(obj) else None
 
 
@@ -271,20 +275,105 @@ def _routing_decorator(decorator):
 
 
 # ------------------------------------------------------------------------------------------------
+# The gated RMS norm: module classes published as the layer "RMSNormGated".
+
+_NORM_LAYER = "RMSNormGated"
+_NORM_ACTIVATIONS = ("silu", "swish", "sigmoid")  # transformers' ACT2FN of these is what rms_norm_gated computes
+
+
+def _norm_form(cls, forward):
+    """The norm_in_input_dtype of rms_norm_gated that gives forward (cls's own) bit for bit on a probe
+    (float32 and bfloat16 inputs, float32 and bfloat16 weights), or None when neither does or the class
+    is not built like transformers' gated norms (cls(hidden_size), weight, variance_epsilon, activation)."""
+    from .._layer_parts import rms_norm_gated
+    generator = torch.Generator().manual_seed(0)
+    x, gate, weight = torch.randn(4, 64, generator=generator), torch.randn(4, 64, generator=generator), \
+        torch.rand(64, generator=generator) + 0.5
+    try:
+        module = cls(64)
+        if module.activation not in _NORM_ACTIVATIONS:
+            return None
+        cases = []
+        with torch.no_grad():
+            for weight_dtype, input_dtype in ((torch.float32,) * 2, (torch.float32, torch.bfloat16), (torch.bfloat16,) * 2):
+                module.weight.data = weight.to(weight_dtype)
+                xi, gi = x.to(input_dtype), gate.to(input_dtype)
+                cases.append((xi, gi, module.weight.data, forward(module, xi, gi)))
+            for form in (True, False):
+                if all(torch.equal(rms_norm_gated(xi, gi, w, module.variance_epsilon, module.activation, form), want)
+                       for xi, gi, w, want in cases):
+                    return form
+    except Exception:  # not built like transformers' gated norms: leave it to its own forward
+        return None
+    return None
+
+
+def _route_norm(cls):
+    """Route cls's forward (a class decorated as "RMSNormGated") to rms_norm_gated for CPU inputs, where
+    the probe found the rounding that reproduces it; its own forward is kept for disable()."""
+    if cls in _state["norms"] or "forward" not in vars(cls):
+        return
+    from .._layer_parts import rms_norm_gated
+    forward = cls.forward
+    form = _norm_form(cls, forward)
+    if form is None:
+        return
+
+    @functools.wraps(forward)
+    def routed_forward(self, hidden_states, gate=None):
+        if (hidden_states.device.type == "cpu" and gate is not None and self.activation in _NORM_ACTIVATIONS
+                and not torch.compiler.is_exporting()):
+            return rms_norm_gated(hidden_states, gate, self.weight, self.variance_epsilon, self.activation, form)
+        return forward(self, hidden_states, gate)
+
+    routed_forward.linattn_kernel = _NORM_LAYER
+    _state["norms"][cls] = forward
+    cls.forward = routed_forward
+
+
+def _route_loaded_norms():
+    for module in _transformers_modules():
+        for obj in list(vars(module).values()):
+            if inspect.isclass(obj) and vars(obj).get("kernel_layer_name") == _NORM_LAYER:
+                _route_norm(obj)
+
+
+def _routing_layer_decorator(decorator):
+    """transformers' use_kernel_forward_from_hub, routing the classes it publishes as "RMSNormGated"."""
+
+    @functools.wraps(decorator)
+    def use_kernel_forward_from_hub(layer_name, *args, **kwargs):
+        make = decorator(layer_name, *args, **kwargs)
+        if layer_name != _NORM_LAYER:
+            return make
+
+        def decorate(obj):
+            made = make(obj)
+            if inspect.isclass(made) and _state:
+                _route_norm(made)
+            return made
+
+        return decorate
+
+    return use_kernel_forward_from_hub
+
+
+# ------------------------------------------------------------------------------------------------
 # Full attention over packed sequences.
 
 
 def _packed_sdpa(sdpa):
     """transformers' "sdpa" attention function, except that a CPU call with packed sequences (batch 1,
     cu_seq_lens_q and cu_seq_lens_k, or seq_idx, covering the tokens) attends each sequence to its own keys
-    only, within the model's own mask where it gives one."""
+    only (packed_attention: linattn's softmax with cu_seqlens where the call allows it), within the model's
+    own mask where it gives one."""
 
     @functools.wraps(sdpa)
     def sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                                **kwargs):
         cu_q = kwargs.get("cu_seq_lens_q")
         if cu_q is None and kwargs.get("seq_idx") is not None and query.shape[0] == 1:
-            cu_q = _offsets_of(kwargs["seq_idx"])
+            cu_q = offsets_of(kwargs["seq_idx"])
         cu_k = kwargs.get("cu_seq_lens_k")
         cu_k = cu_q if cu_k is None else cu_k
         plain = (query.device.type != "cpu" or cu_q is None or query.shape[0] != 1
@@ -294,32 +383,8 @@ def _packed_sdpa(sdpa):
             return sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                         is_causal=is_causal, **kwargs)
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-        window = kwargs.get("sliding_window")
-        groups = query.shape[1] // key.shape[1]
-        outs = []
-        for n in range(len(cu_q) - 1):
-            qa, qb, ka, kb = int(cu_q[n]), int(cu_q[n + 1]), int(cu_k[n]), int(cu_k[n + 1])
-            q = query[:, :, qa:qb]
-            if qb == qa:
-                outs.append(query.new_zeros(1, query.shape[1], 0, value.shape[-1]))
-                continue
-            k = key[:, :, ka:kb].repeat_interleave(groups, dim=1)
-            v = value[:, :, ka:kb].repeat_interleave(groups, dim=1)
-            # Query i sits at key position i + (keys - queries): the last query sees the last key.
-            pos_q = torch.arange(qb - qa).unsqueeze(1) + (kb - ka) - (qb - qa)
-            pos_k = torch.arange(kb - ka).unsqueeze(0)
-            allowed = torch.ones(qb - qa, kb - ka, dtype=torch.bool)
-            if causal:
-                allowed &= pos_k <= pos_q
-            if window is not None:
-                allowed &= pos_k > pos_q - window
-            mask = allowed
-            if attention_mask is not None:  # the model's own mask (e.g. a sparse top-k one) still applies inside
-                block = attention_mask[:, :, qa:qb, ka:kb]
-                mask = allowed & block if block.dtype == torch.bool else block.masked_fill(~allowed, float("-inf"))
-            outs.append(torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                                                         scale=scaling))
-        return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
+        return packed_attention(query, key, value, attention_mask, cu_q, cu_k, dropout, scaling, causal,
+                                kwargs.get("sliding_window")), None
 
     sdpa_attention_forward.linattn_packed = True
     return sdpa_attention_forward
@@ -345,11 +410,16 @@ def enable():
     code = _decorated_code(decorator)
     sdpa = AttentionInterface._global_mapping["sdpa"]
     routing = _routing_decorator(decorator)
+    layer_decorator = hub_kernels.use_kernel_forward_from_hub
+    layer_routing = _routing_layer_decorator(layer_decorator)
     hub_kernels.use_kernel_func_from_hub_with_fallback = routing
     integrations.use_kernel_func_from_hub_with_fallback = routing
+    hub_kernels.use_kernel_forward_from_hub = layer_routing
+    integrations.use_kernel_forward_from_hub = layer_routing
     AttentionInterface.register("sdpa", _packed_sdpa(sdpa))
-    _state.update(decorator=decorator, sdpa=sdpa)
+    _state.update(decorator=decorator, layer_decorator=layer_decorator, sdpa=sdpa, norms={})
     _route_loaded(code)
+    _route_loaded_norms()
 
 
 def disable():
@@ -362,6 +432,10 @@ def disable():
     from transformers.modeling_utils import AttentionInterface
     hub_kernels.use_kernel_func_from_hub_with_fallback = _state["decorator"]
     integrations.use_kernel_func_from_hub_with_fallback = _state["decorator"]
+    hub_kernels.use_kernel_forward_from_hub = _state["layer_decorator"]
+    integrations.use_kernel_forward_from_hub = _state["layer_decorator"]
     AttentionInterface.register("sdpa", _state["sdpa"])
     _unroute_loaded()
+    for cls, forward in _state["norms"].items():
+        cls.forward = forward
     _state.clear()
