@@ -1,0 +1,211 @@
+#pragma once
+// One binding for every recurrence family (decay.cpp, delta.cpp, dplr.cpp). A family describes its
+// tensors and its calls in a descriptor; these templates do the rest, the same way for each: view and
+// check the numpy arguments (naming each), size the outputs and the [N, H, K, V] states, check the
+// memory a chunked call will take, release the GIL, call, and hand the gradients back in the shapes
+// their tensors came in. T = float runs the library; T = double the fp64 oracle (linattn.reference).
+//
+// A descriptor F holds:
+//   tensors            std::array<TensorSpec, N>: q, k, v first, then the family's own
+//   chunked            true: forward/backward are the chunked calls (memory: their ChunkedFamily);
+//                      false: the forward is the recurrence run on a copy of initial_state
+//   Args               the keyword options of one call, with cu_seqlens (and chunk_size when chunked)
+//   forward, backward, recurrent (Inputs<float, N>) and forward64, backward64 (Inputs<double, N>)
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "arrays.hpp"
+#include "family_args.hpp"
+#include "linattn/reference.hpp"
+#include "memory_estimates.hpp"
+#include "reference_args.hpp"
+
+namespace linattn::python {
+
+// How one tensor argument may come.
+enum class TensorKind {
+  plain,     // always [B, T, H, X] ([B, H, X] for a decode step)
+  required,  // [B, T, H, C], or [B, T, H] for C = 1 (beta)
+  optional,  // as `required`, or None (a gate that some modes go without)
+};
+struct TensorSpec {
+  const char* name;
+  const char* shape;        // quoted in messages: what a whole-sequence call accepts
+  const char* token_shape;  // what a decode step accepts
+  TensorKind kind;
+};
+
+// q, k [B, T, H, K] and v [B, T, H, V]: the first three tensors of every family.
+inline constexpr TensorSpec kQuery{"q", "[B, T, H, K]", "[B, H, K]", TensorKind::plain};
+inline constexpr TensorSpec kKey{"k", "[B, T, H, K]", "[B, H, K]", TensorKind::plain};
+inline constexpr TensorSpec kValue{"v", "[B, T, H, V]", "[B, H, V]", TensorKind::plain};
+
+// The first form a shape text lists ("[B, T, H] or [B, T, H, 1]" gives "[B, T, H]").
+inline std::string first_form(const char* shape) {
+  const std::string s(shape);
+  return s.substr(0, s.find(" or "));
+}
+
+template <class T>
+const char* dtype_name() {
+  return std::is_same_v<T, float> ? "float32" : "float64";
+}
+
+// The tensors of one call: how each came (its view, 3 or 4 dims, or None), and for the oracle
+// (T = double) fp64 copies of the given ones.
+template <class T, size_t N>
+struct Inputs {
+  std::array<TrailingView<T>, N> given;
+  std::array<reference::Tensor, N> fp64;
+  View4<const T> view(size_t i) const { return given[i].in.view; }
+  const reference::Tensor* ptr(size_t i) const { return given[i].given ? &fp64[i] : nullptr; }
+  // The states and out have v's heads (the delta rule's grouped value heads: a multiple of q's).
+  std::array<int64_t, 4> state_extent(const std::vector<int64_t>& cu_seqlens) const {
+    const auto& q = view(0).extent;
+    return {state_count(q[0], cu_seqlens), view(2).extent[2], q[3], view(2).extent[3]};
+  }
+  std::array<int64_t, 4> out_extent() const {
+    const auto& q = view(0).extent;
+    return {q[0], q[1], view(2).extent[2], view(2).extent[3]};
+  }
+};
+
+template <size_t N>
+using Tensors = std::array<py::object, N>;
+
+// Views of the tensors, `step`: one token each ([B, H, X] and [B, H] or [B, H, C]).
+template <class T, size_t N>
+Inputs<T, N> recurrence_inputs(const std::array<TensorSpec, N>& specs, const Tensors<N>& tensors, bool step = false) {
+  Inputs<T, N> in;
+  for (size_t i = 0; i < N; ++i) {
+    const TensorSpec& s = specs[i];
+    const char* shape = step ? s.token_shape : s.shape;
+    TrailingView<T>& g = in.given[i];
+    if (s.kind == TensorKind::required && tensors[i].is_none())
+      throw py::type_error(std::string(s.name) + ": expected a " + dtype_name<T>() + " array " + first_form(shape) +
+                           ", got None");
+    if (s.kind == TensorKind::plain)
+      g = {input_view<T>(tensors[i], s.name, step ? 3 : 4, shape), true, false};
+    else if (step)
+      g = {token_arg<T>(tensors[i], s.name, shape), !tensors[i].is_none(), false};
+    else
+      g = trailing_arg<T>(tensors[i], s.name, shape);
+    if constexpr (std::is_same_v<T, double>)
+      if (g.given) in.fp64[i] = tensor64(g.in.keep, s.name, shape);
+  }
+  return in;
+}
+
+// (o [B, T, H, V], final_state [N, H, K, V] or None).
+template <class F, class T, size_t N = F::tensors.size()>
+py::tuple recurrence_forward(const Tensors<N>& tensors, const typename F::Args& a, const py::object& initial_state,
+                             bool output_final_state) {
+  const Inputs<T, N> in = recurrence_inputs<T>(F::tensors, tensors);
+  const auto extent = in.state_extent(a.cu_seqlens);
+  if constexpr (std::is_same_v<T, double>) {
+    std::optional<std::vector<double>> initial;
+    if (!initial_state.is_none()) initial = state64(initial_state, "initial_state", extent);
+    reference::DecayedOutput r;
+    {
+      py::gil_scoped_release nogil;
+      r = F::forward64(in, a, initial ? &*initial : nullptr);
+    }
+    return py::make_tuple(to_array(r.out),
+                          output_final_state ? py::object(array64(r.final_state, extent)) : py::none());
+  } else {
+    if constexpr (F::chunked)
+      check_chunked_memory(F::memory, in.view(0), in.view(2), extent, a.chunk_size, output_final_state, false);
+    py::array_t<float> initial, final_state;
+    if (!initial_state.is_none()) initial = state_arg<float>(initial_state, "initial_state", extent, false);
+    // Without a chunked forward the recurrence advances a copy of initial_state (the caller's stays as it was).
+    if (output_final_state || !F::chunked) final_state = zero_state(extent);
+    OutputArray<float> out = output_array<float>(in.out_extent());
+    {
+      py::gil_scoped_release nogil;
+      if constexpr (F::chunked) {
+        F::forward(out.view, in, a, span_of(initial), mutable_span(final_state));
+      } else {
+        std::copy(initial.data(), initial.data() + initial.size(), final_state.mutable_data());
+        F::recurrent(out.view, in, mutable_span(final_state), a);
+      }
+    }
+    return py::make_tuple(out.array, output_final_state ? py::object(final_state) : py::none());
+  }
+}
+
+// What an oracle's backward returns, in the order of the descriptor's tensors.
+template <size_t N>
+struct Gradients64 {
+  std::array<reference::Tensor, N> d;
+  std::vector<double> dinitial_state;
+};
+
+// (d of each tensor, None for one not given, in its own shape; dinitial_state or None).
+template <class F, class T, size_t N = F::tensors.size()>
+py::tuple recurrence_backward(const Tensors<N>& tensors, const py::object& dout, const py::object& dfinal_state,
+                              const typename F::Args& a, const py::object& initial_state) {
+  const Inputs<T, N> in = recurrence_inputs<T>(F::tensors, tensors);
+  std::array<py::object, N + 1> result;
+  if constexpr (std::is_same_v<T, double>) {
+    const reference::Tensor d = tensor64(dout, "dout", "[B, T, H, V]");
+    const auto extent = in.state_extent(a.cu_seqlens);
+    std::optional<std::vector<double>> initial, dfinal;
+    if (!initial_state.is_none()) initial = state64(initial_state, "initial_state", extent);
+    if (!dfinal_state.is_none()) dfinal = state64(dfinal_state, "dfinal_state", extent);
+    Gradients64<N> r;
+    {
+      py::gil_scoped_release nogil;
+      r = F::backward64(d, dfinal ? &*dfinal : nullptr, in, a, initial ? &*initial : nullptr);
+    }
+    for (size_t i = 0; i < N; ++i)
+      result[i] = in.given[i].given ? trailing_result(to_array(r.d[i]), in.given[i]) : py::none();
+    result[N] = initial ? py::object(array64(r.dinitial_state, extent)) : py::none();
+  } else {
+    const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, T, H, V]");
+    const auto extent = in.state_extent(a.cu_seqlens);
+    if constexpr (F::chunked)
+      check_chunked_memory(F::memory, in.view(0), in.view(2), extent, a.chunk_size, !initial_state.is_none(), true);
+    py::array_t<float> initial, dfinal, dinitial;
+    if (!initial_state.is_none()) {
+      initial = state_arg<float>(initial_state, "initial_state", extent, false);
+      dinitial = zero_state(extent);
+    }
+    if (!dfinal_state.is_none()) dfinal = state_arg<float>(dfinal_state, "dfinal_state", extent, false);
+    std::array<OutputArray<float>, N> grads;
+    std::array<TensorView, N> views;
+    for (size_t i = 0; i < N; ++i) {
+      if (in.given[i].given) grads[i] = output_array<float>(in.view(i).extent);
+      views[i] = grads[i].view;
+    }
+    {
+      py::gil_scoped_release nogil;
+      F::backward(views, mutable_span(dinitial), d.view, span_of(dfinal), in, a, span_of(initial));
+    }
+    for (size_t i = 0; i < N; ++i) result[i] = trailing_result(grads[i].array, in.given[i]);
+    result[N] = initial_state.is_none() ? py::object(py::none()) : py::object(dinitial);
+  }
+  return std::apply([](auto&... r) { return py::make_tuple(r...); }, result);
+}
+
+// o [B, T, H, V] token by token (float32), on `state` [N, H, K, V], the caller's array advanced in place.
+// `step`: one decoding token, q, k [B, H, K] and o [B, H, V], against a [B, H, K, V] state.
+template <class F, size_t N = F::tensors.size()>
+py::array recurrence_tokens(const Tensors<N>& tensors, const py::object& state, const typename F::Args& a, bool step) {
+  const Inputs<float, N> in = recurrence_inputs<float>(F::tensors, tensors, step);
+  py::array_t<float> S = state_arg<float>(state, "state", in.state_extent(a.cu_seqlens), true);
+  OutputArray<float> out = output_array<float>(in.out_extent(), !step);
+  {
+    py::gil_scoped_release nogil;
+    F::recurrent(out.view, in, mutable_span(S), a);
+  }
+  return out.array;
+}
+
+}  // namespace linattn::python
