@@ -13,11 +13,14 @@ One process, the same tensors for both sides, the median of --reps repetitions a
           dims; --layers layers, one in four full attention; random weights): prefill of --prefill tokens
           and greedy decode tokens/s from that prefill's cache, transformers' CPU path against
           linattn.integrations.transformers.enable(), with the share of time in the linear-attention
-          layers (their forward hooks) before and after.
+          layers (their forward hooks) before and after; then decode tokens/s at a context of --context
+          tokens (default 32768) without a prefill of that length (see _extend_context: the prefill's
+          cache with the full-attention layers' keys and values repeated to --context tokens; the
+          linear-attention layers' state has the same size at any context).
 
 Examples:
   build/venv/bin/python scripts/models_speed.py ops --seq 8192 --reps 3
-  build/venv/bin/python scripts/models_speed.py model --prefill 8192 --decode 8
+  build/venv/bin/python scripts/models_speed.py model --prefill 8192 --decode 8 --context 32768
   build/venv/bin/python scripts/models_speed.py ops --seq 1024 --reps 1 --json out/models_speed.json
 """
 
@@ -144,6 +147,41 @@ class _LayerTimer:
             h.remove()
 
 
+def _extend_context(cache, context):
+    """cache (a DynamicCache after a prefill) made to stand for a context of `context` tokens, for timing
+    a decode step there without prefilling that many tokens: each full-attention layer's keys and values
+    are the prefill's, repeated (cycled) to `context` positions, and each linear-attention layer's token
+    count says `context`. A decode step's work depends on the context's length, not on its values: the
+    full-attention layers read every cached key and value, and the linear-attention layers' state
+    (recurrent and convolution windows) has the same size at any context, so it stays the prefill's."""
+    extended = 0
+    for layer in cache.layers:
+        keys = getattr(layer, "keys", None)
+        if isinstance(keys, torch.Tensor) and keys.dim() == 4:
+            n = keys.shape[-2]
+            times = -(-context // n)
+            layer.keys = keys.repeat(1, 1, times, 1)[:, :, :context].contiguous()
+            layer.values = layer.values.repeat(1, 1, times, 1)[:, :, :context].contiguous()
+            extended += 1
+        elif isinstance(getattr(layer, "cumulative_length_linear", None), torch.Tensor):
+            layer.cumulative_length_linear.fill_(context)
+        else:
+            raise RuntimeError(f"--context: cannot extend a cache layer of type {type(layer).__name__}")
+    if extended == 0:
+        raise RuntimeError("--context: the model's cache has no full-attention layer to extend")
+    return cache
+
+
+def _decode(net, cache, token, steps):
+    """Greedy decoding of `steps` tokens from cache; returns seconds."""
+    with torch.no_grad():
+        start = time.perf_counter()
+        for _ in range(steps):
+            step = net(token, past_key_values=cache, use_cache=True)
+            token = step.logits[:, -1:].argmax(-1)
+        return time.perf_counter() - start
+
+
 def model(args):
     import linattn.integrations.transformers as integration
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
@@ -170,18 +208,21 @@ def model(args):
         timer.seconds = 0.0
         # Greedy decode from the prefill's own cache: a context of --prefill tokens.
         cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
-        with torch.no_grad():
-            start = time.perf_counter()
-            for _ in range(args.decode):
-                step = net(token, past_key_values=cache, use_cache=True)
-                token = step.logits[:, -1:].argmax(-1)
-            seconds = time.perf_counter() - start
+        seconds = _decode(net, cache, token, args.decode)
+        decode_share = timer.seconds / seconds
+        timer.seconds = 0.0
+        # Then at --context tokens: the same cache, its full-attention layers' keys and values extended.
+        long_seconds = _decode(net, _extend_context(cache, args.context), token, args.decode)
         results[label] = {"prefill_s": prefill, "prefill_tokens_per_s": args.prefill / prefill,
                           "prefill_linear_share": share, "decode_tokens_per_s": args.decode / seconds,
-                          "decode_linear_share": timer.seconds / seconds}
+                          "decode_linear_share": decode_share, "context": args.context,
+                          "context_decode_tokens_per_s": args.decode / long_seconds,
+                          "context_decode_linear_share": timer.seconds / long_seconds}
         timer.close()
+        del out, cache
         print(f"{label}: prefill {args.prefill} tokens {prefill:.2f} s (linear layers {100 * share:.0f}%), decode "
-              f"{args.decode / seconds:.2f} tokens/s at {args.prefill} tokens", file=sys.stderr)
+              f"{args.decode / seconds:.2f} tokens/s at {args.prefill} tokens, {args.decode / long_seconds:.2f} "
+              f"tokens/s at {args.context} tokens", file=sys.stderr)
     integration.disable()
     return results
 
@@ -197,9 +238,11 @@ def main(argv=None):
     parser.add_argument("--vocab", type=int, default=4096, help="model: vocabulary size (random weights)")
     parser.add_argument("--prefill", type=int, default=8192, help="model: prompt tokens for the prefill")
     parser.add_argument("--decode", type=int, default=8, help="model: tokens decoded")
+    parser.add_argument("--context", type=int, default=32768,
+                        help="model: also decode at this context (the prefill's cache extended; default 32768)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    for name in ("seq", "reps", "threads", "layers", "vocab", "prefill", "decode"):
+    for name in ("seq", "reps", "threads", "layers", "vocab", "prefill", "decode", "context"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)

@@ -148,6 +148,7 @@ def test_classes_defined_after_enable_and_unreproducible_ones():
         assert all(lt.routed_kernel(norm_class(family)) == "RMSNormGated" for family in NORMS)
     finally:
         lt.disable()
-    assert hub_kernels.use_kernel_forward_from_hub is decorator and integrations.use_kernel_forward_from_hub is decorator
+    assert hub_kernels.use_kernel_forward_from_hub is decorator
+    assert integrations.use_kernel_forward_from_hub is decorator
     assert {family: norm_class(family).forward for family in NORMS} == forwards
     assert lt.routed_kernel(LikeQwen) is None and lt.routed_kernel(norm_class("qwen3_5")) is None

@@ -295,7 +295,8 @@ def _norm_form(cls, forward):
             return None
         cases = []
         with torch.no_grad():
-            for weight_dtype, input_dtype in ((torch.float32,) * 2, (torch.float32, torch.bfloat16), (torch.bfloat16,) * 2):
+            for weight_dtype, input_dtype in ((torch.float32, torch.float32), (torch.float32, torch.bfloat16),
+                                              (torch.bfloat16, torch.bfloat16)):
                 module.weight.data = weight.to(weight_dtype)
                 xi, gi = x.to(input_dtype), gate.to(input_dtype)
                 cases.append((xi, gi, module.weight.data, forward(module, xi, gi)))
