@@ -8,6 +8,12 @@
 // layout is flash-linear-attention's: q, k [B, T, H, K], v and out [B, T, H, V], beta [B, T, H, 1],
 // g [B, T, H, 1] or [B, T, H, K], states [N, H, K, V] (row-major; N = B, or the number of packed
 // sequences with cu_seqlens).
+//
+// Grouped value heads (Qwen3-Next, Qwen3.5): v may have HV heads, a multiple of q's H; then v, out,
+// beta, g and the states have HV heads where this file says H, and value head j reads q and k at head
+// j / (HV / H) (flash-linear-attention's convention: q and k repeat_interleave'd), without a copy. The
+// backward's dq and dk keep q's H heads, each the sum over its group. HV is read from v's shape; every
+// call below takes it, the decode step included (RecurrentState(B, HV, K, V, ...)).
 #include <cstdint>
 #include <optional>
 #include <span>

@@ -98,7 +98,7 @@ void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View
   using kernels::shape_view;
   detail::decode_step<I>(
       op, state, !options.cu_seqlens.empty(), decay_name(options.decay), "decay_name(options.decay)", shape_view(q),
-      shape_view(v),
+      shape_view(v), false,
       [&](const detail::DecodeState& S) { return check_call(op, out, q, k, v, g, S.size, S.region, options); },
       [&](const detail::DecayProblem& p, auto S) { recurrent(p, out, q, k, v, g, S, options); });
 }

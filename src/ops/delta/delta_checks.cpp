@@ -14,6 +14,7 @@ namespace detail {
 Signature delta_signature(const ConstTensorView& beta, ConstTensorView g, const DeltaRuleOptions& o) {
   constexpr Gate gates[] = {Gate::none, Gate::token, Gate::key};  // in DeltaGate's order
   return {.family = "the delta rule",
+          .grouped = true,
           .scale = o.scale,
           .cu_seqlens = o.cu_seqlens,
           .chunk_size = o.chunk_size,

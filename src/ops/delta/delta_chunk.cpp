@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "kernels/decay_factors.hpp"
 #include "kernels/gemm.hpp"
@@ -73,8 +74,8 @@ int64_t DeltaChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
   }
   const int64_t m = n_;
   const float qfactor = p_.qk_l2norm ? 1.0f : p_.scale;
-  kernels::pack_rows({Q_.data(), Kp_, C_, K}, kernels::head_rows(x.q, x.b, x.h), t0, m, qfactor);
-  kernels::pack_rows({K_.data(), Kp_, C_, K}, kernels::head_rows(x.k, x.b, x.h), t0, m);
+  kernels::pack_rows({Q_.data(), Kp_, C_, K}, kernels::head_rows(x.q, x.b, x.qk()), t0, m, qfactor);
+  kernels::pack_rows({K_.data(), Kp_, C_, K}, kernels::head_rows(x.k, x.b, x.qk()), t0, m);
   kernels::pack_rows({V_.data(), Vp_, C_, V}, kernels::head_rows(x.v, x.b, x.h), t0, m);
   kernels::pack_rows({beta_.data(), 1, C_, 1}, kernels::head_rows(x.beta, x.b, x.h), t0, m);
   if (p_.qk_l2norm)
@@ -238,9 +239,21 @@ void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const
       gk[c] = rk_[size_t(t)] * (gk[c] - k[c] * float(dotk));
     }
   }
-  kernels::unpack_rows(kernels::head_rows(d.dq, x.b, x.h), t0, {dQ_.data(), Kp_, n, K}, n,
-                       p_.qk_l2norm ? 1.0f : p_.scale);
-  kernels::unpack_rows(kernels::head_rows(d.dk, x.b, x.h), t0, {dK_.data(), Kp_, n, K}, n);
+  // dq, dk: written by the first value head of the q/k head's group, added to by the others (the driver
+  // runs a group's value heads in order on one thread: see delta_rule.cpp).
+  const bool first = x.h % x.group == 0;
+  const float qfactor = p_.qk_l2norm ? 1.0f : p_.scale;
+  for (const auto& [grad, rows, factor] : {std::tuple{d.dq, &dQ_, qfactor}, std::tuple{d.dk, &dK_, 1.0f}}) {
+    const kernels::HeadRows<float> dst = kernels::head_rows(grad, x.b, x.qk());
+    if (first) {
+      kernels::unpack_rows(dst, t0, {rows->data(), Kp_, n, K}, n, factor);
+      continue;
+    }
+    if (factor != 1.0f)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t c = 0; c < K; ++c) (*rows)[size_t(t * Kp_ + c)] *= factor;
+    kernels::add_rows(dst, t0, {rows->data(), Kp_, n, K});
+  }
   kernels::unpack_rows(kernels::head_rows(d.dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
   kernels::unpack_rows(kernels::head_rows(d.dbeta, x.b, x.h), t0, {dB_.data(), 1, n, 1}, n);
 }

@@ -41,19 +41,20 @@ void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, Vi
   detail::for_each_head_block(
       N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const detail::Sequence& s = p.sequences[size_t(n)];
-        detail::TokenRows rows(scratch, heads, K, V, cols);
+        detail::TokenRows rows(scratch, heads, K, V, cols, p.group);
         for (int64_t t = s.begin; t < s.end; ++t) {
           rows.load(q, k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
-          normalise(rows.q, rows.factors, heads, K, p.qk_l2norm, p.scale);
-          normalise(rows.k, rows.factors, heads, K, p.qk_l2norm, 1.0f);
+          // Each q/k head once, however many value heads read it.
+          normalise(rows.q, rows.factors, rows.qk_rows, K, p.qk_l2norm, p.scale);
+          normalise(rows.k, rows.factors, rows.qk_rows, K, p.qk_l2norm, 1.0f);
           for (int64_t r = 0; r < heads; ++r) {
             float b = 0;
             if constexpr (std::is_same_v<I, float>)
               b = beta(s.b, t, h0 + r, 0);
             else
               b = to_float(beta(s.b, t, h0 + r, 0));
-            kernels::delta_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, rows.k + r * K,
-                                          rows.v + r * V, rows.q + r * K, b, K, V, cols > 0 ? rows.a + r * K : nullptr);
+            kernels::delta_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, rows.k_row(r),
+                                          rows.v + r * V, rows.q_row(r), b, K, V, cols > 0 ? rows.a + r * K : nullptr);
           }
           rows.store(out, s.b, t, h0);
         }
@@ -65,7 +66,7 @@ detail::DeltaProblem check_call(const char* op, TensorView out, ConstTensorView 
                                 ConstTensorView beta, ConstTensorView g, size_t state_size, boundary::Region state,
                                 const DeltaRuleOptions& options) {
   const detail::DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
-  detail::check_output_shape(op, "out", out, q, v);
+  detail::check_recurrence_output(op, "out", out, q, v);
   detail::check_token_state(op, state_size, p);
   const boundary::Region outputs[] = {boundary::region("out", out), state};
   detail::check_outputs(op, outputs, detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}}));
@@ -85,7 +86,7 @@ detail::DeltaProblem check_call(const char* op, View4<H> out, HalfIn<H> q, HalfI
   using kernels::shape_view;
   const detail::DeltaProblem p = detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v),
                                                                shape_view(beta), shape_view(g), options);
-  detail::check_output_shape(op, "out", shape_view(out), shape_view(q), shape_view(v));
+  detail::check_recurrence_output(op, "out", shape_view(out), shape_view(q), shape_view(v));
   detail::check_token_state(op, state_size, p);
   return p;
 }
@@ -97,7 +98,7 @@ void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View
   using kernels::shape_view;
   detail::decode_step<I>(
       op, state, !options.cu_seqlens.empty(), delta_name(options.gate), "delta_name(options.gate)", shape_view(q),
-      shape_view(v),
+      shape_view(v), true,
       [&](const detail::DecodeState& S) { return check_call(op, out, q, k, v, beta, g, S.size, S.region, options); },
       [&](const detail::DeltaProblem& p, auto S) { recurrent(p, out, q, k, v, beta, g, S); });
 }

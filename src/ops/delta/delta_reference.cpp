@@ -1,7 +1,9 @@
 // fp64 oracle of the delta rule, token by token from the recurrence (no chunks, no SIMD):
 //   P_t = diag(a_t) S_{t−1},  r_t = v_t − P_tᵀ k_t,  S_t = P_t + β_t k_t r_tᵀ,  o_t = scale · S_tᵀ q_t,
 // with a_t = exp(g_t) (1 for DeltaNet), q and k l2-normalised first where asked; and its reverse
-// sweep for the gradients. Shares only the argument checks with the fast path.
+// sweep for the gradients. With grouped value heads, value head h reads q_t and k_t of head
+// h / (HV / H), and the gradients of q and k sum over the heads of their group. Shares only the
+// argument checks with the fast path.
 #include <cmath>
 
 #include "core/validate.hpp"
@@ -52,19 +54,20 @@ void l2norm_backward(Tensor& dx, const Tensor& y, const std::vector<double>& rst
   }
 }
 
-// S ← P + β k rᵀ with P = diag(a) S and r = v − Pᵀ k; keeps r.
+// S ← P + β k rᵀ with P = diag(a) S and r = v − Pᵀ k; keeps r. h: the value head (k's is p.qk_head(h)).
 void advance(std::vector<double>& S, std::vector<double>& r, const std::vector<double>& a,
              const detail::DeltaProblem& p, const Tensor& k, const Tensor& v, double beta, int64_t b, int64_t t,
              int64_t h) {
+  const int64_t hk = p.qk_head(h);
   for (int64_t x = 0; x < p.K; ++x)
     for (int64_t y = 0; y < p.V; ++y) S[size_t(x * p.V + y)] *= a[size_t(x)];
   for (int64_t y = 0; y < p.V; ++y) {
     double pk = 0;
-    for (int64_t x = 0; x < p.K; ++x) pk += S[size_t(x * p.V + y)] * k(b, t, h, x);
+    for (int64_t x = 0; x < p.K; ++x) pk += S[size_t(x * p.V + y)] * k(b, t, hk, x);
     r[size_t(y)] = v(b, t, h, y) - pk;
   }
   for (int64_t x = 0; x < p.K; ++x)
-    for (int64_t y = 0; y < p.V; ++y) S[size_t(x * p.V + y)] += beta * k(b, t, h, x) * r[size_t(y)];
+    for (int64_t y = 0; y < p.V; ++y) S[size_t(x * p.V + y)] += beta * k(b, t, hk, x) * r[size_t(y)];
 }
 
 }  // namespace
@@ -88,8 +91,8 @@ DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>
                                    const DeltaRuleOptions& options, const std::vector<double>* initial_state) {
   const char* op = "reference::delta_rule_backward";
   const detail::DeltaProblem p = check(op, q_in, k_in, v, beta, g, options, initial_state);
-  detail::check_output_shape(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
-                             detail::shape_only(q_in.extent), detail::shape_only(v.extent));
+  detail::check_recurrence_output(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
+                                  detail::shape_only(q_in.extent), detail::shape_only(v.extent));
   if (dfinal_state) detail::check_state_span(op, "dfinal_state", dfinal_state->size(), p);
   std::vector<double> q_rstd, k_rstd;
   const Tensor q = l2norm(q_in, p.qk_l2norm, q_rstd), k = l2norm(k_in, p.qk_l2norm, k_rstd);
@@ -107,13 +110,14 @@ DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>
   const auto step_back = [&](std::vector<double>& dS, const double*, const double* Sprev, int64_t b, int64_t t,
                              int64_t h) {
     const double bt = beta(b, t, h, 0);
+    const int64_t hk = p.qk_head(h);  // k's head; dk sums over the value heads of its group
     detail::reference_decay(a, p, g, b, t, h);
     // P = diag(a) S_{t−1}, r = v − Pᵀ k (recomputed).
     for (int64_t x = 0; x < p.K; ++x)
       for (int64_t y = 0; y < p.V; ++y) P[size_t(x * p.V + y)] = a[size_t(x)] * Sprev[x * p.V + y];
     for (int64_t y = 0; y < p.V; ++y) {
       double pk = 0;
-      for (int64_t x = 0; x < p.K; ++x) pk += P[size_t(x * p.V + y)] * k(b, t, h, x);
+      for (int64_t x = 0; x < p.K; ++x) pk += P[size_t(x * p.V + y)] * k(b, t, hk, x);
       r[size_t(y)] = v(b, t, h, y) - pk;
     }
     // S_t = P + β k rᵀ: dβ = kᵀ dS r, dk = β dS r, dr = β dSᵀ k; dP = dS.
@@ -121,13 +125,13 @@ DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>
     for (int64_t x = 0; x < p.K; ++x) {
       double dSr = 0;
       for (int64_t y = 0; y < p.V; ++y) dSr += dS[size_t(x * p.V + y)] * r[size_t(y)];
-      dbeta += k(b, t, h, x) * dSr;
-      d.dk(b, t, h, x) = bt * dSr;
+      dbeta += k(b, t, hk, x) * dSr;
+      d.dk(b, t, hk, x) += bt * dSr;
     }
     d.dbeta(b, t, h, 0) = dbeta;
     for (int64_t y = 0; y < p.V; ++y) {
       double sum = 0;
-      for (int64_t x = 0; x < p.K; ++x) sum += dS[size_t(x * p.V + y)] * k(b, t, h, x);
+      for (int64_t x = 0; x < p.K; ++x) sum += dS[size_t(x * p.V + y)] * k(b, t, hk, x);
       dr[size_t(y)] = bt * sum;
       d.dv(b, t, h, y) = dr[size_t(y)];
     }
@@ -136,9 +140,9 @@ DeltaGradients delta_rule_backward(const Tensor& dout, const std::vector<double>
       double Pdr = 0;
       for (int64_t y = 0; y < p.V; ++y) {
         Pdr += P[size_t(x * p.V + y)] * dr[size_t(y)];
-        dS[size_t(x * p.V + y)] -= k(b, t, h, x) * dr[size_t(y)];
+        dS[size_t(x * p.V + y)] -= k(b, t, hk, x) * dr[size_t(y)];
       }
-      d.dk(b, t, h, x) -= Pdr;
+      d.dk(b, t, hk, x) -= Pdr;
     }
     // P = diag(a) S_{t−1}: dg = Σ_v dP ⊙ P (∂a/∂g = a), dS_{t−1} = diag(a) dP.
     for (int64_t x = 0; x < p.K; ++x) {

@@ -31,10 +31,11 @@ struct Scratch {
   std::vector<int64_t> starts;       // the backward's chunk starts, then the sequence's end
 };
 
-// Runs body(scratch, sequence, head) for every (sequence, head), over the threads.
+// Runs body(scratch, sequence, head) for every (sequence, value head), over the threads; a task takes
+// `together` consecutive value heads (a divisor of H) in order on one thread.
 template <class Body>
-void for_each_head(const DeltaProblem& p, int64_t chunk_size, bool backward, Body body) {
-  const int64_t tasks = int64_t(p.sequences.size()) * p.H;
+void for_each_head(const DeltaProblem& p, int64_t chunk_size, bool backward, int64_t together, Body body) {
+  const int64_t blocks = p.H / together, tasks = int64_t(p.sequences.size()) * blocks;
   detail::ParallelErrors errors;  // out of memory included: nothing may leave the region
 #pragma omp parallel if (tasks > 1)
   {
@@ -45,7 +46,10 @@ void for_each_head(const DeltaProblem& p, int64_t chunk_size, bool backward, Bod
     });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task)
-      errors.run([&] { body(*scratch, p.sequences[size_t(task / p.H)], task % p.H); });
+      errors.run([&] {
+        for (int64_t h = task % blocks * together, end = h + together; h < end; ++h)
+          body(*scratch, p.sequences[size_t(task / blocks)], h);
+      });
   }
   errors.rethrow();
 }
@@ -57,17 +61,17 @@ void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, Co
                         std::span<float> final_state) {
   const char* op = "delta_rule_forward";
   const DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
-  detail::check_output_shape(op, "out", out, q, v);
+  detail::check_recurrence_output(op, "out", out, q, v);
   detail::check_state_span(op, "initial_state", initial_state.size(), p);
   detail::check_state_span(op, "final_state", final_state.size(), p);
   std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}});
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
   detail::check_outputs(op, outputs, inputs);
-  for_each_head(p, options.chunk_size, false, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
+  for_each_head(p, options.chunk_size, false, 1, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
     DeltaChunk& chunk = scratch.chunk;
     std::vector<float>& S = scratch.S;
-    const RecurrenceHead x{q, k, v, g, beta, s.b, h};
+    const RecurrenceHead x{q, k, v, g, beta, s.b, h, p.group};
     const int64_t index = s.n * p.H + h, Vp = chunk.Vp();
     detail::load_state_rows(S.data(), p.K, p.V, Vp, initial_state, index);
     for (int64_t t = s.begin; t < s.end;) {
@@ -90,11 +94,15 @@ void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView
       {{"dq", dq, q, "q"}, {"dk", dk, k, "k"}, {"dv", dv, v, "v"}, {"dbeta", dbeta, beta, "beta"}}, dg, dinitial_state,
       dfinal_state, initial_state);
   const DeltaChunk::Grads grads{dq, dk, dv, dbeta, dg};
-  for_each_head(p, options.chunk_size, true, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
+  // With grouped value heads, the value heads of one q/k head all write that head's rows of dq and dk: one
+  // task takes a whole group, in order, the first head writing the rows and the others adding to them. No
+  // two threads touch the same rows (packed sequences hold disjoint tokens), nothing is locked or reduced
+  // afterwards, and the sum's order is fixed, so the result is the same for any thread count.
+  for_each_head(p, options.chunk_size, true, p.group, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
     DeltaChunk& chunk = scratch.chunk;
     std::vector<float>&states = scratch.states, &dS = scratch.dS;
     std::vector<int64_t>& starts = scratch.starts;
-    const RecurrenceHead x{q, k, v, g, beta, s.b, h};
+    const RecurrenceHead x{q, k, v, g, beta, s.b, h, p.group};
     const int64_t index = s.n * p.H + h, Vp = chunk.Vp(), KVp = p.K * Vp;
     // Sweep 1, forward: the state before each chunk, and each chunk's start (chunks may end early).
     states.resize(size_t(KVp));

@@ -8,9 +8,35 @@
 
 namespace linattn::detail {
 
+namespace {
+
+// Where the value heads' extent comes from in the messages: q's heads, or v's where they are grouped.
+const char* heads_word(ConstTensorView q, ConstTensorView v) {
+  return v.heads() == q.heads() ? "q's heads" : "v's heads";
+}
+
+// v's heads HV, a positive multiple of q's H where the signature takes grouped heads (then q, k and v are
+// checked as attention inputs with v seen at q's heads); otherwise q's H.
+int64_t value_heads(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v, const Signature& s) {
+  if (!s.grouped || v.heads() == q.heads()) {
+    check_attention_inputs(op, q, k, v);
+    return q.heads();
+  }
+  check_view(op, "v", v);
+  if (q.heads() <= 0 || v.heads() % q.heads() != 0)
+    fail_with(op, "v.extent[2] (heads) is ", v.heads(), ", expected a multiple of ", q.heads(),
+              " (q's heads: grouped value heads, each q/k head serving HV / H of them)");
+  ConstTensorView v_per_qk_head = v;  // v's other extents against q and k (its heads checked above)
+  v_per_qk_head.extent[2] = q.heads();
+  check_attention_inputs(op, q, k, v_per_qk_head);
+  return v.heads();
+}
+
+}  // namespace
+
 RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                              const Signature& s) {
-  check_attention_inputs(op, q, k, v);
+  const int64_t HV = value_heads(op, q, k, v, s);
   const std::string causal = std::string("q's sequence length (") + s.family + " is causal: T keys for T queries)";
   check_extent(op, "k", k, 1, q.seq(), causal.c_str());
   check_scale(op, s.scale);
@@ -18,9 +44,9 @@ RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, 
   if (s.max_chunk_size > 0)
     check_bounded(op, "options.chunk_size", s.chunk_size, int64_t(1), s.max_chunk_size,
                   "a chunk's scratch holds [chunk_size, chunk_size] matrices per thread");
-  RecurrenceProblem p{q.batch(), q.seq(), q.heads(), q.dim(), v.dim(), q.batch(), 1.0f, s.gate, {}};
+  RecurrenceProblem p{q.batch(), q.seq(), HV, q.dim(), v.dim(), q.batch(), 1.0f, s.gate, {}, HV / q.heads()};
   p.scale = s.scale ? *s.scale : float(1.0 / std::sqrt(double(p.K)));
-  const char* axes[] = {"q's batch", "q's sequence length", "q's heads"};
+  const char* axes[] = {"q's batch", "q's sequence length", heads_word(q, v)};
   const int64_t want[] = {p.B, p.T, p.H};
   if (s.beta) {
     check_view(op, "beta", *s.beta);
@@ -48,7 +74,7 @@ void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const
                                std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
                                TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
                                std::span<const float> initial_state) {
-  check_output_shape(op, "dout", dout, q, v);
+  check_recurrence_output(op, "dout", dout, q, v);
   for (const Gradient& d : grads) check_like(op, d.name, d.grad, d.input, d.input_name);
   if (p.gate_cols() > 0)
     check_like(op, "dg", dg, s.g, "g");
@@ -66,6 +92,15 @@ void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const
   out.push_back(boundary::region("dinitial_state", dinitial_state));
   if (p.gate_cols() > 0) out.push_back(boundary::region("dg", dg));
   check_outputs(op, out, in);
+}
+
+void check_recurrence_output(const char* op, const char* name, ConstTensorView x, ConstTensorView q,
+                             ConstTensorView v) {
+  if (v.heads() == q.heads()) return check_output_shape(op, name, x, q, v);
+  check_view(op, name, x);
+  const int64_t want[] = {q.batch(), q.seq(), v.heads(), v.dim()};
+  const char* because[] = {"q's batch", "q's sequence length", "v's heads", "v's value dim"};
+  for (int axis = 0; axis < 4; ++axis) check_extent(op, name, x, axis, want[axis], because[axis]);
 }
 
 void check_state_span(const char* op, const char* name, size_t size, const RecurrenceProblem& p) {
@@ -87,16 +122,18 @@ std::vector<boundary::Region> input_regions(ConstTensorView q, ConstTensorView k
 }
 
 void check_decode_state(const char* op, const RecurrentState& state, const std::string& name, const char* name_call,
-                        ConstTensorView q, ConstTensorView v) {
+                        ConstTensorView q, ConstTensorView v, bool grouped) {
   if (state.dtype() != DType::f32 && state.dtype() != DType::bf16)
     fail_with(op, "state.dtype() is ", dtype_name(state.dtype()), ", expected f32 or bf16");
   if (state.feature_map() != name)
     fail_with(op, "state is a '", state.feature_map(), "' state, expected a '", name,
               "' state (RecurrentState(B, H, K, V, ", name_call, "))");
   const std::array<int64_t, 4> seen{state.batch(), state.heads(), state.feature_dim(), state.value_dim()};
-  const std::array<int64_t, 4> want{q.batch(), q.heads(), q.dim(), v.dim()};
+  // The value heads where grouped (v's heads checked against q's after this), else q's heads.
+  const ConstTensorView heads = grouped ? v : q;
+  const std::array<int64_t, 4> want{q.batch(), heads.heads(), q.dim(), v.dim()};
   const char* what[] = {"batch()", "heads()", "feature_dim()", "value_dim()"};
-  const char* because[] = {"q's batch", "q's heads", "q's head dim K", "v's value dim"};
+  const char* because[] = {"q's batch", heads_word(q, heads), "q's head dim K", "v's value dim"};
   for (int i = 0; i < 4; ++i)
     if (seen[size_t(i)] != want[size_t(i)])
       fail_with(op, "state.", what[i], " is ", seen[size_t(i)], ", expected ", want[size_t(i)], " (", because[i], ")");

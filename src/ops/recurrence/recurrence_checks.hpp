@@ -23,20 +23,28 @@ namespace linattn::detail {
 // (g [B, T, H, K]). The public Decay and DeltaGate map onto it (decay_checks.hpp, delta_checks.hpp).
 enum class Gate { none, head, token, key };
 
+// H counts the value heads, those of v, beta, g, out and the states; q and k have H / group heads
+// (grouped value heads: value head h reads q/k head h / group, flash-linear-attention's convention).
 struct RecurrenceProblem {
   int64_t B, T, H, K, V, N;
   float scale;
   Gate gate;
   std::vector<Sequence> sequences;  // N of them, in state order
+  int64_t group = 1;                // value heads per q/k head (1 unless the family takes grouped heads)
   int64_t state_size() const { return N * H * K * V; }
+  int64_t qk_heads() const { return H / group; }
+  int64_t qk_head(int64_t h) const { return h / group; }
   // Columns of g: 1 (token), K (key), 0 (no gate tensor).
   int64_t gate_cols() const { return gate == Gate::token ? 1 : gate == Gate::key ? K : 0; }
 };
 
-// One (sequence, head)'s tensors (beta: the delta rule's; empty elsewhere).
+// One (sequence, value head)'s tensors (beta: the delta rule's; empty elsewhere); q and k are read at
+// head qk() (RecurrenceProblem::group).
 struct RecurrenceHead {
   ConstTensorView q, k, v, g, beta;
   int64_t b, h;
+  int64_t group = 1;
+  int64_t qk() const { return h / group; }
 };
 
 // A named tensor of a call.
@@ -49,6 +57,9 @@ struct NamedView {
 // check_recurrence_arguments; each field says its words in the messages.
 struct Signature {
   const char* family = "";  // "the decayed family", ...: why k has q's T ("<family> is causal")
+  // Grouped value heads taken: v [B, T, HV, V] with HV a multiple of q's H; beta, g, out and the states
+  // then have HV heads. Otherwise v has q's heads.
+  bool grouped = false;
   std::optional<float> scale = {};
   std::span<const int64_t> cu_seqlens = {};
   int64_t chunk_size = 1, max_chunk_size = 0;  // max 0: no chunked form, chunk_size unchecked
@@ -62,11 +73,15 @@ struct Signature {
   std::initializer_list<NamedView> like_k = {};  // tensors shaped like k (DPLR's a, b, gk)
 };
 
-// The checks, in the order every family had them: q, k, v agreeing and causal (T keys for T queries);
+// The checks, in the order every family had them: q, k, v agreeing (v's heads a multiple of q's where the
+// signature takes grouped heads) and causal (T keys for T queries);
 // scale finite; chunk_size in [1, max_chunk_size]; β; g shaped for the gate, or empty without one; the
 // tensors like k; cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1; N·H·K·V representable.
 RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                              const Signature& signature);
+// An output (out, dout) shaped [B, T, HV, V] for q [B, T, H, K] and v [B, T, HV, V]: the words of
+// check_output_shape, with "v's heads" where the heads are grouped.
+void check_recurrence_output(const char* op, const char* name, ConstTensorView x, ConstTensorView q, ConstTensorView v);
 // A gradient and the input it is shaped like.
 struct Gradient {
   const char* name;
@@ -96,9 +111,10 @@ void check_token_state(const char* op, size_t size, const RecurrenceProblem& p);
 // The inputs' regions for the aliasing check: q, k, v and those of `more` that are given.
 std::vector<boundary::Region> input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                             std::initializer_list<NamedView> more);
-// A decoding state made for the recurrence `name` (by RecurrentState(B, H, K, V, name_call)) whose
-// extents match q [B, T, H, K] and v [B, T, H, V], at a position that q's tokens can advance.
+// A decoding state made for the recurrence `name` (by RecurrentState(B, HV, K, V, name_call)) whose
+// extents match q [B, T, H, K] and v [B, T, HV, V] (HV = H unless `grouped`), at a position that q's tokens
+// can advance.
 void check_decode_state(const char* op, const RecurrentState& state, const std::string& name, const char* name_call,
-                        ConstTensorView q, ConstTensorView v);
+                        ConstTensorView q, ConstTensorView v, bool grouped = false);
 
 }  // namespace linattn::detail

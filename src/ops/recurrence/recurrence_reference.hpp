@@ -3,7 +3,8 @@
 // chunks, no SIMD, nothing of the fast path): per (sequence, head) the state S: [K, V] goes from the
 // initial state through the family's own step S_t = f(S_{t−1}, token t), and every family reads out
 // o_t = scale · S_tᵀ q_t. The backward keeps every state of a sequence (the oracles are for small
-// problems), runs the read-out's gradients and hands the family's step back its own.
+// problems), runs the read-out's gradients and hands the family's step back its own. h counts the value
+// heads; q is read at head p.qk_head(h) (grouped value heads), and its gradient sums over the group.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -45,7 +46,7 @@ reference::DecayedOutput reference_forward(const RecurrenceProblem& p, const ref
         advance(S, s.b, t, h);
         for (int64_t y = 0; y < p.V; ++y) {
           double o = 0;
-          for (int64_t x = 0; x < p.K; ++x) o += q(s.b, t, h, x) * S[size_t(x * p.V + y)];
+          for (int64_t x = 0; x < p.K; ++x) o += q(s.b, t, p.qk_head(h), x) * S[size_t(x * p.V + y)];
           result.out(s.b, t, h, y) = p.scale * o;
         }
       }
@@ -80,10 +81,10 @@ void reference_backward(const RecurrenceProblem& p, const reference::Tensor& q, 
         for (int64_t x = 0; x < p.K; ++x) {
           double d = 0;
           for (int64_t y = 0; y < p.V; ++y) {
-            dS[size_t(x * p.V + y)] += p.scale * q(s.b, t, h, x) * dout(s.b, t, h, y);
+            dS[size_t(x * p.V + y)] += p.scale * q(s.b, t, p.qk_head(h), x) * dout(s.b, t, h, y);
             d += St[x * p.V + y] * dout(s.b, t, h, y);
           }
-          dq(s.b, t, h, x) = p.scale * d;
+          dq(s.b, t, p.qk_head(h), x) += p.scale * d;
         }
         step_back(dS, St, St - KV, s.b, t, h);
       }

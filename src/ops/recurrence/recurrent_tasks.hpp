@@ -53,18 +53,22 @@ void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floa
   }
 }
 
-// One token's rows of a block of n heads, one head a row: q (times a factor), k, v, the gate g (cols a
-// head: 0, 1 or K), the decay factors a = e^g ([n, K]; a driver with constant decays sets them once), the
-// outputs o and a factor per row for the driver's use.
+// One token's rows of a block of n (value) heads, one head a row: q (times a factor), k, v, the gate g
+// (cols a head: 0, 1 or K), the decay factors a = e^g ([n, K]; a driver with constant decays sets them
+// once), the outputs o and a factor per row for the driver's use. With grouped value heads (group > 1)
+// q and k hold the qk_rows q/k heads that the block's value heads read, each once: value head row r
+// reads q_row(r), k_row(r).
 struct TokenRows {
-  int64_t n, K, V, cols;
+  int64_t n, K, V, cols, group;
   float *q, *k, *v, *a, *ones, *o, *g, *factors;
+  int64_t first = 0, qk_rows = 0;  // the block's first value head, and its q/k heads (set by load)
   static size_t floats_per_head(int64_t K, int64_t V, int64_t cols) { return size_t(4 * K + 2 * V + cols + 1); }
-  TokenRows(float* scratch, int64_t n_, int64_t K_, int64_t V_, int64_t cols_)
+  TokenRows(float* scratch, int64_t n_, int64_t K_, int64_t V_, int64_t cols_, int64_t group_ = 1)
       : n(n_),
         K(K_),
         V(V_),
         cols(cols_),
+        group(group_),
         q(scratch),
         k(q + n * K),
         v(k + n * K),
@@ -75,6 +79,10 @@ struct TokenRows {
         factors(g + n * cols) {
     if (cols > 1) std::fill_n(ones, n * K, 1.0f);  // the e^g of a gate per key (below)
   }
+  // The q/k row of value head row r (of the block loaded last).
+  int64_t qk_row(int64_t r) const { return (first + r) / group - first / group; }
+  float* q_row(int64_t r) const { return q + qk_row(r) * K; }
+  float* k_row(int64_t r) const { return k + qk_row(r) * K; }
   // Token t of batch row b, heads [h0, h0 + n); a from g when there is a gate. The same rows of token `next`
   // (when ≥ 0) are prefetched: the block's rows of each token lie apart from the last token's, and waiting
   // for them was a sixth of a long sequence's time. I: the views' element type (float, bf16 or f16; half
@@ -82,11 +90,15 @@ struct TokenRows {
   template <class I>
   void load(View4<const I> qv, View4<const I> kv, View4<const I> vv, View4<const I> gv, int64_t b, int64_t t,
             int64_t h0, float q_factor, int64_t next) {
-    if (next >= 0)
-      for (const auto& [x, width] : {std::pair{qv, K}, std::pair{kv, K}, std::pair{vv, V}, std::pair{gv, cols}})
+    first = h0, qk_rows = (h0 + n - 1) / group - h0 / group + 1;
+    const int64_t qk0 = h0 / group;
+    if (next >= 0) {
+      for (const auto& x : {qv, kv}) kernels::prefetch_rows(kernels::token_rows(x, b, next, qk0), 0, qk_rows, K);
+      for (const auto& [x, width] : {std::pair{vv, V}, std::pair{gv, cols}})
         if (width > 0) kernels::prefetch_rows(kernels::token_rows(x, b, next, h0), 0, n, width);
-    kernels::pack_rows({q, K, n, K}, kernels::token_rows(qv, b, t, h0), 0, n, q_factor);
-    kernels::pack_rows({k, K, n, K}, kernels::token_rows(kv, b, t, h0), 0, n);
+    }
+    kernels::pack_rows({q, K, qk_rows, K}, kernels::token_rows(qv, b, t, qk0), 0, qk_rows, q_factor);
+    kernels::pack_rows({k, K, qk_rows, K}, kernels::token_rows(kv, b, t, qk0), 0, qk_rows);
     kernels::pack_rows({v, V, n, V}, kernels::token_rows(vv, b, t, h0), 0, n);
     if (cols == 0) return;
     kernels::pack_rows({g, cols, n, cols}, kernels::token_rows(gv, b, t, h0), 0, n);
@@ -119,10 +131,11 @@ struct DecodeState {
 // a half one "state.S()" or "state.S_bf16()", as each did before they shared this code.
 template <class I>
 DecodeState check_decode_step(const char* op, const RecurrentState& state, bool cu_seqlens, const std::string& name,
-                              const char* name_call, ConstTensorView q_shape, ConstTensorView v_shape) {
+                              const char* name_call, ConstTensorView q_shape, ConstTensorView v_shape,
+                              bool grouped = false) {
   if (cu_seqlens)
     fail(op, "options.cu_seqlens is given, expected none (a decoding state holds one sequence per batch row)");
-  check_decode_state(op, state, name, name_call, q_shape, v_shape);
+  check_decode_state(op, state, name, name_call, q_shape, v_shape, grouped);
   const bool fp32 = std::is_same_v<I, float>;
   if (state.dtype() == DType::bf16)
     return {true, state.S_bf16().size(), boundary::region(fp32 ? "state" : "state.S_bf16()", state.S_bf16())};
@@ -131,11 +144,11 @@ DecodeState check_decode_step(const char* op, const RecurrentState& state, bool 
 
 // A decode step of element type I: its checks (check_decode_step, then check(S) for the family's own,
 // which returns its problem), run(p, S) on the state of either storage (a span of float or of bf16), and
-// the state's position advanced by q's tokens.
+// the state's position advanced by q's tokens. grouped: the family takes grouped value heads.
 template <class I, class Check, class Run>
 void decode_step(const char* op, RecurrentState& state, bool cu_seqlens, const std::string& name, const char* name_call,
-                 ConstTensorView q_shape, ConstTensorView v_shape, Check&& check, Run&& run) {
-  const DecodeState S = check_decode_step<I>(op, state, cu_seqlens, name, name_call, q_shape, v_shape);
+                 ConstTensorView q_shape, ConstTensorView v_shape, bool grouped, Check&& check, Run&& run) {
+  const DecodeState S = check_decode_step<I>(op, state, cu_seqlens, name, name_call, q_shape, v_shape, grouped);
   const auto p = check(S);
   if (S.bf16_storage)
     run(p, state.S_bf16());
