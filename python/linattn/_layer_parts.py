@@ -165,29 +165,48 @@ def short_convolve(module, q, k, v, last, use_cache, cu_seqlens):
     return q, k, v, (cq, ck, cv)
 
 
-def rms_norm_gated(x, gate, weight, eps, activation="silu", norm_in_input_dtype=False):
+def rms_norm_gated(x, gate, weight, eps, activation="silu", norm_in_input_dtype=False, bias=None):
     """The gated RMS norm of fla's FusedRMSNormGated and of transformers' *RMSNormGated modules:
-    x / √(mean(x²) + eps) · weight · act(gate), act silu ("silu", "swish") or sigmoid ("sigmoid"); the
-    output in x's dtype. Computed in float32, in the order transformers' torch modules compute it, so
-    that it gives their results bit for bit: norm_in_input_dtype rounds the normalised x to x's dtype
-    before the weight multiplies it (Qwen3-Next, Qwen3.5, OLMo-Hybrid: weight · normed.to(dtype)); without
-    it everything stays in float32 until the end (fla, Kimi Linear, GLM-5-Next, Bailing). weight: None for
-    no affine weight. The temporaries are updated in place: no more memory traffic than the formula needs."""
-    if activation in ("silu", "swish"):
-        gated = F.silu(gate.to(torch.float32))
-    elif activation == "sigmoid":
-        gated = torch.sigmoid(gate.to(torch.float32))
-    else:
+    x / √(mean(x²) + eps) · weight (+ bias) · act(gate), act silu ("silu", "swish") or sigmoid ("sigmoid");
+    gate None: no gate (fla's RMSNorm). The output in x's dtype. Computed in float32, in the order
+    transformers' torch modules compute it, so that it gives their results bit for bit: norm_in_input_dtype
+    rounds the normalised x to x's dtype before the weight multiplies it (Qwen3-Next, Qwen3.5, OLMo-Hybrid:
+    weight · normed.to(dtype)); without it everything stays in float32 until the end (fla, Kimi Linear,
+    GLM-5-Next, Bailing). weight, bias: None for none. The temporaries are updated in place: no more memory
+    traffic than the formula needs."""
+    if gate is not None and activation not in ("silu", "swish", "sigmoid"):
         raise ValueError(f"activation: expected 'swish', 'silu' or 'sigmoid', got {activation!r}")
     h = x.to(torch.float32)
     rstd = h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
     h = h * rstd
     if weight is not None:
         h = weight * h.to(x.dtype) if norm_in_input_dtype else h.mul_(weight.to(torch.float32))
+    if bias is not None:
+        h = h + bias.to(torch.float32)
+    if gate is None:
+        return h.to(x.dtype)
+    gate = gate.to(torch.float32)
+    gated = F.silu(gate) if activation in ("silu", "swish") else torch.sigmoid(gate)
     # In place only where the product stays float32: transformers' weight · normed.to(bf16) is bf16 there,
     # and its product with the float32 gate is float32 before the final rounding.
     out = h.mul_(gated) if h.dtype == torch.float32 else h * gated
     return out.to(x.dtype)
+
+
+def fla_rms_norm_gated(x, g, weight, bias, activation="swish", residual=None, prenorm=False, residual_in_fp32=False,
+                       eps=1e-6):
+    """fla.modules' rms_norm_gated (and, with g None, its rms_norm): the norm of x + residual, gated, in x's
+    dtype; with prenorm also x + residual, kept in the residual's dtype (float32 with residual_in_fp32 and no
+    residual, else x's), as fla's kernel stores it."""
+    residual_dtype = residual.dtype if residual is not None else (torch.float32 if residual_in_fp32 else x.dtype)
+    total = x.float() if residual is None else x.float() + residual.float()
+    out = rms_norm_gated(total, g, weight, eps, activation, bias=bias).to(x.dtype)
+    return (out, total.to(residual_dtype)) if prenorm else out
+
+
+def fla_rms_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
+    """fla.modules' rms_norm (fla's RMSNorm forward): fla_rms_norm_gated without a gate."""
+    return fla_rms_norm_gated(x, None, weight, bias, None, residual, prenorm, residual_in_fp32, eps)
 
 
 class FusedRMSNormGated(nn.Module):
@@ -204,13 +223,8 @@ class FusedRMSNormGated(nn.Module):
         self.register_parameter("bias", None)
 
     def forward(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
-        """The output in x's dtype; with prenorm also x + residual, kept in the residual's dtype (float32
-        with residual_in_fp32 and no residual, else x's), as fla's kernel stores it."""
-        out_dtype = x.dtype
-        residual_dtype = residual.dtype if residual is not None else (torch.float32 if residual_in_fp32 else x.dtype)
-        x = x.float() if residual is None else x.float() + residual.float()
-        out = rms_norm_gated(x, g, self.weight, self.eps, self.activation).to(out_dtype)
-        return (out, x.to(residual_dtype)) if prenorm else out
+        return fla_rms_norm_gated(x, g, self.weight, self.bias, self.activation, residual, prenorm, residual_in_fp32,
+                                  self.eps)
 
 
 def cache_seen(module, past_key_values):

@@ -217,17 +217,18 @@ def test_other_fla_versions_are_refused(monkeypatch):
 # The layers.
 
 D = 32
-# fla layer: (constructor keywords, the Triton-only helper it fails in on the CPU as it is (a path in fla),
+# fla layer: (constructor keywords, the Triton-only helper it fails in on the CPU as it is under enable() (a
+#             path in fla; None: it runs as it is, its only Triton helpers being the RMS norms enable() routes),
 #             whether it runs through linattn once its helper modules are swapped for linattn.layers')
 LAYERS = {
     "GatedDeltaNet": (dict(hidden_size=D, head_dim=8, num_heads=2, expand_v=2), "modules/causal_conv1d/", False),
     "GatedDeltaNet(use_short_conv=False)": (dict(hidden_size=D, head_dim=8, num_heads=2, expand_v=2,
-                                                 use_short_conv=False), "modules/norm/", True),
+                                                 use_short_conv=False), None, True),
     "KimiDeltaAttention": (dict(hidden_size=D, head_dim=8, num_heads=2), "modules/causal_conv1d/", True),
-    "GatedLinearAttention": (dict(hidden_size=D, num_heads=2), "modules/norm/", True),
+    "GatedLinearAttention": (dict(hidden_size=D, num_heads=2), None, True),
     "SimpleGatedLinearAttention": (dict(hidden_size=D, num_heads=2), "modules/causal_conv1d/", True),
     "DeltaNet": (dict(hidden_size=D, num_heads=2), "modules/causal_conv1d/", True),
-    "LinearAttention": (dict(hidden_size=D, num_heads=2), "modules/norm/", True),
+    "LinearAttention": (dict(hidden_size=D, num_heads=2), None, True),
     "MultiScaleRetention": (dict(hidden_size=D, num_heads=2), "modules/rotary/", True),
     "Mamba2": (dict(hidden_size=D, num_heads=4, head_dim=16, state_size=8), "modules/activations/", False),
     "RWKV7Attention": (dict(hidden_size=D, head_dim=8, num_heads=4, layer_idx=0, num_hidden_layers=2,
@@ -256,7 +257,7 @@ def _failing_fla_frame(error):
     return f"{called.filename.split('/fla/')[-1]}:{called.name}" if called else ""
 
 
-@pytest.mark.parametrize("key", list(LAYERS))
+@pytest.mark.parametrize("key", [key for key, (_, fails_in, _) in LAYERS.items() if fails_in])
 def test_each_layer_as_it_is_fails_in_its_triton_helper(key, enabled):
     layer = _build(key, fla_layers)
     with pytest.raises(RuntimeError, match=TRITON_ON_CPU) as error:
@@ -297,6 +298,31 @@ def test_layers_whose_helpers_are_modules_run_through_linattn(key, padded):
     with pytest.raises((RuntimeError, AssertionError)) as error:  # Triton's, or fla's own refusal of float32
         fla_layer(x, attention_mask=mask)
     assert _failing_fla_frame(error.value).startswith("ops/"), _failing_fla_frame(error.value)
+    _assert_same_layer(fla_layer, linattn_layer, x, mask)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("key", [key for key, (_, fails_in, _) in LAYERS.items() if fails_in is None])
+def test_layers_whose_only_helpers_are_rms_norms_run_as_they_are(key, padded):
+    """Under enable() fla's RMSNorm and FusedRMSNormGated compute through linattn too (their module-level
+    rms_norm / rms_norm_gated wrapped), so these layers run unchanged on the CPU: forward and backward equal
+    linattn.layers' layer of the same state dict, full and left-padded; without enable() they fail in
+    fla's Triton norm."""
+    fla_layer, linattn_layer = _build(key, fla_layers), _build(key, llayers)
+    linattn_layer.load_state_dict(fla_layer.state_dict(), strict=True)
+    x = torch.randn(2, 70, D, generator=torch.Generator().manual_seed(2))
+    mask = None
+    if padded:
+        mask = torch.ones(2, 70, dtype=torch.long)
+        mask[0, :13] = 0
+    with pytest.raises((RuntimeError, AssertionError)) as error:
+        fla_layer(x, attention_mask=mask)
+    assert _failing_fla_frame(error.value).startswith(("modules/norm/", "ops/")), _failing_fla_frame(error.value)
+    _assert_same_layer(fla_layer, linattn_layer, x, mask)
+
+
+def _assert_same_layer(fla_layer, linattn_layer, x, mask):
+    """Under enable(): fla_layer's output, input gradient and every parameter gradient equal linattn_layer's."""
     integration.enable()
     try:
         x_fla, x_linattn = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -312,9 +338,44 @@ def test_layers_whose_helpers_are_modules_run_through_linattn(key, padded):
         _assert_close(p.grad, linattn_params[path].grad, path + ".grad")
 
 
-def _assert_close(got, want, what):
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fla_norms_against_their_reference(residual, dtype):
+    """fla's RMSNorm and FusedRMSNormGated under enable() (Triton's error without) against the formula in
+    float32, with a residual and prenorm: the normalised output and the residual sum in the dtypes fla keeps
+    them in."""
+    from fla.modules import FusedRMSNormGated, RMSNorm
+    generator = torch.Generator().manual_seed(3)
+    x, g, r = (torch.randn(2, 5, 24, generator=generator).to(dtype) for _ in range(3))
+    norm, gated = RMSNorm(24, eps=1e-5), FusedRMSNormGated(24, eps=1e-5, activation="sigmoid")
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, 24))
+        gated.weight.copy_(torch.linspace(1.5, 0.5, 24))
+    norm, gated = norm.to(dtype), gated.to(dtype)
+    extra = dict(residual=r, prenorm=True) if residual else {}
+    with pytest.raises(RuntimeError, match=TRITON_ON_CPU):
+        norm(x, **extra)
+    integration.enable()
+    try:
+        got, got_gated = norm(x, **extra), gated(x, g, **extra)
+    finally:
+        integration.disable()
+    total = x.float() + (r.float() if residual else 0)
+    rms = total * torch.rsqrt(total.square().mean(-1, keepdim=True) + 1e-5)
+    want = rms * norm.weight.float()
+    want_gated = rms * gated.weight.float() * torch.sigmoid(g.float())
+    if residual:
+        (got, got_sum), (got_gated, gated_sum) = got, got_gated
+        assert got_sum.dtype == dtype and torch.equal(got_sum, total.to(dtype)) and torch.equal(gated_sum, got_sum)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert got.dtype == got_gated.dtype == dtype
+    _assert_close(got.float(), want, "rms_norm", tol)
+    _assert_close(got_gated.float(), want_gated, "rms_norm_gated", tol)
+
+
+def _assert_close(got, want, what, tol=1e-5):
     """Equal to fp32 rounding, relative to the tensor's scale: fla's SimpleGatedLinearAttention keeps a padded
     batch padded (masking v and the decay) where linattn's unpads it, so sums run in another order (seen: 3.8e-6
     on gradients of size 25)."""
     error = (got - want).abs().max().item()
-    assert error <= 1e-5 * max(want.abs().max().item(), 1e-3), f"{what}: max |fla - linattn| {error:.2e}"
+    assert error <= tol * max(want.abs().max().item(), 1e-3), f"{what}: max |fla - linattn| {error:.2e}"

@@ -23,10 +23,14 @@ over unchanged. Two ways in, by what fla offers for each function:
   linattn.fla and any other call to fla's original; modules imported later bind the wrapper. disable()
   puts the original back in every fla module that holds a wrapper, also those imported while enabled.
 
-What this cannot reach: the Triton-only helpers fla's layers call around the operator (its RMS and
-group norms, the gated output norm, the short convolution, rotary embeddings, the fused token shift and
-gates of RWKV-7). A layer that calls one fails in it, with Triton's own error, on the CPU; which layers
-run is measured in python/tests/test_fla_integration.py and listed in docs/models.md.
+- fla's RMS norms: RMSNorm and FusedRMSNormGated (fla.modules) compute through the module-level functions
+  rms_norm and rms_norm_gated, which enable() wraps the same way (CPU calls to linattn's fla_rms_norm and
+  fla_rms_norm_gated, torch code of fla's parameters and semantics: residual, prenorm, residual_in_fp32).
+
+What this cannot reach: the other Triton-only helpers fla's layers call around the operator (group norms,
+the short convolution, rotary embeddings, the fused token shift and gates of RWKV-7). A layer that calls
+one fails in it, with Triton's own error, on the CPU; which layers run is measured in
+python/tests/test_fla_integration.py and listed in docs/models.md.
 
 Tested with flash-linear-attention 0.6.0 (fla-core 0.6.0, Triton 3.9.0); enable() refuses other minor
 versions, whose registry and function names it has not been checked against.
@@ -39,7 +43,7 @@ import torch
 
 from .transformers import _device_type
 
-__all__ = ["enable", "disable", "is_enabled", "routed", "SUPPORTED_VERSIONS", "FAMILIES", "DISPATCHED"]
+__all__ = ["enable", "disable", "is_enabled", "routed", "SUPPORTED_VERSIONS", "FAMILIES", "DISPATCHED", "NORMS"]
 
 # The flash-linear-attention versions the registry and names were read and tested in: [0.6, 0.7).
 SUPPORTED_VERSIONS = ((0, 6), (0, 7))
@@ -136,14 +140,35 @@ def _registries():
     return found
 
 
+# fla.modules' Triton norms, by the module-level function their classes' forward calls (RMSNorm: rms_norm;
+# FusedRMSNormGated: rms_norm_gated), and linattn's function of the same parameters in the same order.
+NORMS = {"fla.modules.norm.layernorm": {"rms_norm": "fla_rms_norm"},
+         "fla.modules.norm.fused_norm_gate": {"rms_norm_gated": "fla_rms_norm_gated"}}
+
+
+def _norm_functions(fla):
+    """{name: (fla's function, linattn's)} for NORMS."""
+    from .. import _layer_parts
+    found = {}
+    for module_name, names in NORMS.items():
+        module = importlib.import_module(module_name)
+        for name, ours in names.items():
+            if getattr(module, name, None) is None:
+                raise RuntimeError(f"flash-linear-attention {fla.__version__}: {module_name} has no {name}, which "
+                                   "linattn.integrations.fla was tested with; install flash-linear-attention==0.6.0")
+            found[name] = (getattr(module, name), getattr(_layer_parts, ours))
+    return found
+
+
 # ------------------------------------------------------------------------------------------------
 # Replacing the functions fla does not dispatch.
 
 
-def _wrapper(name, original):
-    """original (fla's function) with calls on CPU tensors given, unchanged, to linattn.fla's function of the
-    same name (same parameters in the same order)."""
-    linattn_function = _linattn(name)
+def _wrapper(name, original, linattn_function=None):
+    """original (fla's function) with calls on CPU tensors given, unchanged, to linattn_function (by default
+    linattn.fla's function of the same name; for a norm linattn's of fla's signature: same parameters in the
+    same order)."""
+    linattn_function = _linattn(name) if linattn_function is None else linattn_function
 
     def wrapper(*args, **kwargs):
         if _on_cpu(args, kwargs):
@@ -168,8 +193,9 @@ def _fla_modules():
 
 
 def _replace_loaded(originals):
-    """Put a wrapper in place of each original (by identity) in every loaded fla module that holds it."""
-    wrappers = {id(fn): _wrapper(name, fn) for name, fn in originals.items()}
+    """Put a wrapper in place of each original (by identity) in every loaded fla module that holds it.
+    originals: {name: (fla's function, linattn's)}."""
+    wrappers = {id(fn): _wrapper(name, fn, ours) for name, (fn, ours) in originals.items()}
     for module in _fla_modules():
         for attr, value in list(vars(module).items()):
             wrapper = wrappers.get(id(value))
@@ -211,7 +237,8 @@ def enable():
                                    "flash-linear-attention==0.6.0")
     # A dispatched function (and its aliases, such as chunk_gdn) is reached through the registry instead.
     dispatched = {id(functions[name]) for name in DISPATCHED} if registries is not None else set()
-    originals = {name: fn for name, fn in functions.items() if id(fn) not in dispatched}
+    originals = {name: (fn, _linattn(name)) for name, fn in functions.items() if id(fn) not in dispatched}
+    originals.update(_norm_functions(fla))
     backend = _backend_class()()
     for registry in (registries or {}).values():
         registry.register(backend)
