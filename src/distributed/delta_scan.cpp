@@ -8,14 +8,13 @@
 // prefix map, the zero-state output, and u_t = scale·A_tᵀ q_t, through which the entering state
 // reaches the output: o_t = o_t⁰ + S_inᵀ u_t. Exact (one pass, no identity solve), at the price of
 // K extra value columns.
-#include <bit>
 #include <cmath>
 #include <vector>
 
 #include "distributed/agreement.hpp"
 #include "distributed/checks.hpp"
 #include "distributed/mpi_calls.hpp"
-#include "distributed/scan_ops.hpp"
+#include "distributed/scan_shard.hpp"
 #include "kernels/gemm.hpp"
 #include "linattn/distributed/scan.hpp"
 
@@ -27,17 +26,9 @@ using namespace detail;
 
 constexpr int64_t kRows = 128;
 
-struct Shard {
-  int64_t B = 0, n = 0, H = 0, K = 0, V = 0;
-  int rank = 0, ranks = 1;
-  int64_t item() const { return K * K + K * V; }
-  int64_t W() const { return K + V; }  // widened value columns
-  bool last() const { return rank == ranks - 1; }
-};
-
-Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-               ConstTensorView beta, ConstTensorView g, const DeltaRuleOptions& options,
-               const std::function<void()>& more) {
+ScanShard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                   ConstTensorView beta, ConstTensorView g, const DeltaRuleOptions& options,
+                   const std::function<void()>& more) {
   Signature s;
   run_local_checks(s, [&] {
     check_qkv(op, q, k, v);
@@ -53,18 +44,11 @@ Shard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensorView
   });
   s.shared("gate", static_cast<int64_t>(options.gate));
   s.shared("options.qk_l2norm", options.qk_l2norm ? 1 : 0);
-  s.shared("batch", q.batch());
-  s.shared("heads", q.heads());
-  s.shared("head dim", q.dim());
-  s.shared("value dim", v.dim());
-  s.shared("options.scale (bits)", options.scale ? std::bit_cast<int32_t>(*options.scale) : -1);
-  s.own("shard length", q.seq());
-  agree(comm, op, s);
-  Shard shard{q.batch(), q.seq(), q.heads(), q.dim(), v.dim()};
-  shard.rank = comm_rank(comm);
-  shard.ranks = comm_size(comm);
-  return shard;
+  return agree_on_shard(comm, op, s, ItemType::Kind::matrix, q, v, options.scale);
 }
+
+// The widened value columns [0 | v] of the local pass.
+int64_t wide_cols(const ScanShard& s) { return s.K + s.V; }
 
 // One shard's local pass: its map (items [B·H] × [A | B]) and, on ranks > 0, the widened outputs
 // [B, n, H, K + V] = [u | o⁰]. Rank 0 starts from the zero state, so only its B matters (A = I):
@@ -74,10 +58,10 @@ struct LocalPass {
   std::vector<float> wide;  // [B, n, H, K + V], ranks > 0
 };
 
-LocalPass local_pass(const Shard& s, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+LocalPass local_pass(const ScanShard& s, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                      ConstTensorView beta, ConstTensorView g, const DeltaRuleOptions& options) {
   ComputeTimer timer;
-  const int64_t K = s.K, V = s.V, W = s.W(), BH = s.B * s.H;
+  const int64_t K = s.K, V = s.V, W = wide_cols(s), BH = s.B * s.H;
   LocalPass pass;
   pass.maps.assign(size_t(BH * s.item()), 0.0f);
   for (int64_t bh = 0; bh < BH; ++bh)
@@ -115,24 +99,10 @@ LocalPass local_pass(const Shard& s, TensorView out, ConstTensorView q, ConstTen
   return pass;
 }
 
-// The S parts of items, as a state [B, H, K, V].
-std::vector<float> states_of(const Shard& s, const std::vector<float>& items) {
-  std::vector<float> states(size_t(s.B * s.H * s.K * s.V));
-  for (int64_t bh = 0; bh < s.B * s.H; ++bh)
-    std::copy_n(items.data() + bh * s.item() + s.K * s.K, s.K * s.V, states.data() + bh * s.K * s.V);
-  return states;
-}
-
-std::vector<float> exscan_maps(MPI_Comm comm, const Shard& s, const std::vector<float>& maps) {
-  std::vector<float> result(maps.size(), 0.0f);
-  const ItemType type(ItemType::Kind::matrix, s.K, s.V);
-  exclusive_scan(maps.data(), result.data(), mpi_count(s.B * s.H, "the heads"), type.type(), matrix_op(), comm);
-  return result;
-}
-
 // out_t = o⁰_t + S_inᵀ u_t, from the widened outputs.
-void finish_outputs(const Shard& s, TensorView out, const std::vector<float>& wide, const std::vector<float>& S_in) {
-  const int64_t K = s.K, V = s.V, W = s.W();
+void finish_outputs(const ScanShard& s, TensorView out, const std::vector<float>& wide,
+                    const std::vector<float>& S_in) {
+  const int64_t K = s.K, V = s.V, W = wide_cols(s);
   const ConstTensorView w = bnhd(wide.data(), s.B, s.n, s.H, W);
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
@@ -151,9 +121,9 @@ void finish_outputs(const Shard& s, TensorView out, const std::vector<float>& wi
 }
 
 // items [B·H] × [A_rᵀ | Σ_t u_t dout_tᵀ]: the map G ↦ A_rᵀ G + ∂L_r/∂S_in of the reverse scan.
-std::vector<float> gradient_maps(const Shard& s, const std::vector<float>& maps, const std::vector<float>& wide,
+std::vector<float> gradient_maps(const ScanShard& s, const std::vector<float>& maps, const std::vector<float>& wide,
                                  ConstTensorView dout) {
-  const int64_t K = s.K, V = s.V, W = s.W();
+  const int64_t K = s.K, V = s.V, W = wide_cols(s);
   std::vector<float> items(maps.size(), 0.0f);
   const ConstTensorView w = bnhd(wide.data(), s.B, s.n, s.H, W);
 #pragma omp parallel for schedule(static)
@@ -191,14 +161,14 @@ void delta_rule_forward(MPI_Comm comm, TensorView out, ConstTensorView q, ConstT
                         ConstTensorView beta, ConstTensorView g, const DeltaRuleOptions& options) {
   const char* op = "delta_rule_forward";
   ErrorsReturn guard(comm);
-  const Shard s = agree_on(comm, op, q, k, v, beta, g, options, [&] { check_like(op, "out", out, "v", v); });
+  const ScanShard s = agree_on(comm, op, q, k, v, beta, g, options, [&] { check_like(op, "out", out, "v", v); });
   LocalPass pass;
   or_abort(comm, op, [&] { pass = local_pass(s, out, q, k, v, beta, g, options); });
-  const std::vector<float> entering = exscan_maps(comm, s, pass.maps);
+  const std::vector<float> entering = s.exscan(comm, pass.maps);
   if (s.rank == 0 || s.n == 0) return;
   or_abort(comm, op, [&] {
     ComputeTimer timer;
-    finish_outputs(s, out, pass.wide, states_of(s, entering));
+    finish_outputs(s, out, pass.wide, s.states_of(entering));
   });
 }
 
@@ -207,7 +177,7 @@ void delta_rule_backward(MPI_Comm comm, TensorView dq, TensorView dk, TensorView
                          ConstTensorView beta, ConstTensorView g, const DeltaRuleOptions& options) {
   const char* op = "delta_rule_backward";
   ErrorsReturn guard(comm);
-  const Shard s = agree_on(comm, op, q, k, v, beta, g, options, [&] {
+  const ScanShard s = agree_on(comm, op, q, k, v, beta, g, options, [&] {
     check_like(op, "dq", dq, "q", q);
     check_like(op, "dk", dk, "k", k);
     check_like(op, "dv", dv, "v", v);
@@ -220,19 +190,16 @@ void delta_rule_backward(MPI_Comm comm, TensorView dq, TensorView dk, TensorView
   const TensorView scratch_out = bnhd(scratch.data(), s.B, s.rank == 0 ? s.n : 0, s.H, s.V);
   LocalPass pass;
   or_abort(comm, op, [&] { pass = local_pass(s, scratch_out, q, k, v, beta, g, options); });
-  const std::vector<float> entering = exscan_maps(comm, s, pass.maps);
+  const std::vector<float> entering = s.exscan(comm, pass.maps);
   std::vector<float> reverse_maps;
   {
     ComputeTimer timer;
     // Rank 0's ∂L/∂S_in is never read (nothing precedes it): the identity stands in.
     reverse_maps = s.rank == 0 || s.n == 0 ? pass.maps : gradient_maps(s, pass.maps, pass.wide, dout);
   }
-  std::vector<float> later(reverse_maps.size(), 0.0f);
-  const ItemType type(ItemType::Kind::matrix, s.K, s.V);
-  exclusive_scan(reverse_maps.data(), later.data(), mpi_count(s.B * s.H, "the heads"), type.type(), matrix_op(),
-                 reversed(comm));
-  const std::vector<float> initial = s.rank == 0 ? std::vector<float>() : states_of(s, entering);
-  const std::vector<float> dfinal = s.last() ? std::vector<float>() : states_of(s, later);
+  const std::vector<float> later = s.exscan(comm, reverse_maps, true);
+  const std::vector<float> initial = s.rank == 0 ? std::vector<float>() : s.states_of(entering);
+  const std::vector<float> dfinal = s.last() ? std::vector<float>() : s.states_of(later);
   or_abort(comm, op, [&] {
     if (s.n == 0) return;
     ComputeTimer timer;
