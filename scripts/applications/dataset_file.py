@@ -104,6 +104,9 @@ def write_dataset(path, task: str, splits: dict, vocab: int, class_names) -> int
     directory = os.path.dirname(os.path.abspath(path))
     fd, temporary = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would make the file private, unlike open()'s
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

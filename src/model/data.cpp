@@ -31,6 +31,14 @@ Tokenizer Tokenizer::from_text(std::string_view text) {
   return Tokenizer(vocab);
 }
 
+Tokenizer Tokenizer::byte_range(int64_t count) {
+  if (count < 1 || count > 256)
+    throw Error("linattn::model: a byte vocabulary of " + std::to_string(count) + " tokens, expected 1 to 256");
+  std::string vocab(size_t(count), '\0');
+  for (int64_t i = 0; i < count; ++i) vocab[size_t(i)] = char(i);
+  return Tokenizer(vocab);
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> tokens(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
@@ -143,6 +151,7 @@ std::unique_ptr<Task> make_task(std::string_view name, const std::filesystem::pa
   if (name == "copy") return std::make_unique<CopyTask>();
   if (name == "listops") return std::make_unique<ListOpsTask>(seed);
   if (name == "mqar") return std::make_unique<MqarTask>(mqar);
+  if (name == "pathfinder") return std::make_unique<PathfinderTask>(seed);
   if (name == "text" || is_dataset_task(name)) {
     if (data_path.empty())
       throw Error("linattn::model: task \"" + std::string(name) + "\" needs a data file, expected --data FILE");

@@ -177,13 +177,11 @@ void save_dataset(const std::filesystem::path& path, Dataset& dataset) {
 }
 
 namespace {
-std::string byte_vocabulary(const Dataset& d, const std::string& name) {
+Tokenizer byte_vocabulary(const Dataset& d, const std::string& name) {
   if (d.vocab > 256)
     throw Error("linattn::model: " + name + ": vocab is " + std::to_string(d.vocab) +
                 ", expected ≤ 256 (the model's tokenizer holds one byte a token)");
-  std::string vocab(size_t(d.vocab), '\0');
-  for (int64_t i = 0; i < d.vocab; ++i) vocab[size_t(i)] = char(i);
-  return vocab;
+  return Tokenizer::byte_range(d.vocab);
 }
 }  // namespace
 

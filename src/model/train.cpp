@@ -12,6 +12,7 @@
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
 #include "linattn/limits.hpp"
+#include "linattn/model/dataset.hpp"
 #include "linattn/model/model_file.hpp"
 #include "model/key_values.hpp"
 #include "model/rank_agreement.hpp"
@@ -25,8 +26,8 @@ void check_train_options(const TrainOptions& o) {
   // Every size and count is bounded (a checkpoint is untrusted: batch = 2^62 overflowed batch ×
   // seq_len) and every real is finite (weight_decay = inf turned the weights infinite).
   const char* where = "linattn::model";
-  require(o.task == "copy" || o.task == "text" || o.task == "mqar" || o.task == "listops", "task", "\"" + o.task + "\"",
-          "\"copy\", \"text\", \"mqar\" or \"listops\"");
+  require(o.task == "copy" || o.task == "text" || o.task == "mqar" || is_classification_task(o.task), "task",
+          "\"" + o.task + "\"", kTaskChoices);
   check_bounded(where, "steps", o.steps, 1, limits::kMaxSteps);
   check_bounded(where, "batch", o.batch, 1, limits::kMaxBatch);
   check_bounded(where, "seq_len", o.seq_len, 2, limits::kMaxSeqLen);
@@ -42,6 +43,8 @@ void check_train_options(const TrainOptions& o) {
   if (o.task == "mqar") check_mqar_shape(o.mqar, o.seq_len);
   if (o.task == "listops")
     require(o.seq_len >= 4, "seq_len", std::to_string(o.seq_len), "≥ 4 for listops (its shortest expressions)");
+  if (o.task == "pathfinder") check_pathfinder_length(o.seq_len);
+  if (is_dataset_task(o.task)) check_bounded(where, "data_crc", o.data_crc, -1, int64_t(UINT32_MAX), "a CRC-32");
 }
 
 double estimated_training_bytes(const ModelConfig& config, const TrainOptions& options, int ranks) {
@@ -73,6 +76,8 @@ constexpr detail::Field<TrainOptions> kOptionFields[] = {{"task", &TrainOptions:
 // their keys (and checkpoints from before MQAR still load).
 constexpr const char* kMqarPairs = "mqar_pairs";
 constexpr const char* kMqarVocab = "mqar_vocab";
+// Likewise the dataset file's CRC, for the dataset tasks only.
+constexpr const char* kDataCrc = "data_crc";
 }  // namespace
 
 std::string train_options_to_text(const TrainOptions& o) {
@@ -82,6 +87,7 @@ std::string train_options_to_text(const TrainOptions& o) {
     kv.set(kMqarPairs, o.mqar.pairs);
     kv.set(kMqarVocab, o.mqar.vocab);
   }
+  if (is_dataset_task(o.task)) kv.set(kDataCrc, o.data_crc);
   return kv.text();
 }
 
@@ -90,6 +96,7 @@ TrainOptions train_options_from_text(std::string_view text) {
   TrainOptions o;
   detail::read_fields<TrainOptions>(kv, o, kOptionFields);
   if (o.task == "mqar") o.mqar = {kv.get_int(kMqarPairs), kv.get_int(kMqarVocab)};
+  if (is_dataset_task(o.task)) o.data_crc = kv.get_int(kDataCrc);
   kv.check_all_read();
   check_train_options(o);
   return o;
@@ -142,6 +149,7 @@ Trainer::Trainer(ModelConfig config, TrainOptions options, std::shared_ptr<const
                 std::to_string(ranks) + " (the ranks each sequence is split over: every rank needs a token)");
   shard_ = shard_range(options_.seq_len, this->parallel().rank(), ranks);
   task_ = make_task(options_.task, options_.data, options_.mqar, options_.seed);
+  if (const auto* file = dynamic_cast<const DatasetTask*>(task_.get())) check_dataset(*file);
   config.vocab_size = task_->tokenizer().size();
   config.classes = task_->classes();  // a classification task trains the encoder classifier
   if (config.classes > 0 && ranks > 1)
@@ -165,6 +173,18 @@ Trainer::Trainer(ModelConfig config, TrainOptions options, std::shared_ptr<const
   }
 }
 
+void Trainer::check_dataset(const DatasetTask& file) {
+  const Dataset& d = file.dataset();
+  if (options_.data_crc >= 0 && uint32_t(options_.data_crc) != d.crc)
+    throw Error("linattn::model: " + file.name() + " has CRC-32 " + std::to_string(d.crc) +
+                ", but the run was trained on a dataset with CRC-32 " + std::to_string(options_.data_crc) +
+                ", expected the same dataset file");
+  options_.data_crc = d.crc;
+  if (options_.seq_len != d.seq_len)
+    throw Error("linattn::model: seq_len is " + std::to_string(options_.seq_len) + ", but " + file.name() +
+                " holds sequences of " + std::to_string(d.seq_len) + " tokens, expected " + std::to_string(d.seq_len));
+}
+
 Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOptions& resume,
                         std::shared_ptr<const SequenceParallel> parallel) {
   const std::string name = checkpoint.string();
@@ -179,10 +199,11 @@ Trainer Trainer::resume(const std::filesystem::path& checkpoint, const ResumeOpt
     throw Error("linattn::model: " + name + ": " + std::string(e.what()).substr(16));  // after "linattn::model: "
   }
   // The paths come from the caller: a crafted checkpoint chose which file the run overwrote.
-  if (options.task == "text" && resume.data.empty())
-    throw Error("linattn::model: " + name + " trained task \"text\" on \"" + options.data +
+  const bool reads_data = options.task == "text" || is_dataset_task(options.task);
+  if (reads_data && resume.data.empty())
+    throw Error("linattn::model: " + name + " trained task \"" + options.task + "\" on \"" + options.data +
                 "\", expected the data file given again (--data FILE): a checkpoint never chooses a file to read");
-  options.data = options.task == "text" ? resume.data : std::string();
+  options.data = reads_data ? resume.data : std::string();
   options.checkpoint = resume.checkpoint.empty() ? name : resume.checkpoint;
   if (resume.steps > 0) {
     if (resume.steps < f.step)

@@ -37,7 +37,7 @@ struct TrainArgs {
   model::TrainOptions options;
   std::string attention = "linear";
   std::string resume, out = "linattn.model", csv;
-  int64_t log_every = 50;
+  int64_t log_every = 50, image_size = 32;
   int threads = 0;
   bool seq_parallel = false;
 };
@@ -96,6 +96,38 @@ void check_resume_flags(const CLI::App& app, const TrainArgs& a, const model::Tr
                        "; only --steps may change)");
 }
 
+// The length a task fixes: pathfinder's --image-size squared, a dataset file's own; --seq-len, when given,
+// must say the same.
+void sequence_length(const CLI::App& app, TrainArgs& a) {
+  const std::string& task = a.options.task;
+  if (app.count("--image-size") > 0 && task != "pathfinder")
+    throw UsageError("--image-size is pathfinder's, but --task is " + task + ": drop --image-size");
+  if (task != "pathfinder" && !model::is_dataset_task(task)) return;
+  int64_t fixed = a.image_size * a.image_size;
+  std::string why = "--image-size " + std::to_string(a.image_size);
+  if (model::is_dataset_task(task)) {
+    fixed = model::load_dataset(a.options.data).seq_len;  // a bad file is named here, before anything is written
+    why = a.options.data + "'s sequence length";
+  }
+  if (app.count("--seq-len") > 0 && a.options.seq_len != fixed)
+    throw UsageError("--seq-len is " + std::to_string(a.options.seq_len) + ", but " + why + " gives " +
+                     std::to_string(fixed) + " tokens: drop --seq-len");
+  a.options.seq_len = fixed;
+}
+
+// What a classification task's sequences are, for the first lines of a run.
+std::string data_summary(const model::TrainOptions& o) {
+  if (o.task == "listops")
+    return "expressions of " + std::to_string(o.seq_len / 4) + " to " + std::to_string(o.seq_len) + " tokens";
+  if (o.task == "pathfinder") {
+    const int64_t side = model::check_pathfinder_length(o.seq_len);
+    return std::to_string(side) + " x " + std::to_string(side) + " images, " + std::to_string(o.seq_len) +
+           " pixels a sequence";
+  }
+  return "sequences of " + std::to_string(o.seq_len) + " tokens from " + o.data + " (CRC-32 " +
+         std::to_string(o.data_crc) + ")";
+}
+
 // parallel: the ranks the sequences are split over (null: this process alone).
 int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::SequenceParallel> parallel) {
   set_num_threads(a.threads);
@@ -117,7 +149,9 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
       throw UsageError("--checkpoint-every/--eval-every/--eval-batches: a resumed run keeps the checkpoint's");
   } else {
     a.config.attention = model::attention_by_name(a.attention);
-    if (a.options.task == "text" && a.options.data.empty()) throw UsageError("--task text needs --data FILE");
+    if ((a.options.task == "text" || model::is_dataset_task(a.options.task)) && a.options.data.empty())
+      throw UsageError("--task " + a.options.task + " needs --data FILE");
+    sequence_length(app, a);
     // The default --min-lr follows a smaller --lr down; one given is never changed behind the user's back.
     if (a.options.min_lr > a.options.lr) {
       if (app.count("--min-lr") > 0)
@@ -177,10 +211,10 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   if (c.classes > 0)
     say(speaks,
         "encoder classifier: non-causal attention%s, the mean over each sequence's tokens, a head to %" PRId64
-        " classes; expressions of %" PRId64 " to %" PRId64 " tokens\n",
+        " classes; %s\n",
         model::is_decayed(c.attention) || model::is_delta(c.attention) ? " (this kind runs both directions, summed)"
                                                                        : "",
-        c.classes, o.seq_len / 4, o.seq_len);
+        c.classes, data_summary(o).c_str());
   if (parallel) {
     const model::ShardRange first = model::shard_range(o.seq_len, 0, parallel->ranks());
     say(speaks,
@@ -222,8 +256,7 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   if (!finished) {
     say(speaks,
         "stopped by a signal at step %" PRId64 ": checkpoint %s (continue with: linattn train --resume %s%s%s)\n",
-        trainer.step(), o.checkpoint.c_str(), o.checkpoint.c_str(), o.task == "text" ? " --data " : "",
-        o.task == "text" ? o.data.c_str() : "");
+        trainer.step(), o.checkpoint.c_str(), o.checkpoint.c_str(), o.data.empty() ? "" : " --data ", o.data.c_str());
     return 128 + int(g_stop ? g_stop : SIGTERM);  // the shell's code for a command ended by that signal  // the shell's
                                                   // code for a command ended by that signal
   }
@@ -232,13 +265,16 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
         "mqar: %" PRId64 " pairs, %" PRId64 " symbols: held-out accuracy on the answers %.4f (%" PRId64
         " sequences x %" PRId64 " answers), loss %.4f\n",
         o.mqar.pairs, o.mqar.vocab, last_eval->accuracy, o.eval_batches * o.batch, o.mqar.pairs, last_eval->loss);
-  if (c.classes > 0 && last_eval)
+  if (c.classes > 0 && last_eval) {
+    const auto& task = dynamic_cast<const model::SplitTask&>(trainer.task());
     say(speaks,
-        "%s: validation accuracy %.4f over %" PRId64
-        " expressions (chance 0.1), loss %.4f; test split: linattn eval %s\n",
+        "%s: validation accuracy %.4f over %" PRId64 " %s (chance %.3g), loss %.4f; test split: linattn eval %s%s%s\n",
         o.task.c_str(), last_eval->accuracy,
-        std::min<int64_t>(o.eval_batches * o.batch, model::ListOpsTask::kSplitSize[1]), last_eval->loss,
-        o.checkpoint.c_str());
+        std::min<int64_t>(o.eval_batches * o.batch, task.split_size(model::Split::validation)),
+        o.task == "listops" ? "expressions" : "sequences", 1.0 / double(c.classes), last_eval->loss,
+        o.checkpoint.c_str(), o.data.empty() || o.task == "text" ? "" : " --data ",
+        o.task == "text" ? "" : o.data.c_str());
+  }
   if (!speaks) return kExitOk;
   trainer.save_model(a.out);
   say(speaks, "model: %s\n", a.out.c_str());
@@ -282,10 +318,12 @@ const Registrar registrar{
        o.checkpoint_every = 500;  // the command's default: a killed run loses at most 500 steps
        app.add_option("--task", o.task,
                       "copy (repeat the first half), mqar (multi-query associative recall: key-value pairs, then "
-                      "queries of the keys), text (character level, needs --data) or listops (LRA's ListOps, 10 "
-                      "classes, expressions of seq-len/4 to seq-len tokens, splits fixed by --seed: trains the "
-                      "encoder classifier)")
-           ->transform(flags::one_of({"copy", "mqar", "text", "listops"}))
+                      "queries of the keys), text (character level, needs --data), or a classification task, "
+                      "which trains the encoder classifier: listops (LRA's ListOps, 10 classes, expressions of "
+                      "seq-len/4 to seq-len tokens, splits fixed by --seed), pathfinder (LRA's Pathfinder: are the "
+                      "two dots joined? --image-size squared pixels, splits fixed by --seed), image or speech (a "
+                      "dataset file, --data FILE: docs/datasets.md)")
+           ->transform(flags::one_of({"copy", "mqar", "text", "listops", "pathfinder", "image", "speech"}))
            ->capture_default_str();
        app.add_option("--mqar-pairs", o.mqar.pairs, "MQAR: key-value pairs per sequence (--seq-len must be >= 4x)")
            ->check(flags::bounded(1, 94))
@@ -293,7 +331,13 @@ const Registrar registrar{
        app.add_option("--mqar-vocab", o.mqar.vocab, "MQAR: symbols, half keys and half values (even, <= 188)")
            ->check(flags::bounded(2, 188))
            ->capture_default_str();
-       app.add_option("--data", o.data, "Text file for --task text (e.g. data/devils_dictionary.txt)");
+       app.add_option("--data", o.data,
+                      "Text file for --task text (e.g. data/devils_dictionary.txt); dataset file for --task image "
+                      "or speech (scripts/applications/make_image_data.py writes one)");
+       app.add_option("--image-size", a->image_size,
+                      "Pathfinder: the image side (32: 1,024 pixels; 64: 4,096); --seq-len is its square")
+           ->check(flags::bounded(model::PathfinderTask::kMinSide, model::PathfinderTask::kMaxSide))
+           ->capture_default_str();
        app.add_option("--attention", a->attention,
                       "softmax, linear (elu+1), favor or performer (Performer), retnet (retention, a fixed decay per "
                       "head), gla (gated linear attention, a learned decay per key dimension), deltanet (the delta "
@@ -375,6 +419,8 @@ const Registrar registrar{
        flags::examples(app,
                        {"linattn train --task copy --attention linear --steps 3000 --out copy.model",
                         "linattn train --task listops --attention gated_deltanet --seq-len 2000 --out listops.model",
+                        "linattn train --task pathfinder --image-size 32 --attention linear --out pf32.model",
+                        "linattn train --task image --data digits64.ds --attention softmax --out image.model",
                         "linattn train --task text --data data/devils_dictionary.txt --attention softmax --out "
                         "text.model",
                         "linattn train --resume copy.model.ckpt --out copy.model   # after Ctrl-C or a kill",

@@ -19,6 +19,8 @@ class Tokenizer {
   explicit Tokenizer(std::string vocab);
   // The sorted distinct bytes of text.
   static Tokenizer from_text(std::string_view text);
+  // Token t is the byte t, for t < count (≤ 256): the vocabulary of pixel and sample values.
+  static Tokenizer byte_range(int64_t count);
 
   int64_t size() const { return int64_t(vocab_.size()); }
   const std::string& vocab() const { return vocab_; }
@@ -181,6 +183,38 @@ class ListOpsTask final : public SplitTask {
   uint64_t seed_;
   Tokenizer tokenizer_;
 };
+
+// Pathfinder (Linsley et al., 2018), as the Long Range Arena poses it (Tay et al., 2020): a side × side
+// 8-bit image holding two marked dots and several curves; label 1 when one curve joins the two dots, 0
+// when each dot ends a curve of its own. The image is the sequence, pixel by pixel in raster order
+// (side² tokens, the pixel value 0–255 the token). Drawn here, and checkable by a flood fill: curves are
+// 8-connected runs of pixels (value 96–192), the dots 3 × 3 squares of 255 at curve ends, the background
+// 0, and no curve comes within one pixel of another, so the dots' 8-connected components answer the
+// label. Positive and negative images hold the same number of curves from the same length
+// distribution: only whether the dots share a curve tells them apart. Example i of a split is a function
+// of (seed, split, i) alone; the splits have LRA's 160,000 / 20,000 / 20,000 images.
+class PathfinderTask final : public SplitTask {
+ public:
+  static constexpr int64_t kClasses = 2, kMinSide = 16, kMaxSide = 256;
+  static constexpr int32_t kBackground = 0, kDot = 255, kMinPath = 96, kMaxPath = 192;
+  static constexpr int64_t kSplitSize[3] = {160000, 20000, 20000};  // train, validation, test
+  explicit PathfinderTask(uint64_t seed);
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  int64_t classes() const override { return kClasses; }
+  int64_t split_size(Split split) const override { return kSplitSize[int(split)]; }
+  // max_len = side² (check_pathfinder_length); throws linattn::Error otherwise or when i is outside the split.
+  LabelledSequence example(Split split, int64_t i, int64_t max_len) const override;
+  int32_t pad() const override { return kBackground; }  // never used: every image fills side² tokens
+  // The image as side lines of side characters: '.' background, '#' a curve, 'O' a dot.
+  static std::string text(std::span<const int32_t> pixels, int64_t side);
+
+ private:
+  uint64_t seed_;
+  Tokenizer tokenizer_;
+};
+// The image side of a Pathfinder sequence length; throws linattn::Error unless seq_len = side² with side
+// in [kMinSide, kMaxSide].
+int64_t check_pathfinder_length(int64_t seq_len);
 
 // The tasks by name, as train's --task spells them.
 inline constexpr const char* kTaskChoices =

@@ -11,6 +11,7 @@
 
 #include "linattn/model/config.hpp"
 #include "linattn/model/data.hpp"
+#include "linattn/model/dataset.hpp"
 #include "linattn/model/optimizer.hpp"
 #include "linattn/model/sequence_parallel.hpp"
 #include "linattn/model/transformer.hpp"
@@ -18,9 +19,12 @@
 namespace linattn::model {
 
 struct TrainOptions {
-  std::string task = "copy";  // "copy", "text", "mqar" or "listops" (a classification task: the encoder)
-  std::string data;           // the text file (task "text")
-  MqarShape mqar;             // task "mqar": key–value pairs and symbols (stored only for that task)
+  // "copy", "text", "mqar", or a classification task (the encoder): "listops", "pathfinder" (an image of
+  // sqrt(seq_len)² pixels), "image" or "speech" (a dataset file, dataset.hpp)
+  std::string task = "copy";
+  std::string data;       // the text file (task "text") or the dataset file (tasks "image", "speech")
+  int64_t data_crc = -1;  // a dataset file's CRC-32, recorded on the first run (-1: not read yet)
+  MqarShape mqar;         // task "mqar": key–value pairs and symbols (stored only for that task)
   int64_t steps = 1000, batch = 16, seq_len = 128, warmup = 100;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.01, clip = 1.0;
   uint64_t seed = 1;
@@ -102,6 +106,8 @@ class Trainer {
   const SequenceParallel& parallel() const { return parallel_ ? *parallel_ : single_process(); }
 
  private:
+  // Records a dataset file's CRC (a resumed run's must be the checkpoint's) and checks its length.
+  void check_dataset(const DatasetTask& file);
   TrainOptions options_;
   std::shared_ptr<const SequenceParallel> parallel_;
   ShardRange shard_;  // this rank's positions of every sequence
