@@ -218,16 +218,17 @@ def test_other_fla_versions_are_refused(monkeypatch):
 
 D = 32
 # fla layer: (constructor keywords, the Triton-only helper it fails in on the CPU as it is under enable() (a
-#             path in fla; None: it runs as it is, its only Triton helpers being the RMS norms enable() routes),
-#             whether it runs through linattn once its helper modules are swapped for linattn.layers')
+#             path in fla; None: it runs as it is, its only Triton helpers being the RMS norms and the short
+#             convolution, which enable() routes), whether it runs through linattn once its helper modules
+#             are swapped for linattn.layers' (GatedDeltaNet calls the convolution function, not its modules))
 LAYERS = {
-    "GatedDeltaNet": (dict(hidden_size=D, head_dim=8, num_heads=2, expand_v=2), "modules/causal_conv1d/", False),
+    "GatedDeltaNet": (dict(hidden_size=D, head_dim=8, num_heads=2, expand_v=2), None, False),
     "GatedDeltaNet(use_short_conv=False)": (dict(hidden_size=D, head_dim=8, num_heads=2, expand_v=2,
                                                  use_short_conv=False), None, True),
-    "KimiDeltaAttention": (dict(hidden_size=D, head_dim=8, num_heads=2), "modules/causal_conv1d/", True),
+    "KimiDeltaAttention": (dict(hidden_size=D, head_dim=8, num_heads=2), None, True),
     "GatedLinearAttention": (dict(hidden_size=D, num_heads=2), None, True),
-    "SimpleGatedLinearAttention": (dict(hidden_size=D, num_heads=2), "modules/causal_conv1d/", True),
-    "DeltaNet": (dict(hidden_size=D, num_heads=2), "modules/causal_conv1d/", True),
+    "SimpleGatedLinearAttention": (dict(hidden_size=D, num_heads=2), None, True),
+    "DeltaNet": (dict(hidden_size=D, num_heads=2), None, True),
     "LinearAttention": (dict(hidden_size=D, num_heads=2), None, True),
     "MultiScaleRetention": (dict(hidden_size=D, num_heads=2), "modules/rotary/", True),
     "Mamba2": (dict(hidden_size=D, num_heads=4, head_dim=16, state_size=8), "modules/activations/", False),
@@ -303,11 +304,11 @@ def test_layers_whose_helpers_are_modules_run_through_linattn(key, padded):
 
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("key", [key for key, (_, fails_in, _) in LAYERS.items() if fails_in is None])
-def test_layers_whose_only_helpers_are_rms_norms_run_as_they_are(key, padded):
-    """Under enable() fla's RMSNorm and FusedRMSNormGated compute through linattn too (their module-level
-    rms_norm / rms_norm_gated wrapped), so these layers run unchanged on the CPU: forward and backward equal
-    linattn.layers' layer of the same state dict, full and left-padded; without enable() they fail in
-    fla's Triton norm."""
+def test_layers_whose_helpers_linattn_routes_run_as_they_are(key, padded):
+    """Under enable() fla's RMSNorm, FusedRMSNormGated and short convolution compute through linattn too
+    (their module-level rms_norm, rms_norm_gated, causal_conv1d wrapped), so these layers run unchanged on
+    the CPU: forward and backward equal linattn.layers' layer of the same state dict, full and left-padded;
+    without enable() they fail in fla's Triton norm, convolution or operator."""
     fla_layer, linattn_layer = _build(key, fla_layers), _build(key, llayers)
     linattn_layer.load_state_dict(fla_layer.state_dict(), strict=True)
     x = torch.randn(2, 70, D, generator=torch.Generator().manual_seed(2))
@@ -317,8 +318,31 @@ def test_layers_whose_only_helpers_are_rms_norms_run_as_they_are(key, padded):
         mask[0, :13] = 0
     with pytest.raises((RuntimeError, AssertionError)) as error:
         fla_layer(x, attention_mask=mask)
-    assert _failing_fla_frame(error.value).startswith(("modules/norm/", "ops/")), _failing_fla_frame(error.value)
+    assert _failing_fla_frame(error.value).startswith(("modules/norm/", "modules/causal_conv1d/", "ops/")), \
+        _failing_fla_frame(error.value)
     _assert_same_layer(fla_layer, linattn_layer, x, mask)
+
+
+@pytest.mark.parametrize("key", ["GatedDeltaNet", "KimiDeltaAttention", "DeltaNet", "SimpleGatedLinearAttention"])
+def test_layers_as_they_are_decode_with_a_cache(key):
+    """fla's layer as it is, under enable(), decoding with a cache (linattn.layers.Cache, fla's Cache API): a
+    prompt, then one token at a time (fla's ShortConvolution.step and causal_conv1d_update, the recurrent
+    operator), gives the whole sequence's output."""
+    kwargs = dict(LAYERS[key][0], layer_idx=0)
+    torch.manual_seed(0)
+    cls = getattr(fla_layers, key, None) or getattr(importlib.import_module("fla.layers.simple_gla"), key)
+    layer = cls(**kwargs).eval()
+    x = torch.randn(2, 9, D, generator=torch.Generator().manual_seed(4))
+    integration.enable()
+    try:
+        with torch.no_grad():
+            whole = layer(x)[0]
+            cache = llayers.Cache()
+            outs = [layer(x[:, :5], past_key_values=cache, use_cache=True)[0]]
+            outs += [layer(x[:, t:t + 1], past_key_values=cache, use_cache=True)[0] for t in range(5, 9)]
+    finally:
+        integration.disable()
+    _assert_close(torch.cat(outs, dim=1), whole, "decoded outputs")
 
 
 def _assert_same_layer(fla_layer, linattn_layer, x, mask):

@@ -76,7 +76,9 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
                              f"{list(initial_states.shape)}")
         left = initial_states.to(xw.dtype)
     padded = torch.cat([left, xw], dim=-1)  # [B, D, W - 1 + T]
-    if ids is None:
+    if T == 0:  # no token (an empty packed sequence): conv1d would refuse an input shorter than its kernel
+        y = padded[..., :0]
+    elif ids is None:
         y = F.conv1d(padded, weight.unsqueeze(1), bias, groups=D)
     else:
         # Tap j of token t reads token t − (W − 1 − j); it counts only inside t's own sequence.
@@ -118,3 +120,49 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     conv_state.copy_(whole[..., -conv_state.shape[2]:])
     y = _activate(y, activation).to(x.dtype)
     return y.squeeze(-1) if one_token else y
+
+
+# ------------------------------------------------------------------------------------------------
+# flash-linear-attention's forms (fla.modules.causal_conv1d: what its ShortConvolution and layers call):
+# x [B, T, D], weight [D, W], a cache of the last W inputs [N, D, W] (N sequences: B, or those of cu_seqlens).
+
+
+def fla_causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
+                      activation=None, backend="triton", cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                      cp_context=None, **kwargs):
+    """fla's causal_conv1d: y = act(conv(x)) (+ residual) [B, T, D], each sequence (a batch row, or with
+    cu_seqlens and B = 1 a packed one) continuing from its initial_state [N, D, W] (zeros when None), and
+    (y, final_state [N, D, W] or None): the last W inputs of each sequence, its initial state before them."""
+    if cp_context is not None:
+        raise NotImplementedError("cp_context: fla's context parallelism is not supported by linattn")
+    if x.dim() != 3 or weight is None:
+        raise ValueError(f"x, weight: expected x [B, T, D] and weight [D, W], got {list(x.shape)} and "
+                         f"{None if weight is None else list(weight.shape)}")
+    W = weight.shape[1]
+    if cu_seqlens is None:
+        bounds, rows = [(0, x.shape[1])] * x.shape[0], range(x.shape[0])
+    else:
+        if x.shape[0] != 1:
+            raise ValueError(f"x: the batch size must be 1 with cu_seqlens, got {x.shape[0]}")
+        cu = torch.as_tensor(cu_seqlens).tolist()
+        bounds, rows = list(zip(cu[:-1], cu[1:])), [0] * (len(cu) - 1)
+    ys, finals = [], []
+    for n, ((a, b), row) in enumerate(zip(bounds, rows)):
+        part = x[row:row + 1, a:b].transpose(1, 2)  # [1, D, T_n]
+        state = x.new_zeros(1, x.shape[2], W) if initial_state is None else initial_state[n:n + 1].to(x.dtype)
+        y, _ = causal_conv1d_fn(part, weight, bias, initial_states=state[..., 1:], return_final_states=True,
+                                activation=activation)
+        ys.append(y.transpose(1, 2))
+        finals.append(torch.cat([state, part], dim=-1)[..., -W:])
+    y = torch.cat(ys, dim=1) if cu_seqlens is not None else torch.cat(ys, dim=0)
+    if residual is not None:
+        y = y + residual
+    return y, (torch.cat(finals, dim=0) if output_final_state else None)
+
+
+def fla_causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activation=None, **kwargs):
+    """fla's causal_conv1d_update: one token per sequence, x [B, 1, D] (or [1, N, D] packed) against cache
+    [N, D, W], shifted in place to end with the token; returns (y shaped like x, cache)."""
+    y = causal_conv1d_update(x.reshape(cache.shape[0], cache.shape[1]), cache, weight, bias, activation)
+    y = y.view(x.shape)
+    return (y if residual is None else y + residual), cache

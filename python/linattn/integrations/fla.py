@@ -23,12 +23,14 @@ over unchanged. Two ways in, by what fla offers for each function:
   linattn.fla and any other call to fla's original; modules imported later bind the wrapper. disable()
   puts the original back in every fla module that holds a wrapper, also those imported while enabled.
 
-- fla's RMS norms: RMSNorm and FusedRMSNormGated (fla.modules) compute through the module-level functions
-  rms_norm and rms_norm_gated, which enable() wraps the same way (CPU calls to linattn's fla_rms_norm and
-  fla_rms_norm_gated, torch code of fla's parameters and semantics: residual, prenorm, residual_in_fp32).
+- fla's RMS norms and short convolution: RMSNorm, FusedRMSNormGated and ShortConvolution (fla.modules)
+  compute through the module-level functions rms_norm, rms_norm_gated, causal_conv1d and
+  causal_conv1d_update (GatedDeltaNet calls causal_conv1d itself), which enable() wraps the same way (CPU
+  calls to linattn's torch code of fla's parameters and semantics: residual, prenorm, residual_in_fp32;
+  the convolution's cache of the last W inputs per sequence, packed sequences apart). HELPERS lists them.
 
 What this cannot reach: the other Triton-only helpers fla's layers call around the operator (group norms,
-the short convolution, rotary embeddings, the fused token shift and gates of RWKV-7). A layer that calls
+rotary embeddings, activations, the fused token shift and gates of RWKV-7). A layer that calls
 one fails in it, with Triton's own error, on the CPU; which layers run is measured in
 python/tests/test_fla_integration.py and listed in docs/models.md.
 
@@ -43,7 +45,7 @@ import torch
 
 from .transformers import _device_type
 
-__all__ = ["enable", "disable", "is_enabled", "routed", "SUPPORTED_VERSIONS", "FAMILIES", "DISPATCHED", "NORMS"]
+__all__ = ["enable", "disable", "is_enabled", "routed", "SUPPORTED_VERSIONS", "FAMILIES", "DISPATCHED", "HELPERS"]
 
 # The flash-linear-attention versions the registry and names were read and tested in: [0.6, 0.7).
 SUPPORTED_VERSIONS = ((0, 6), (0, 7))
@@ -140,23 +142,28 @@ def _registries():
     return found
 
 
-# fla.modules' Triton norms, by the module-level function their classes' forward calls (RMSNorm: rms_norm;
-# FusedRMSNormGated: rms_norm_gated), and linattn's function of the same parameters in the same order.
-NORMS = {"fla.modules.norm.layernorm": {"rms_norm": "fla_rms_norm"},
-         "fla.modules.norm.fused_norm_gate": {"rms_norm_gated": "fla_rms_norm_gated"}}
+# fla.modules' Triton helpers, by the module-level function their classes and layers call (RMSNorm:
+# rms_norm; FusedRMSNormGated: rms_norm_gated; ShortConvolution and GatedDeltaNet's fused convolution:
+# causal_conv1d, and its decoding step causal_conv1d_update), and linattn's function of the same
+# parameters in the same order (a module of linattn, the name there).
+HELPERS = {"fla.modules.norm.layernorm": {"rms_norm": ("_layer_parts", "fla_rms_norm")},
+           "fla.modules.norm.fused_norm_gate": {"rms_norm_gated": ("_layer_parts", "fla_rms_norm_gated")},
+           "fla.modules.causal_conv1d.ops": {
+               "causal_conv1d": ("integrations.causal_conv1d", "fla_causal_conv1d"),
+               "causal_conv1d_update": ("integrations.causal_conv1d", "fla_causal_conv1d_update")}}
 
 
-def _norm_functions(fla):
-    """{name: (fla's function, linattn's)} for NORMS."""
-    from .. import _layer_parts
+def _helper_functions(fla):
+    """{name: (fla's function, linattn's)} for HELPERS."""
     found = {}
-    for module_name, names in NORMS.items():
+    for module_name, names in HELPERS.items():
         module = importlib.import_module(module_name)
-        for name, ours in names.items():
+        for name, (ours_module, ours) in names.items():
             if getattr(module, name, None) is None:
                 raise RuntimeError(f"flash-linear-attention {fla.__version__}: {module_name} has no {name}, which "
                                    "linattn.integrations.fla was tested with; install flash-linear-attention==0.6.0")
-            found[name] = (getattr(module, name), getattr(_layer_parts, ours))
+            found[name] = (getattr(module, name), getattr(importlib.import_module(f"..{ours_module}", __package__),
+                                                          ours))
     return found
 
 
@@ -238,7 +245,7 @@ def enable():
     # A dispatched function (and its aliases, such as chunk_gdn) is reached through the registry instead.
     dispatched = {id(functions[name]) for name in DISPATCHED} if registries is not None else set()
     originals = {name: (fn, _linattn(name)) for name, fn in functions.items() if id(fn) not in dispatched}
-    originals.update(_norm_functions(fla))
+    originals.update(_helper_functions(fla))
     backend = _backend_class()()
     for registry in (registries or {}).values():
         registry.register(backend)
