@@ -230,7 +230,7 @@ LAYERS = {
     "SimpleGatedLinearAttention": (dict(hidden_size=D, num_heads=2), None, True),
     "DeltaNet": (dict(hidden_size=D, num_heads=2), None, True),
     "LinearAttention": (dict(hidden_size=D, num_heads=2), None, True),
-    "MultiScaleRetention": (dict(hidden_size=D, num_heads=2), "modules/rotary/", True),
+    "MultiScaleRetention": (dict(hidden_size=D, num_heads=2), None, True),
     "Mamba2": (dict(hidden_size=D, num_heads=4, head_dim=16, state_size=8), "modules/activations/", False),
     "RWKV7Attention": (dict(hidden_size=D, head_dim=8, num_heads=4, layer_idx=0, num_hidden_layers=2,
                             decay_low_rank_dim=8, gate_low_rank_dim=8, a_low_rank_dim=8, v_low_rank_dim=8),
@@ -318,16 +318,18 @@ def test_layers_whose_helpers_linattn_routes_run_as_they_are(key, padded):
         mask[0, :13] = 0
     with pytest.raises((RuntimeError, AssertionError)) as error:
         fla_layer(x, attention_mask=mask)
-    assert _failing_fla_frame(error.value).startswith(("modules/norm/", "modules/causal_conv1d/", "ops/")), \
+    assert _failing_fla_frame(error.value).startswith(("modules/norm/", "modules/causal_conv1d/", "modules/rotary/",
+                                                       "ops/")), \
         _failing_fla_frame(error.value)
     _assert_same_layer(fla_layer, linattn_layer, x, mask)
 
 
-@pytest.mark.parametrize("key", ["GatedDeltaNet", "KimiDeltaAttention", "DeltaNet", "SimpleGatedLinearAttention"])
+@pytest.mark.parametrize("key", ["GatedDeltaNet", "KimiDeltaAttention", "DeltaNet", "SimpleGatedLinearAttention",
+                                 "MultiScaleRetention"])
 def test_layers_as_they_are_decode_with_a_cache(key):
     """fla's layer as it is, under enable(), decoding with a cache (linattn.layers.Cache, fla's Cache API): a
-    prompt, then one token at a time (fla's ShortConvolution.step and causal_conv1d_update, the recurrent
-    operator), gives the whole sequence's output."""
+    prompt, then one token at a time (fla's ShortConvolution.step and causal_conv1d_update, the rotary
+    embedding's offsets, the recurrent operator), gives the whole sequence's output."""
     kwargs = dict(LAYERS[key][0], layer_idx=0)
     torch.manual_seed(0)
     cls = getattr(fla_layers, key, None) or getattr(importlib.import_module("fla.layers.simple_gla"), key)
@@ -343,6 +345,32 @@ def test_layers_as_they_are_decode_with_a_cache(key):
     finally:
         integration.disable()
     _assert_close(torch.cat(outs, dim=1), whole, "decoded outputs")
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_fla_rotary_embedding_against_its_reference(interleaved):
+    """fla's rotary_embedding under enable() against fla's own torch reference (rotary_embedding_ref) over
+    the whole table, with a rotary dimension below the head's; packed sequences with per-sequence offsets
+    against each sequence turned alone; without enable() Triton's error."""
+    from fla.modules.rotary import ops as rotary
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 7, 3, 12, generator=generator)
+    angles = torch.arange(20, dtype=torch.float32)[:, None] * torch.rand(4, generator=generator)[None]
+    cos, sin = angles.cos(), angles.sin()  # a rotary dimension of 8 of the 12 channels
+    with pytest.raises(RuntimeError, match=TRITON_ON_CPU):
+        rotary.rotary_embedding(x, cos, sin, interleaved)
+    integration.enable()
+    try:
+        got = rotary.rotary_embedding(x, cos, sin, interleaved)
+        packed = rotary.rotary_embedding(x[:1], cos, sin, interleaved, seqlen_offsets=torch.tensor([3, 0, 5]),
+                                         cu_seqlens=torch.tensor([0, 2, 2, 7]))
+    finally:
+        integration.disable()
+    _assert_close(got, rotary.rotary_embedding_ref(x, cos[:7], sin[:7], interleaved), "rotary", 1e-6)
+    for a, b, offset in ((0, 2, 3), (2, 7, 5)):
+        want = rotary.rotary_embedding_ref(x[:1, a:b], cos[offset:offset + b - a], sin[offset:offset + b - a],
+                                           interleaved)
+        _assert_close(packed[:, a:b], want, f"packed rotary [{a}, {b})", 1e-6)
 
 
 def _assert_same_layer(fla_layer, linattn_layer, x, mask):

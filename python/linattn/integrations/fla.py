@@ -23,14 +23,15 @@ over unchanged. Two ways in, by what fla offers for each function:
   linattn.fla and any other call to fla's original; modules imported later bind the wrapper. disable()
   puts the original back in every fla module that holds a wrapper, also those imported while enabled.
 
-- fla's RMS norms and short convolution: RMSNorm, FusedRMSNormGated and ShortConvolution (fla.modules)
-  compute through the module-level functions rms_norm, rms_norm_gated, causal_conv1d and
-  causal_conv1d_update (GatedDeltaNet calls causal_conv1d itself), which enable() wraps the same way (CPU
-  calls to linattn's torch code of fla's parameters and semantics: residual, prenorm, residual_in_fp32;
-  the convolution's cache of the last W inputs per sequence, packed sequences apart). HELPERS lists them.
+- fla's RMS norms, short convolution and rotary embedding: RMSNorm, FusedRMSNormGated, ShortConvolution
+  and RotaryEmbedding (fla.modules) compute through the module-level functions rms_norm, rms_norm_gated,
+  causal_conv1d, causal_conv1d_update (GatedDeltaNet calls causal_conv1d itself) and rotary_embedding,
+  which enable() wraps the same way (CPU calls to linattn's torch code of fla's parameters and semantics:
+  residual, prenorm, residual_in_fp32; the convolution's cache of the last W inputs per sequence, packed
+  sequences apart; per-sequence position offsets). HELPERS lists them.
 
 What this cannot reach: the other Triton-only helpers fla's layers call around the operator (group norms,
-rotary embeddings, activations, the fused token shift and gates of RWKV-7). A layer that calls
+activations, the fused token shift and gates of RWKV-7). A layer that calls
 one fails in it, with Triton's own error, on the CPU; which layers run is measured in
 python/tests/test_fla_integration.py and listed in docs/models.md.
 
@@ -144,13 +145,15 @@ def _registries():
 
 # fla.modules' Triton helpers, by the module-level function their classes and layers call (RMSNorm:
 # rms_norm; FusedRMSNormGated: rms_norm_gated; ShortConvolution and GatedDeltaNet's fused convolution:
-# causal_conv1d, and its decoding step causal_conv1d_update), and linattn's function of the same
+# causal_conv1d, and its decoding step causal_conv1d_update; RotaryEmbedding: rotary_embedding with its
+# cos/sin tables), and linattn's function of the same
 # parameters in the same order (a module of linattn, the name there).
 HELPERS = {"fla.modules.norm.layernorm": {"rms_norm": ("_layer_parts", "fla_rms_norm")},
            "fla.modules.norm.fused_norm_gate": {"rms_norm_gated": ("_layer_parts", "fla_rms_norm_gated")},
            "fla.modules.causal_conv1d.ops": {
                "causal_conv1d": ("integrations.causal_conv1d", "fla_causal_conv1d"),
-               "causal_conv1d_update": ("integrations.causal_conv1d", "fla_causal_conv1d_update")}}
+               "causal_conv1d_update": ("integrations.causal_conv1d", "fla_causal_conv1d_update")},
+           "fla.modules.rotary.ops": {"rotary_embedding": ("integrations.rotary", "fla_rotary_embedding")}}
 
 
 def _helper_functions(fla):
