@@ -8,9 +8,11 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <csignal>
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,7 +21,9 @@
 #include "common/command.hpp"
 #include "common/flags.hpp"
 #include "common/memory.hpp"
+#include "common/output.hpp"
 #include "common/paths.hpp"
+#include "common/progress.hpp"
 #include "linattn/error.hpp"
 #include "linattn/file_io.hpp"
 #include "linattn/limits.hpp"
@@ -36,7 +40,7 @@ struct TrainArgs {
   model::ModelConfig config;
   model::TrainOptions options;
   std::string attention = "linear";
-  std::string resume, out = "linattn.model", csv;
+  std::string resume, out = "linattn.model", csv, plot;
   int64_t log_every = 50, image_size = 32;
   int threads = 0;
   bool seq_parallel = false;
@@ -128,6 +132,22 @@ std::string data_summary(const model::TrainOptions& o) {
          std::to_string(o.data_crc) + ")";
 }
 
+// gnuplot's script for --plot: the validation accuracy at each evaluation and the training loss, by step.
+std::string curve_plot(const model::Trainer& trainer, const std::string& rows, const std::string& stem) {
+  const model::TrainOptions& o = trainer.options();
+  const int64_t classes = trainer.model().config().classes;
+  std::string s = "set terminal pngcairo size 900,600 font ',10'\n" + plot_output(stem);
+  s += "set title \"linattn train --task " + o.task + " --attention " +
+       model::attention_name(trainer.model().config().attention) + ": validation accuracy\"\n";
+  s += "set xlabel 'step'\nset ylabel 'validation accuracy'\nset yrange [0:1]\nset y2label 'training loss'\n"
+       "set y2tics\nset ytics nomirror\nset grid\nset key bottom right\nset datafile missing 'nan'\n";
+  s += "$curve << EOD\n" + rows + "EOD\n";
+  s += "plot $curve using 1:3 with linespoints pt 7 title 'validation accuracy', "
+       "$curve using 1:2 axes x1y2 with lines title 'training loss (mean since the last point)'";
+  if (classes > 0) s += ", " + std::to_string(1.0 / double(classes)) + " dt 2 title 'chance'";
+  return s + "\n";
+}
+
 // parallel: the ranks the sequences are split over (null: this process alone).
 int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::SequenceParallel> parallel) {
   set_num_threads(a.threads);
@@ -174,10 +194,12 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   // The final model written over the checkpoint lost the training state; the checkpoint may be the
   // file resumed (a run continues in place), no other file written may be one the run reads.
   const std::string checkpoint = resuming && a.options.checkpoint.empty() ? a.resume : a.options.checkpoint;
-  const NamedFile out{"--out", a.out}, csv{"--csv", a.csv}, data{"--data", a.options.data};
-  check_distinct({out, {resuming && !app.count("--checkpoint") ? "--resume" : "--checkpoint", checkpoint}, csv},
+  const NamedFile out{"--out", a.out}, csv{"--csv", a.csv}, plot{"--plot", a.plot}, data{"--data", a.options.data};
+  check_distinct({out, {resuming && !app.count("--checkpoint") ? "--resume" : "--checkpoint", checkpoint}, csv, plot},
                  {data});
-  check_distinct({out, csv}, {{"--resume", a.resume}});
+  check_distinct({out, csv, plot}, {{"--resume", a.resume}});
+  if (!a.plot.empty() && std::filesystem::path(a.plot).extension() != ".png")
+    throw UsageError("--plot is " + a.plot + ", expected a .png file (gnuplot's script goes beside it as .gp)");
   const int ranks = parallel ? parallel->ranks() : 1;
   auto check_training_memory = [&](const model::ModelConfig& config, const model::TrainOptions& options) {
     check_memory(model::estimated_training_bytes(config, options, ranks),
@@ -232,13 +254,31 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   std::signal(SIGTERM, request_stop);
   std::string curve = "step,loss,lr,grad_norm,tokens_per_s,eval_loss,eval_bits_per_token,eval_accuracy\n";
   std::optional<model::EvalResult> last_eval;
+  // The run reports every step: a bar (on a terminal) moves each step, and the lines and the curve's
+  // rows come every --log-every steps and at each evaluation, each with the mean loss since the last.
+  Progress bar(int(std::min<int64_t>(o.steps - trainer.step(), int64_t(1) << 26)), speaks);
+  double loss_sum = 0;
+  int64_t loss_count = 0;
+  std::string plot_rows;  // step, mean training loss, validation accuracy (or NaN)
   const bool finished = trainer.run(
       [&](const model::Progress& p) {
-        if (p.eval) last_eval = p.eval;
-        say(speaks, "step %6" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  tok/s %8.0f  ETA %s", p.step, p.steps, p.loss,
-            p.lr, p.tokens_per_s, duration(p.eta_s).c_str());
+        loss_sum += p.loss;
+        ++loss_count;
         char row[256];
-        std::snprintf(row, sizeof row, "%" PRId64 ",%.6f,%.6g,%.4f,%.1f", p.step, p.loss, p.lr, p.grad_norm,
+        std::snprintf(row, sizeof row, "step %" PRId64 "/%" PRId64 " loss %.4f ETA %s", p.step, p.steps, p.loss,
+                      duration(p.eta_s).c_str());
+        bar.step(row);
+        if (p.step % a.log_every != 0 && !p.eval) return;
+        const double loss = loss_sum / double(loss_count);
+        loss_sum = 0;
+        loss_count = 0;
+        bar.clear();
+        if (p.eval) last_eval = p.eval;
+        say(speaks, "step %6" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  tok/s %8.0f  ETA %s", p.step, p.steps, loss,
+            p.lr, p.tokens_per_s, duration(p.eta_s).c_str());
+        std::snprintf(row, sizeof row, "%" PRId64 " %.6f %.6f\n", p.step, loss, p.eval ? p.eval->accuracy : NAN);
+        plot_rows += row;
+        std::snprintf(row, sizeof row, "%" PRId64 ",%.6f,%.6g,%.4f,%.1f", p.step, loss, p.lr, p.grad_norm,
                       p.tokens_per_s);
         curve += row;
         if (p.eval) {
@@ -252,7 +292,8 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
         curve += "\n";
         say(speaks, "\n");
       },
-      a.log_every, [] { return g_stop != 0; });
+      1, [] { return g_stop != 0; });
+  bar.clear();
   if (!finished) {
     say(speaks,
         "stopped by a signal at step %" PRId64 ": checkpoint %s (continue with: linattn train --resume %s%s%s)\n",
@@ -282,6 +323,10 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   if (!a.csv.empty()) {
     write_file_atomically(a.csv, curve);
     say(speaks, "loss curve: %s\n", a.csv.c_str());
+  }
+  if (!a.plot.empty()) {
+    const std::filesystem::path png = std::filesystem::absolute(a.plot);
+    write_plot(png.parent_path(), png.stem().string(), curve_plot(trainer, plot_rows, png.stem().string()));
   }
   return kExitOk;
 }
@@ -408,6 +453,9 @@ const Registrar registrar{
                       "error; --steps extends the run; --data must name the text file again)");
        app.add_option("--out", a->out, "Write the trained model here (for linattn generate)")->capture_default_str();
        app.add_option("--csv", a->csv, "Write the loss curve (one row per report) here");
+       app.add_option("--plot", a->plot,
+                      "Draw the validation accuracy (at each --eval-every) and the training loss as a PNG here, "
+                      "with gnuplot (its script beside it, .gp); no gnuplot: a warning, the run still succeeds");
        app.add_option("--log-every", a->log_every, "Print progress every N steps")
            ->check(flags::at_least(1))
            ->capture_default_str();

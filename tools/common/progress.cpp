@@ -6,7 +6,8 @@
 
 namespace linattn::cli {
 
-Progress::Progress(int total) : total_(total > 0 ? total : 1), enabled_(::isatty(STDERR_FILENO) == 1) {}
+Progress::Progress(int total, bool shown)
+    : total_(total > 0 ? total : 1), enabled_(shown && ::isatty(STDERR_FILENO) == 1) {}
 
 Progress::~Progress() { clear(); }
 

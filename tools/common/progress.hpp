@@ -6,7 +6,8 @@ namespace linattn::cli {
 
 class Progress {
  public:
-  explicit Progress(int total);
+  // shown false: never drawn (a rank that does not speak).
+  explicit Progress(int total, bool shown = true);
   ~Progress();  // clears the bar's line
   // Marks one more step done; `label` says what runs next.
   void step(const std::string& label);

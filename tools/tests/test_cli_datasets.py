@@ -4,6 +4,7 @@
 with nothing written."""
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -155,3 +156,22 @@ def test_writer_refuses_bad_arguments_and_writes_atomically(tmp_path):
     with pytest.raises(ValueError):
         write_dataset(path, "image", splits, 4, "abc")
     assert path.read_bytes() == dataset_bytes("image", splits, 8, "abc")  # a refused write leaves the old file
+
+
+def test_plot_draws_the_accuracy_curve(tmp_path):
+    data = dataset(tmp_path)
+    line = assert_one_line_error(run_cli("train", "--task", "image", "--data", data, "--plot", tmp_path / "c.txt"), 2)
+    assert "--plot" in line and ".png" in line
+    if shutil.which("gnuplot") is None:
+        pytest.skip("gnuplot not found: --plot only warns")
+    png = tmp_path / "curve.png"
+    proc, _ = train(tmp_path, data, "--eval-every", 5, "--csv", tmp_path / "c.csv", "--plot", png, steps=15)
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in proc.stdout
+    script = (tmp_path / "curve.gp").read_text()
+    rows = script.split("$curve << EOD\n")[1].split("EOD")[0].split()
+    # The evaluations at steps 5, 10 and 15, as the CSV has them.
+    accuracy = {int(rows[i]): float(rows[i + 2]) for i in range(0, len(rows), 3)}
+    csv = [r.split(",") for r in (tmp_path / "c.csv").read_text().splitlines()[1:]]
+    assert sorted(accuracy) == [5, 10, 15] == [int(r[0]) for r in csv]
+    assert all(accuracy[int(r[0])] == pytest.approx(float(r[7]), abs=1e-6) for r in csv)
