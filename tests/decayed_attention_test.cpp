@@ -13,6 +13,7 @@
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
 #include "support/finite_difference.hpp"
+#include "support/packed.hpp"
 #include "support/recurrence_threads.hpp"
 #include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
@@ -177,24 +178,14 @@ TEST(DecayedAttention, PackedSequencesMatchTheOracleAndDoNotLeak) {
     // Each sequence alone gives the same rows: nothing crosses a boundary.
     const Problem packed = make_problem(c);
     const Fast whole = run_fast(packed);
-    for (size_t i = 0; i + 1 < c.cu_seqlens.size(); ++i) {
-      const int64_t t0 = c.cu_seqlens[i], n = c.cu_seqlens[i + 1] - t0;
-      if (n == 0) continue;
-      auto slice = [&](ConstTensorView x) {
-        ConstTensorView s = x;
-        s.data = x.data + t0 * x.stride[1], s.extent[1] = n;
-        return s;
-      };
-      DecayedAttentionOptions o = packed.options();
-      o.cu_seqlens = {};
-      const size_t S = size_t(c.H * c.K * c.V);
-      std::vector<float> init(packed.initial.begin() + i * S, packed.initial.begin() + (i + 1) * S), fin(S);
-      Tensor32 out = make_tensor({1, n, c.H, c.V}, Layout::bnhd);
-      decayed_attention_forward(out.view, slice(packed.q.view), slice(packed.k.view), slice(packed.v.view),
-                                gate_cols(c) > 0 ? slice(packed.g.view) : ConstTensorView{}, o, init, fin);
-      EXPECT_LT(relative_error(out.view, reference::to_double(slice(whole.out.view))), 1e-6) << "sequence " << i;
-      for (size_t j = 0; j < S; ++j) ASSERT_EQ(fin[j], whole.final_state[i * S + j]) << "sequence " << i;
-    }
+    DecayedAttentionOptions o = packed.options();
+    o.cu_seqlens = {};
+    expect_each_sequence_alone(c.cu_seqlens, {c.H, c.K, c.V}, packed.initial, whole.out.view, whole.final_state,
+                               [&](TensorView out, auto slice, std::span<const float> init, std::span<float> fin) {
+                                 decayed_attention_forward(
+                                     out, slice(packed.q.view), slice(packed.k.view), slice(packed.v.view),
+                                     gate_cols(c) > 0 ? slice(packed.g.view) : ConstTensorView{}, o, init, fin);
+                               });
   }
 }
 
@@ -254,19 +245,10 @@ TEST(DecayedAttention, RecurrentPathOverHeadBlocksAndThreads) {
 }
 
 TEST(DecayedAttention, ResultsDoNotDependOnTheThreadCount) {
-  const int threads = num_threads();
   for (Decay d : {Decay::retention, Decay::key}) {
     const Problem p = make_problem({2, 150, 3, 10, 12, d, 32});
-    set_num_threads(1);
-    const Fast one = run_fast(p);
-    set_num_threads(2);
-    const Fast two = run_fast(p);
-    EXPECT_EQ(one.out.storage, two.out.storage);
-    EXPECT_EQ(one.dq.storage, two.dq.storage);
-    EXPECT_EQ(one.dinitial, two.dinitial);
-    EXPECT_EQ(one.dg.storage, two.dg.storage);
+    expect_same_at_one_and_two_threads([&] { return run_fast(p); }, &Fast::out, &Fast::dq, &Fast::dinitial, &Fast::dg);
   }
-  set_num_threads(threads);
 }
 
 // The oracle's backward is the derivative of its forward: loss = Σ out·dout + Σ final·dfinal.
@@ -285,24 +267,17 @@ TEST(DecayedAttentionReference, GradientsMatchFiniteDifferences) {
     reference::Tensor* gp = gate_cols(c) > 0 ? &g : nullptr;
     auto loss = [&] {
       const reference::DecayedOutput r = reference::decayed_attention_forward(q, k, v, gp, options, &initial);
-      double l = 0;
-      for (size_t i = 0; i < r.out.data.size(); ++i) l += r.out.data[i] * dout.data[i];
-      for (size_t i = 0; i < dfinal.size(); ++i) l += r.final_state[i] * dfinal[i];
-      return l;
+      return output_loss(r.out.data, dout.data, r.final_state, dfinal);
     };
     const reference::DecayedGradients grads =
         reference::decayed_attention_backward(dout, &dfinal, q, k, v, gp, options, &initial);
-    const std::pair<std::vector<double>*, const std::vector<double>*> checks[] = {
-        {&q.data, &grads.dq.data},
-        {&k.data, &grads.dk.data},
-        {&v.data, &grads.dv.data},
-        {&initial, &grads.dinitial_state},
-        {gp ? &g.data : nullptr, &grads.dg.data}};
-    for (const auto& [x, analytic] : checks) {
-      if (!x) continue;
-      const std::vector<double> numeric = central_differences(*x, loss);
-      EXPECT_LT(max_difference(numeric, *analytic), 1e-7 * std::max(1.0, max_magnitude(numeric)));
-    }
+    for (double e : scaled_gradient_errors({{&q.data, &grads.dq.data},
+                                            {&k.data, &grads.dk.data},
+                                            {&v.data, &grads.dv.data},
+                                            {&initial, &grads.dinitial_state},
+                                            {gp ? &g.data : nullptr, &grads.dg.data}},
+                                           loss))
+      EXPECT_LT(e, 1e-7);
   }
 }
 

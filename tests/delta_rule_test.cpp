@@ -15,6 +15,7 @@
 #include "linattn/threads.hpp"
 #include "support/delta_problem.hpp"
 #include "support/finite_difference.hpp"
+#include "support/packed.hpp"
 #include "support/recurrence_threads.hpp"
 #include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
@@ -96,25 +97,15 @@ TEST(DeltaRule, PackedSequencesMatchTheOracleAndDoNotLeak) {
     expect_matches_oracle(c);
     const Problem packed = make_problem(c);
     const Fast whole = run_fast(packed);
-    for (size_t i = 0; i + 1 < c.cu_seqlens.size(); ++i) {
-      const int64_t t0 = c.cu_seqlens[i], n = c.cu_seqlens[i + 1] - t0;
-      if (n == 0) continue;
-      auto slice = [&](ConstTensorView x) {
-        ConstTensorView s = x;
-        s.data = x.data + t0 * x.stride[1], s.extent[1] = n;
-        return s;
-      };
-      DeltaRuleOptions o = packed.options();
-      o.cu_seqlens = {};
-      const size_t S = size_t(c.H * c.K * c.V);
-      std::vector<float> init(packed.initial.begin() + i * S, packed.initial.begin() + (i + 1) * S), fin(S);
-      Tensor32 out = make_tensor({1, n, c.H, c.V}, Layout::bnhd);
-      delta_rule_forward(out.view, slice(packed.q.view), slice(packed.k.view), slice(packed.v.view),
-                         slice(packed.beta.view), gate_cols(c) > 0 ? slice(packed.g.view) : ConstTensorView{}, o, init,
-                         fin);
-      EXPECT_LT(relative_error(out.view, reference::to_double(slice(whole.out.view))), 1e-6) << "sequence " << i;
-      for (size_t j = 0; j < S; ++j) ASSERT_EQ(fin[j], whole.final_state[i * S + j]) << "sequence " << i;
-    }
+    DeltaRuleOptions o = packed.options();
+    o.cu_seqlens = {};
+    expect_each_sequence_alone(c.cu_seqlens, {c.H, c.K, c.V}, packed.initial, whole.out.view, whole.final_state,
+                               [&](TensorView out, auto slice, std::span<const float> init, std::span<float> fin) {
+                                 delta_rule_forward(out, slice(packed.q.view), slice(packed.k.view),
+                                                    slice(packed.v.view), slice(packed.beta.view),
+                                                    gate_cols(c) > 0 ? slice(packed.g.view) : ConstTensorView{}, o,
+                                                    init, fin);
+                               });
   }
 }
 
@@ -175,20 +166,11 @@ TEST(DeltaRule, RecurrentPathOverHeadBlocksAndThreads) {
 }
 
 TEST(DeltaRule, ResultsDoNotDependOnTheThreadCount) {
-  const int threads = num_threads();
   for (DeltaGate gate : kAllGates) {
     const Problem p = make_problem({2, 150, 3, 10, 12, gate, true, 32});
-    set_num_threads(1);
-    const Fast one = run_fast(p);
-    set_num_threads(2);
-    const Fast two = run_fast(p);
-    EXPECT_EQ(one.out.storage, two.out.storage);
-    EXPECT_EQ(one.dq.storage, two.dq.storage);
-    EXPECT_EQ(one.dbeta.storage, two.dbeta.storage);
-    EXPECT_EQ(one.dinitial, two.dinitial);
-    EXPECT_EQ(one.dg.storage, two.dg.storage);
+    expect_same_at_one_and_two_threads([&] { return run_fast(p); }, &Fast::out, &Fast::dq, &Fast::dbeta,
+                                       &Fast::dinitial, &Fast::dg);
   }
-  set_num_threads(threads);
 }
 
 TEST(DeltaRuleReference, GradientsMatchFiniteDifferences) {

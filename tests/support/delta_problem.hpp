@@ -163,21 +163,18 @@ inline void expect_oracle_gradients_match_finite_differences(const Case& c, uint
   reference::Tensor* gp = gate_cols(c) > 0 ? &g : nullptr;
   auto loss = [&] {
     const reference::DecayedOutput r = reference::delta_rule_forward(q, k, v, beta, gp, options, &initial);
-    double l = 0;
-    for (size_t i = 0; i < r.out.data.size(); ++i) l += r.out.data[i] * dout.data[i];
-    for (size_t i = 0; i < dfinal.size(); ++i) l += r.final_state[i] * dfinal[i];
-    return l;
+    return output_loss(r.out.data, dout.data, r.final_state, dfinal);
   };
   const reference::DeltaGradients grads =
       reference::delta_rule_backward(dout, &dfinal, q, k, v, beta, gp, options, &initial);
-  const std::pair<std::vector<double>*, const std::vector<double>*> checks[] = {
-      {&q.data, &grads.dq.data},       {&k.data, &grads.dk.data},         {&v.data, &grads.dv.data},
-      {&beta.data, &grads.dbeta.data}, {&initial, &grads.dinitial_state}, {gp ? &g.data : nullptr, &grads.dg.data}};
-  for (const auto& [x, analytic] : checks) {
-    if (!x) continue;
-    const std::vector<double> numeric = central_differences(*x, loss);
-    EXPECT_LT(max_difference(numeric, *analytic), 1e-6 * std::max(1.0, max_magnitude(numeric)));
-  }
+  for (double e : scaled_gradient_errors({{&q.data, &grads.dq.data},
+                                          {&k.data, &grads.dk.data},
+                                          {&v.data, &grads.dv.data},
+                                          {&beta.data, &grads.dbeta.data},
+                                          {&initial, &grads.dinitial_state},
+                                          {gp ? &g.data : nullptr, &grads.dg.data}},
+                                         loss))
+    EXPECT_LT(e, 1e-6);
 }
 
 inline constexpr DeltaGate kAllGates[] = {DeltaGate::none, DeltaGate::token, DeltaGate::key};

@@ -2,6 +2,7 @@
 // Central finite differences in fp64, the check every backward's oracle passes.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -60,6 +61,29 @@ double finite_difference_relative_error(std::vector<double>& x, const std::vecto
   const std::vector<double> numeric = central_differences(x, loss, step);
   const double err = max_difference(grad, numeric), mag = max_magnitude(numeric);
   return mag > 0 ? err / mag : err;
+}
+
+// The loss whose gradients a recurrence oracle's backward returns: Σ out·dout + Σ final·dfinal.
+inline double output_loss(const std::vector<double>& out, const std::vector<double>& dout,
+                          const std::vector<double>& final_state, const std::vector<double>& dfinal) {
+  double l = 0;
+  for (size_t i = 0; i < out.size(); ++i) l += out[i] * dout[i];
+  for (size_t i = 0; i < dfinal.size(); ++i) l += final_state[i] * dfinal[i];
+  return l;
+}
+
+// For each (x, analytic gradient) of `checks`: max |numeric − analytic| / max(1, max |numeric|), numeric the
+// central differences of loss over x; a null x (a tensor not given) is skipped.
+template <class Loss>
+std::vector<double> scaled_gradient_errors(
+    std::initializer_list<std::pair<std::vector<double>*, const std::vector<double>*>> checks, const Loss& loss) {
+  std::vector<double> errors;
+  for (const auto& [x, analytic] : checks) {
+    if (!x) continue;
+    const std::vector<double> numeric = central_differences(*x, loss);
+    errors.push_back(max_difference(numeric, *analytic) / std::max(1.0, max_magnitude(numeric)));
+  }
+  return errors;
 }
 
 }  // namespace linattn::testing

@@ -1,7 +1,10 @@
 #pragma once
-// Packed sequences (options.cu_seqlens) for the varlen tests of softmax and linear attention: the
-// awkward lengths every such test packs, and one sequence's tokens of a tensor, fp32 view or oracle
-// tensor, to run or check it alone.
+// Packed sequences (options.cu_seqlens) for the varlen tests of softmax and linear attention and the
+// recurrences' tests: the awkward lengths every such test packs, one sequence's tokens of a tensor, fp32
+// view or oracle tensor, to run or check it alone, and the check that each sequence alone gives the
+// packed run's rows.
+#include <gtest/gtest.h>
+
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -59,6 +62,28 @@ reference::Tensor stitched(std::array<int64_t, 4> extent, const std::vector<int6
         for (int64_t d = 0; d < extent[3]; ++d) all(0, t + i, h, d) = one(0, i, h, d);
   }
   return all;
+}
+
+// The recurrences' packed sequences (decayed_attention_test, delta_rule_test): each sequence of cu run
+// alone, run(out [1, n, H, V], slice, initial, final) with slice(x) its tokens of a packed view, from
+// its part of the packed initial states [N, H, K, V], gives the packed run's rows of whole_out (to 1e-6)
+// and, bit for bit, its part of whole_final: nothing crosses a boundary.
+template <class Run>
+void expect_each_sequence_alone(const std::vector<int64_t>& cu, std::array<int64_t, 3> HKV,
+                                const std::vector<float>& initial, ConstTensorView whole_out,
+                                const std::vector<float>& whole_final, Run&& run) {
+  const auto [H, K, V] = HKV;
+  const size_t S = size_t(H * K * V);
+  for (size_t i = 0; i + 1 < cu.size(); ++i) {
+    const int64_t t0 = cu[i], n = cu[i + 1] - t0;
+    if (n == 0) continue;
+    auto slice = [&](ConstTensorView x) { return token_slice(x, t0, n); };
+    std::vector<float> init(initial.begin() + i * S, initial.begin() + (i + 1) * S), fin(S);
+    Tensor32 out = make_tensor({1, n, H, V}, Layout::bnhd);
+    run(out.view, slice, init, fin);
+    EXPECT_LT(relative_error(out.view, reference::to_double(slice(whole_out))), 1e-6) << "sequence " << i;
+    for (size_t j = 0; j < S; ++j) ASSERT_EQ(fin[j], whole_final[i * S + j]) << "sequence " << i;
+  }
 }
 
 // n random bf16 values in [−1, 1) and their exact fp32 widenings: a half-precision call against the

@@ -1,7 +1,7 @@
 #pragma once
 // The token-by-token forwards (decayed family, delta rule) against the oracle, and over 1, 2 and 3 threads: a
 // call large enough for threads splits its sequences' heads into blocks by the thread count, and the result
-// must not move.
+// must not move; the chunked passes at one thread and at two.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -46,6 +46,22 @@ void expect_recurrence_over_threads(std::array<int64_t, 4> out_extent, Layout la
     EXPECT_EQ(state, first_state) << n << " threads";
   }
   set_num_threads(threads);
+}
+
+// The chunked forward and backward, run(), at one thread and at two: each of the results' `fields`
+// (Tensor32 or std::vector<float> members) the same bit for bit. The thread count is restored.
+inline const std::vector<float>& bits(const Tensor32& x) { return x.storage; }
+inline const std::vector<float>& bits(const std::vector<float>& x) { return x; }
+template <class Run, class... Fields>
+void expect_same_at_one_and_two_threads(Run&& run, Fields... fields) {
+  const int threads = num_threads();
+  set_num_threads(1);
+  const auto one = run();
+  set_num_threads(2);
+  const auto two = run();
+  set_num_threads(threads);
+  auto expect_same = [&](auto field) { EXPECT_EQ(bits(one.*field), bits(two.*field)); };
+  (expect_same(fields), ...);
 }
 
 }  // namespace linattn::testing
