@@ -83,7 +83,11 @@ TEST(GroupedHeads, ChunkedMatchesOracleOverAwkwardShapes) {
 }
 
 TEST(GroupedHeads, PackedSequencesWithAnEmptyOneMatchTheOracle) {
-  for (DeltaGate gate : kAllGates) expect_matches_oracle(grouped(1, 70, 1, 3, 5, 7, gate, true, {0, 33, 33, 70}));
+  for (DeltaGate gate : kAllGates) {
+    expect_matches_oracle(grouped(1, 70, 1, 3, 5, 7, gate, true, {0, 33, 33, 70}));
+    // One token a sequence: the forward runs the token step from initial_state into final_state.
+    expect_matches_oracle(grouped(1, 3, 1, 2, 5, 7, gate, true, {0, 1, 1, 2, 3}));
+  }
 }
 
 // The grouped call does what the repeated call did, without the copy: out, the final state and every

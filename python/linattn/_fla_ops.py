@@ -7,8 +7,9 @@ only) and autograd wired forward → backward, so torch.compile(fullgraph=True) 
 and layers without a graph break and torch.export keeps them. On older torch the same computations
 run inside a torch.autograd.Function.
 
-Tensors: q, k [B, T, H, K], v [B, T, H, V], g None, [B, T, H] or [B, T, H, K], beta [B, T, H], states
-[N, H, K, V]. float32 runs linattn's fast operators, float64 the fp64 oracle. An absent optional
+Tensors: q, k [B, T, H, K], v [B, T, HV, V], g None, [B, T, HV] or [B, T, HV, K], beta [B, T, HV],
+states [N, HV, K, V], o [B, T, HV, V]; HV = H but for the delta rule's grouped value heads (HV a multiple
+of H). float32 runs linattn's fast operators, float64 the fp64 oracle. An absent optional
 result (no final state, no g, no initial state) is an empty tensor: an operator returns tensors only.
 """
 
@@ -41,7 +42,7 @@ def _none_if_empty(x):
 def _recurrent_state(q, v, initial_state, cu_seqlens):
     """The state the token-by-token path updates in place: a float32 copy of initial_state, or zeros."""
     if initial_state is None:
-        return np.zeros((_states(q, cu_seqlens), q.shape[2], q.shape[3], v.shape[3]), dtype=np.float32)
+        return np.zeros((_states(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]), dtype=np.float32)
     return np.array(_array(initial_state), dtype=np.float32, order="C", copy=True)
 
 
@@ -99,11 +100,11 @@ def _delta_backward(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal, gat
 
 
 def _final_shape(q, v, cu_seqlens, want_final):
-    return (_states(q, cu_seqlens), q.shape[2], q.shape[3], v.shape[3]) if want_final else (0,)
+    return (_states(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]) if want_final else (0,)
 
 
 def _out_shape(q, v):
-    return (*q.shape[:3], v.shape[3])
+    return tuple(v.shape)  # [B, T, HV, V]
 
 
 def _outputs_grads(q, v, do, dfinal, want_final):

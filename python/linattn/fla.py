@@ -600,8 +600,8 @@ def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None
     scale = _scale(scale, K)
     if use_beta_sigmoid_in_kernel:
         beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
-    if HV != H:
-        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)
+    # Grouped value heads (HV > H) go to the operators as they are: no copy of q and k, and the backward
+    # returns dq, dk of H heads, summed over each group.
     fp64 = q.dtype == torch.float64
     # The oracle takes scale as a float; applied to o here it stays in fp64 (o is linear in scale, also
     # after the l2norm of q).
