@@ -20,6 +20,7 @@ One process, the same tensors for both sides, the median of --reps repetitions a
 
 Examples:
   build/venv/bin/python scripts/models_speed.py ops --seq 8192 --reps 3
+  build/venv/bin/python scripts/models_speed.py ops --parts step --reps 3
   build/venv/bin/python scripts/models_speed.py model --prefill 8192 --decode 8 --context 32768
   build/venv/bin/python scripts/models_speed.py ops --seq 1024 --reps 1 --json out/models_speed.json
 """
@@ -66,13 +67,10 @@ def _forward_backward(fn, tensors):
     return run
 
 
-def ops(args):
+def _gdn_functions():
     import linattn.fla as fla
     from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
-
-    T, rows = args.seq, []
     torch_gdn = qwen.torch_chunk_gated_delta_rule  # on CPU tensors: transformers' own torch code
-    torch_step = qwen.torch_recurrent_gated_delta_rule
 
     def linattn_gdn(q, k, v, g, beta):
         return fla.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
@@ -80,6 +78,13 @@ def ops(args):
     def transformers_gdn(q, k, v, g, beta):
         return torch_gdn(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
 
+    return linattn_gdn, transformers_gdn
+
+
+def _ops_gdn(args, rows, extra):
+    """The gated delta rule at Qwen3.5's heads (16 q/k, 32 value), fp32 and bf16, against transformers'."""
+    T = args.seq
+    linattn_gdn, transformers_gdn = _gdn_functions()
     for dtype in (torch.float32, torch.bfloat16):
         tensors = _gdn_inputs(T, 16, 32, 128, 128, dtype)
         name = str(dtype).replace("torch.", "")
@@ -91,7 +96,12 @@ def ops(args):
         theirs = _median_seconds(_forward_backward(transformers_gdn, tensors), args.reps)
         rows.append((f"gated delta rule forward + backward, {name}, T {T}", ours, theirs))
 
-    # KDA against the gated delta rule at the same heads (32 q/k and value heads of 128) and length.
+
+def _ops_kda(args, rows, extra):
+    """KDA against the gated delta rule at the same heads (32 q/k and value heads of 128) and length."""
+    import linattn.fla as fla
+    T = args.seq
+    linattn_gdn, _ = _gdn_functions()
     tensors = _gdn_inputs(T, 32, 32, 128, 128, torch.float32)
     g_key = -torch.rand(1, T, 32, 128, generator=torch.Generator().manual_seed(1)) * 0.5
 
@@ -109,7 +119,12 @@ def ops(args):
                                             kda_tensors), args.reps)
     rows.append((f"KDA forward + backward / gated delta rule's, 32 heads, T {T}", kda, gdn))
 
-    # One decode step: T = 1 with a state, 32 value heads of 128.
+
+def _ops_step(args, rows, extra):
+    """One decode step: T = 1 with a state, 32 value heads of 128; and linattn's per-call overhead."""
+    import linattn.fla as fla
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+    torch_step = qwen.torch_recurrent_gated_delta_rule
     q, k, v, g, beta = _gdn_inputs(1, 16, 32, 128, 128, torch.float32)
     state = torch.randn(1, 32, 128, 128) * 0.1
     step_reps = max(args.reps, 50)
@@ -123,7 +138,17 @@ def ops(args):
         overhead = _median_seconds(lambda: fla.fused_recurrent_gated_delta_rule(
             *tiny[:4], beta=tiny[4], output_final_state=True), max(args.reps, 200))
     rows.append(("decode step, 32 value heads of 128", ours, theirs))
-    return rows, {"per_call_overhead_us": overhead * 1e6}
+    extra["per_call_overhead_us"] = overhead * 1e6
+
+
+_PARTS = {"gdn": _ops_gdn, "kda": _ops_kda, "step": _ops_step}
+
+
+def ops(args):
+    rows, extra = [], {}
+    for part in args.parts.split(","):
+        _PARTS[part](args, rows, extra)
+    return rows, extra
 
 
 class _LayerTimer:
@@ -240,8 +265,15 @@ def main(argv=None):
     parser.add_argument("--decode", type=int, default=8, help="model: tokens decoded")
     parser.add_argument("--context", type=int, default=32768,
                         help="model: also decode at this context (the prefill's cache extended; default 32768)")
+    parser.add_argument("--parts", default="gdn,kda,step",
+                        help="ops: which figures, comma-separated: gdn (the gated delta rule against transformers'), "
+                             "kda (KDA against the gated delta rule), step (the decode step and the per-call "
+                             "overhead); default all")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.parts.split(",")) - set(_PARTS))
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; expected some of {', '.join(_PARTS)}")
     for name in ("seq", "reps", "threads", "layers", "vocab", "prefill", "decode", "context"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
@@ -255,7 +287,8 @@ def main(argv=None):
         print(f"| figure | linattn | comparison | ratio |  ({header})\n|---|---|---|---|")
         for name, ours, theirs in rows:
             print(f"| {name} | {ours * 1e3:.2f} ms | {theirs * 1e3:.2f} ms | {theirs / ours:.2f}× |")
-        print(f"linattn's per-call overhead (a 1-element decode step): {extra['per_call_overhead_us']:.1f} µs")
+        if "per_call_overhead_us" in extra:
+            print(f"linattn's per-call overhead (a 1-element decode step): {extra['per_call_overhead_us']:.1f} µs")
         result = {"header": header, "rows": [dict(figure=n, linattn_s=a, comparison_s=b) for n, a, b in rows], **extra}
     else:
         result = {"header": header, **model(args)}
