@@ -344,8 +344,8 @@ def test_disable_restores_everything():
 
 
 def test_enable_before_import():
-    """enable() before the modeling module is imported: the module's functions are routed as it is
-    imported, and disable() gives back what transformers made."""
+    """enable() before the modeling module is imported: the module's functions and its gated norm class are
+    routed as it is imported, and disable() gives back what transformers made."""
     script = (
         "import sys, torch\n"
         "import linattn.integrations.transformers as lt\n"
@@ -354,6 +354,7 @@ def test_enable_before_import():
         "import transformers.models.kimi_linear.modeling_kimi_linear as m\n"
         "routed = m.chunk_kimi_delta_attention\n"
         "assert lt.routed_kernel(routed) == 'chunk_kda', routed\n"
+        "assert lt.routed_kernel(m.KimiLinearRMSNormGated) == 'RMSNormGated'\n"
         "q = torch.randn(1, 5, 2, 8)\n"
         "o, _ = routed(q, q, q, g=-q.abs(), beta=q[..., 0].sigmoid(), cu_seq_lens_q=torch.tensor([0, 2, 5]))\n"
         "o0, _ = routed(q[:, :2], q[:, :2], q[:, :2], g=-q[:, :2].abs(), beta=q[:, :2, :, 0].sigmoid())\n"
@@ -361,6 +362,7 @@ def test_enable_before_import():
         "lt.disable()\n"
         "assert m.chunk_kimi_delta_attention is lt._inner(routed).__linattn_original__\n"
         "assert lt.routed_kernel(m.chunk_kimi_delta_attention) is None\n"
+        "assert lt.routed_kernel(m.KimiLinearRMSNormGated) is None\n"
         "print('ok')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), OMP_NUM_THREADS="1")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
