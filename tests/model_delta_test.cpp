@@ -19,17 +19,18 @@
 #include "linattn/model/transformer.hpp"
 #include "linattn/threads.hpp"
 #include "support/finite_difference.hpp"
+#include "support/model_configs.hpp"
+#include "support/model_gradients.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::model {
 namespace {
 
-std::vector<double> random_vector(int64_t n, std::mt19937_64& rng, double lo = -1, double hi = 1) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> x(n);
-  for (double& v : x) v = u(rng);
-  return x;
-}
+using testing::random_model;
+using testing::small_config;
+using testing::tiny_config;
+
+using testing::random_vector;
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
@@ -90,18 +91,6 @@ TEST(ModelDeltaLayers, GateMatchesDefinitionAndFiniteDifferences) {
     for (double& d : da_log) d -= 0.25;
     EXPECT_LT(fd_error(a_log, da_log, loss), kTol) << per_head;
   }
-}
-
-ModelConfig small_config(AttentionKind kind, int64_t C = 6, int64_t H = 2) {
-  ModelConfig c;
-  c.vocab_size = 7;
-  c.d_model = C;
-  c.heads = H;
-  c.layers = 2;
-  c.mlp_hidden = 10;
-  c.attention = kind;
-  c.chunk_size = 4;
-  return c;
 }
 
 // The attention's inputs: qkv, the log decay (strong to none, as the gate layer makes them) and β.
@@ -185,43 +174,13 @@ TEST_P(ModelDelta, Fp32MatchesFp64Reference) {
 TEST_P(ModelDelta, ModelBackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(5);
   Transformer<double> model(small_config(GetParam()));
-  const int64_t B = 2, T = 5;
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (auto& t : tokens) t = int32_t(rng() % 7);
-  for (auto& t : targets) t = int32_t(rng() % 7);
-  const std::vector<double> weights = {1, 1, 0, 1, 2, 1, 0.5, 1, 1, 0};
-  for (double& p : model.params()) p += 0.3 * std::uniform_real_distribution<double>(-1, 1)(rng);
-  model.zero_grad();
-  model.forward(tokens.data(), targets.data(), weights.data(), B, T);
-  model.backward();
-  const std::vector<double> analytic = model.grads();
-  int tensors = 0;
-  for (const ParamTensor& t : param_tensors(model.config())) {
-    std::vector<double> x(model.params().begin() + t.offset, model.params().begin() + t.offset + t.size);
-    std::vector<double> a(analytic.begin() + t.offset, analytic.begin() + t.offset + t.size);
-    auto tensor_loss = [&] {
-      std::copy(x.begin(), x.end(), model.params().begin() + t.offset);
-      return model.forward(tokens.data(), targets.data(), weights.data(), B, T);
-    };
-    // Step 1e-6: through two l2norms and the decays, the 1e-5 step's truncation error reaches 2e-6 on kda's
-    // qkvw (and falls 100-fold at 1e-6, as truncation does; every tensor is below 2e-7 there).
-    EXPECT_LT(fd_error(x, a, tensor_loss, 1e-6), kTol) << attention_name(GetParam()) << " " << t.name;
-    std::copy(x.begin(), x.end(), model.params().begin() + t.offset);
-    ++tensors;
-  }
+  // Step 1e-6: through two l2norms and the decays, the 1e-5 step's truncation error reaches 2e-6 on kda's
+  // qkvw (and falls 100-fold at 1e-6, as truncation does; every tensor is below 2e-7 there).
+  const auto errors = testing::model_gradient_errors(model, rng, 1e-6);
+  for (const auto& [name, error] : errors) EXPECT_LT(error, kTol) << attention_name(GetParam()) << " " << name;
+  const size_t tensors = errors.size();
   // betaw, betab; the gated kinds also gatew, gateb, alog
-  EXPECT_EQ(tensors, GetParam() == AttentionKind::deltanet ? 19 : 22);
-}
-
-ModelConfig tiny_config(AttentionKind kind) {
-  ModelConfig c;
-  c.d_model = 32;
-  c.heads = 2;
-  c.layers = 2;
-  c.mlp_hidden = 64;
-  c.attention = kind;
-  c.chunk_size = 16;
-  return c;
+  EXPECT_EQ(tensors, GetParam() == AttentionKind::deltanet ? 19u : 22u);
 }
 
 // A short MQAR run through the trainer (fresh batches each step): the held-out loss on the answers
@@ -244,22 +203,6 @@ TEST_P(ModelDelta, ShortMqarRunLowersTheLoss) {
   set_num_threads(0);
   EXPECT_GT(before.loss, 2.0) << attention_name(GetParam());
   EXPECT_LT(after.loss, before.loss - 1.0) << attention_name(GetParam());
-}
-
-Transformer<float> random_model(AttentionKind kind) {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.d_model = 48;
-  c.heads = 3;
-  c.layers = 2;
-  c.mlp_hidden = 64;
-  c.attention = kind;
-  c.chunk_size = 16;
-  Transformer<float> model(c);
-  std::mt19937_64 rng(3);
-  std::normal_distribution<float> n(0.0f, 0.15f);
-  for (float& p : model.params()) p += n(rng);
-  return model;
 }
 
 // A model file records the kind by name and its extra tensors; it loads back to the same weights.

@@ -14,30 +14,19 @@
 #include "linattn/model/layers.hpp"
 #include "linattn/model/transformer.hpp"
 #include "support/finite_difference.hpp"
+#include "support/model_configs.hpp"
 #include "support/model_gradients.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::model {
 namespace {
 
-std::vector<double> random_vector(int64_t n, std::mt19937_64& rng, double lo = -1, double hi = 1) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> x(static_cast<size_t>(n));
-  for (double& v : x) v = u(rng);
-  return x;
-}
+using testing::random_vector;
 
+// The gradient checks' small model with a classifier head of 3 classes.
 ModelConfig encoder_config(AttentionKind kind, int64_t C = 6, int64_t H = 2) {
-  ModelConfig c;
-  c.vocab_size = 7;
+  ModelConfig c = testing::small_config(kind, C, H);
   c.classes = 3;
-  c.d_model = C;
-  c.heads = H;
-  c.layers = 2;
-  c.mlp_hidden = 10;
-  c.attention = kind;
-  c.favor_features = 8;
-  c.chunk_size = 4;
   return c;
 }
 

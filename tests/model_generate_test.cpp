@@ -12,28 +12,13 @@
 #include "linattn/error.hpp"
 #include "linattn/model/generate.hpp"
 #include "linattn/model/transformer.hpp"
+#include "support/model_configs.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::model {
 namespace {
 
-Transformer<float> random_model(AttentionKind kind) {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.d_model = 48;
-  c.heads = 3;
-  c.layers = 2;
-  c.mlp_hidden = 64;
-  c.attention = kind;
-  c.favor_features = 32;
-  c.chunk_size = 16;
-  Transformer<float> model(c);
-  // Larger weights than the initial 0.02 so that attention patterns are far from uniform.
-  std::mt19937_64 rng(3);
-  std::normal_distribution<float> n(0.0f, 0.15f);
-  for (float& p : model.params()) p += n(rng);
-  return model;
-}
+using testing::random_model;
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -11,18 +11,16 @@
 #include "linattn/model/layers.hpp"
 #include "linattn/model/transformer.hpp"
 #include "support/finite_difference.hpp"
+#include "support/model_configs.hpp"
 #include "support/model_gradients.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::model {
 namespace {
 
-std::vector<double> random_vector(int64_t n, std::mt19937_64& rng, double lo = -1, double hi = 1) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> x(n);
-  for (double& v : x) v = u(rng);
-  return x;
-}
+using testing::small_config;
+
+using testing::random_vector;
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
@@ -198,19 +196,6 @@ TEST(ModelLayers, HeadNormBackwardMatchesFiniteDifferences) {
   }
 }
 
-ModelConfig small_config(AttentionKind kind, int64_t C = 6, int64_t H = 2) {
-  ModelConfig c;
-  c.vocab_size = 7;
-  c.d_model = C;
-  c.heads = H;
-  c.layers = 2;
-  c.mlp_hidden = 10;
-  c.attention = kind;
-  c.favor_features = 8;
-  c.chunk_size = 4;
-  return c;
-}
-
 class ModelAttention : public ::testing::TestWithParam<AttentionKind> {};
 
 TEST_P(ModelAttention, BackwardMatchesFiniteDifferences) {
@@ -276,15 +261,7 @@ TEST_P(ModelAttention, Fp32MatchesFp64Reference) {
 TEST_P(ModelAttention, ModelBackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(8);
   Transformer<double> model(small_config(GetParam()));
-  const int64_t B = 2, T = 5;
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (auto& t : tokens) t = int32_t(rng() % 7);
-  for (auto& t : targets) t = int32_t(rng() % 7);
-  const std::vector<double> weights = {1, 1, 0, 1, 2, 1, 0.5, 1, 1, 0};
-  // Move parameters off their initial values (zero biases, unit gains) so that every term matters.
-  for (double& p : model.params()) p += 0.3 * std::uniform_real_distribution<double>(-1, 1)(rng);
-  auto loss = [&] { return model.forward(tokens.data(), targets.data(), weights.data(), B, T); };
-  for (const auto& [name, error] : testing::parameter_gradient_errors(model, loss))
+  for (const auto& [name, error] : testing::model_gradient_errors(model, rng))
     EXPECT_LT(error, kTol) << attention_name(GetParam()) << " " << name;
 }
 

@@ -14,21 +14,12 @@
 #include "linattn/model/optimizer.hpp"
 #include "linattn/model/train.hpp"
 #include "linattn/threads.hpp"
+#include "support/model_configs.hpp"
 
 namespace linattn::model {
 namespace {
 
-ModelConfig tiny_config(AttentionKind kind) {
-  ModelConfig c;
-  c.d_model = 32;
-  c.heads = 2;
-  c.layers = 2;
-  c.mlp_hidden = 64;
-  c.attention = kind;
-  c.favor_features = 32;
-  c.chunk_size = 16;
-  return c;
-}
+using testing::tiny_config;
 
 TrainOptions tiny_options(int64_t steps) {
   TrainOptions o;

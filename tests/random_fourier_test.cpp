@@ -11,16 +11,12 @@
 #include "linattn/favor.hpp"
 #include "support/finite_difference.hpp"
 #include "support/temp_dir.hpp"
+#include "support/tensors.hpp"
 
 namespace linattn {
 namespace {
 
-std::vector<double> random_vector(int64_t n, std::mt19937_64& rng, double lo = -1, double hi = 1) {
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> x(static_cast<size_t>(n));
-  for (double& v : x) v = dist(rng);
-  return x;
-}
+using testing::random_vector;
 
 double gaussian_kernel(const std::vector<double>& x, const std::vector<double>& y) {
   double d2 = 0;

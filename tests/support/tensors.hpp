@@ -31,6 +31,13 @@ Tensor32 make_tensor(std::array<int64_t, 4> extent, Layout layout);
 // Uniform in [lo, hi).
 Tensor32 random_tensor(std::array<int64_t, 4> extent, Layout layout, std::mt19937_64& rng, float lo = -1.0f,
                        float hi = 1.0f);
+// n fp64 values uniform in [lo, hi): the inputs of the model layers' and feature maps' gradient checks.
+inline std::vector<double> random_vector(int64_t n, std::mt19937_64& rng, double lo = -1, double hi = 1) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> x(static_cast<size_t>(n));
+  for (double& v : x) v = u(rng);
+  return x;
+}
 // Fills the addressed elements of an existing tensor (gaps keep their NaN).
 void fill_uniform(TensorView view, std::mt19937_64& rng, float lo, float hi);
 
