@@ -407,6 +407,25 @@ def test_conv_keeps_packed_sequences_apart():
         causal_conv1d_fn(x, weight, cu_seqlens=torch.tensor([0, 5]))
 
 
+def test_routed_conv_honours_states_and_refuses_what_it_cannot(enabled):
+    """Through the routed modeling functions (qwen3_5's): causal-conv1d's initial_states and
+    return_final_states are honoured, not dropped; the update's cache_seqlens is refused by name and an
+    unknown keyword raises, as transformers' fallback does."""
+    module = modeling("qwen3_5")
+    generator = torch.Generator().manual_seed(3)
+    D, W = 3, 4
+    x = torch.randn(1, D, 7, generator=generator)
+    weight = torch.randn(D, W, generator=generator)
+    whole = module.causal_conv1d_fn(x, weight, None, activation="silu")
+    head, state = module.causal_conv1d_fn(x[..., :3], weight, None, activation="silu", return_final_states=True)
+    tail = module.causal_conv1d_fn(x[..., 3:], weight, None, activation="silu", initial_states=state)
+    assert_close(torch.cat([head, tail], -1), whole, 1e-6, "continued through initial_states")
+    with pytest.raises(NotImplementedError, match="cache_seqlens"):
+        module.causal_conv1d_update(x[..., :1], state.clone(), weight, None, "silu", cache_seqlens=torch.tensor([2]))
+    with pytest.raises(TypeError):
+        module.causal_conv1d_update(x[..., :1], state.clone(), weight, None, "silu", no_such_keyword=1)
+
+
 def test_conv_initial_and_final_states():
     """causal_conv1d_fn's initial_states continue a sequence (the same outputs as the convolution over
     the whole) and return_final_states gives the last W − 1 inputs, also into final_states_out;

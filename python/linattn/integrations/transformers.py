@@ -137,7 +137,12 @@ def _conv_fn(torch_function):
     from .causal_conv1d import causal_conv1d_fn
 
     def run(hidden_states, weight, bias=None, activation=None, seq_idx=None, cu_seqlens=None, cu_seq_lens_q=None,
-            **kwargs):
+            initial_states=None, return_final_states=False, final_states_out=None, **kwargs):
+        """causal-conv1d's states are honoured where a caller gives them (transformers' own callers prepend
+        the cache instead); the model-level keywords transformers passes along (kwargs) are dropped, as its
+        torch fallback drops them."""
+        states = dict(initial_states=initial_states, return_final_states=return_final_states,
+                      final_states_out=final_states_out)
         cu = cu_seqlens if cu_seqlens is not None else cu_seq_lens_q
         if cu is None and seq_idx is not None:
             cu = offsets_of(seq_idx)
@@ -146,7 +151,8 @@ def _conv_fn(torch_function):
             # The cache may put earlier inputs (or zeros) before the batch's tokens: they precede the first sequence.
             extra = hidden_states.shape[-1] - int(cu[-1])
             cu = torch.cat([cu[:1], cu[1:] + extra]) if extra > 0 else cu
-        return causal_conv1d_fn(hidden_states, weight, bias, activation=_activation(activation), cu_seqlens=cu)
+        return causal_conv1d_fn(hidden_states, weight, bias, activation=_activation(activation), cu_seqlens=cu,
+                                **states)
 
     return run
 
@@ -155,7 +161,10 @@ def _conv_update(torch_function):
     from .causal_conv1d import causal_conv1d_update
 
     def run(hidden_states, conv_state, weight, bias=None, activation=None, **kwargs):
-        return causal_conv1d_update(hidden_states, conv_state, weight, bias, activation=_activation(activation))
+        # kwargs: causal-conv1d's cache_seqlens / conv_state_indices, refused by name there (not dropped); any
+        # other keyword a TypeError, as transformers' fallback raises.
+        return causal_conv1d_update(hidden_states, conv_state, weight, bias, activation=_activation(activation),
+                                    **kwargs)
 
     return run
 
