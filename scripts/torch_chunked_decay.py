@@ -21,7 +21,8 @@ finite for the log decays the report draws (b >= about -45 over 64 tokens). T mu
 before the report times it.
 """
 import torch
-import torch.nn.functional as F
+
+from torch_chunked_common import expect_matches_recurrence, log_decays
 
 
 def _scan(U, decay):
@@ -37,17 +38,20 @@ def _scan(U, decay):
     return torch.stack(before, dim=2), S
 
 
-def chunk_simple_gla(q, k, v, g, scale=None, chunk=64):
-    """Simple GLA (one log decay per head and token), chunked. Returns (o [B, H, T, V], final state)."""
+def _chunks(q, k, v, scale, C):
+    """q (times the scale, default K^-1/2), k and v as [B, H, n, C, ·], n = T / C chunks of C tokens;
+    returns (B, H, T, K, V, n, C, q, k, v)."""
     B, H, T, K = q.shape
     V = v.shape[-1]
-    C = chunk
     assert T % C == 0, f'T = {T} is not a multiple of the chunk {C}'
     n = T // C
     scale = K ** -0.5 if scale is None else scale
-    q = q.reshape(B, H, n, C, K) * scale
-    k = k.reshape(B, H, n, C, K)
-    v = v.reshape(B, H, n, C, V)
+    return B, H, T, K, V, n, C, q.reshape(B, H, n, C, K) * scale, k.reshape(B, H, n, C, K), v.reshape(B, H, n, C, V)
+
+
+def chunk_simple_gla(q, k, v, g, scale=None, chunk=64):
+    """Simple GLA (one log decay per head and token), chunked. Returns (o [B, H, T, V], final state)."""
+    B, H, T, K, V, n, C, q, k, v = _chunks(q, k, v, scale, chunk)
     b = g.reshape(B, H, n, C).cumsum(-1)
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
     # exp(b_i - b_j) on the lower triangle; the upper masked to -inf before exp, so never overflows.
@@ -62,15 +66,7 @@ def chunk_simple_gla(q, k, v, g, scale=None, chunk=64):
 
 def chunk_gla(q, k, v, g, scale=None, chunk=64):
     """GLA (one log decay per head, token and key dim), chunked. Returns (o [B, H, T, V], final state)."""
-    B, H, T, K = q.shape
-    V = v.shape[-1]
-    C = chunk
-    assert T % C == 0, f'T = {T} is not a multiple of the chunk {C}'
-    n = T // C
-    scale = K ** -0.5 if scale is None else scale
-    q = q.reshape(B, H, n, C, K) * scale
-    k = k.reshape(B, H, n, C, K)
-    v = v.reshape(B, H, n, C, V)
+    B, H, T, K, V, n, C, q, k, v = _chunks(q, k, v, scale, chunk)
     b = g.reshape(B, H, n, C, K).cumsum(-2)
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
     qb = q * b.exp()
@@ -96,11 +92,6 @@ def recurrent(q, k, v, g, scale=None):
     return torch.stack(out, dim=2), S
 
 
-def log_decays(*shape, dtype=torch.float32):
-    """logsigmoid(N(0, 1)) / 16, as the tests and the C++ benchmarks draw the gate."""
-    return F.logsigmoid(torch.randn(*shape, dtype=dtype)) / 16
-
-
 FORMULATIONS = {'simple_gla': chunk_simple_gla, 'gla': chunk_gla}
 
 
@@ -114,20 +105,7 @@ def check(chunks=(32, 64, 128), tolerance=1e-10):
         q, k, v = (torch.rand(B, H, T, D, dtype=torch.float64) * 2 - 1 for D in (K, K, V))
         g = log_decays(*((B, H, T) if name == 'simple_gla' else (B, H, T, K)), dtype=torch.float64)
         dout = torch.randn(B, H, T, V, dtype=torch.float64)
-        inputs = [x.clone().requires_grad_() for x in (q, k, v, g)]
-        o, S = recurrent(*inputs)
-        (o * dout).sum().backward()
-        want = [o.detach(), S.detach()] + [x.grad for x in inputs]
-        for C in chunks:
-            inputs = [x.clone().requires_grad_() for x in (q, k, v, g)]
-            o, S = fn(*inputs, chunk=C)
-            (o * dout).sum().backward()
-            got = [o.detach(), S.detach()] + [x.grad for x in inputs]
-            for what, a, w in zip(('o', 'final state', 'dq', 'dk', 'dv', 'dg'), got, want):
-                err = ((a - w).abs().max() / w.abs().max()).item()
-                if err > tolerance:
-                    raise SystemExit(f'torch chunked {name} (chunk {C}): {what} differs from the recurrence, '
-                                     f'relative error {err:.2e}')
+        expect_matches_recurrence(name + ' (chunk {C})', fn, recurrent, (q, k, v, g), 'qkvg', dout, chunks, tolerance)
     torch.random.set_rng_state(generator_state)
 
 

@@ -29,7 +29,8 @@ multiple of C.
 before the report times it.
 """
 import torch
-import torch.nn.functional as F
+
+from torch_chunked_common import expect_matches_recurrence, log_decays
 
 
 def l2norm(x):
@@ -125,11 +126,6 @@ def recurrent(q, k, v, g, beta, scale=None, use_qk_l2norm=False):
     return torch.stack(out, dim=2), S
 
 
-def log_decays(*shape, dtype=torch.float32):
-    """logsigmoid(N(0, 1)) / 16, as the tests and the C++ benchmarks draw the gate."""
-    return F.logsigmoid(torch.randn(*shape, dtype=dtype)) / 16
-
-
 def betas(*shape, dtype=torch.float32):
     """sigmoid(N(0, 1)), as the operator table draws β."""
     return torch.randn(*shape, dtype=dtype).sigmoid()
@@ -153,20 +149,8 @@ def check(chunks=(32, 64, 128), tolerance=1e-10):
             g = log_decays(*((B, H, T) if name == 'gated_delta_rule' else (B, H, T, K)), dtype=torch.float64)
             beta = betas(B, H, T, dtype=torch.float64)
             dout = torch.randn(B, H, T, V, dtype=torch.float64)
-            inputs = [x.clone().requires_grad_() for x in (q, k, v, g, beta)]
-            o, S = recurrent(*inputs, use_qk_l2norm=l2)
-            (o * dout).sum().backward()
-            want = [o.detach(), S.detach()] + [x.grad for x in inputs]
-            for C in chunks:
-                inputs = [x.clone().requires_grad_() for x in (q, k, v, g, beta)]
-                o, S = fn(*inputs, chunk=C, use_qk_l2norm=l2)
-                (o * dout).sum().backward()
-                got = [o.detach(), S.detach()] + [x.grad for x in inputs]
-                for what, a, w in zip(('o', 'final state', 'dq', 'dk', 'dv', 'dg', 'dbeta'), got, want):
-                    err = ((a - w).abs().max() / w.abs().max()).item()
-                    if err > tolerance:
-                        raise SystemExit(f'torch chunked {name} (chunk {C}, l2norm {l2}): {what} differs from the '
-                                         f'recurrence, relative error {err:.2e}')
+            expect_matches_recurrence(name + ' (chunk {C}, l2norm ' + str(l2) + ')', fn, recurrent, (q, k, v, g, beta),
+                                      ['q', 'k', 'v', 'g', 'beta'], dout, chunks, tolerance, use_qk_l2norm=l2)
     torch.random.set_rng_state(generator_state)
 
 
