@@ -1,11 +1,13 @@
 // The blocks' multi-head attention (causal in the decoder, not in the encoder classifier): q, k, v are strided views
 // into the fused qkv rows, so heads need no copies. float runs linattn's operators; double runs the fp64 reference. The
 // delta kinds are in delta_layers.cpp.
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
 #include "linattn/decay.hpp"
 #include "linattn/linear_attention.hpp"
+#include "linattn/linformer.hpp"
 #include "linattn/model/layers.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"
@@ -35,6 +37,15 @@ View4<T> gate_view(T* gate, const AttentionSpec& spec, int64_t B, int64_t T_, in
   if (!gate) throw std::invalid_argument("linattn::model: gla attention needs its gate, got null");
   return part_view(gate, 0, C, B, T_, spec.heads, C);
 }
+
+LinformerOptions linformer_options(const AttentionSpec& spec) {
+  LinformerOptions options;
+  options.projected_length = spec.linformer_length;
+  options.max_length = spec.max_length;
+  return options;
+}
+// The size of E (and of F) in the projections [2, H, P, N_max] that linformer takes in the gate's place.
+int64_t projection_size(const AttentionSpec& spec) { return spec.heads * spec.linformer_length * spec.max_length; }
 
 SoftmaxAttentionOptions softmax_options(const AttentionSpec& spec) {
   SoftmaxAttentionOptions options;
@@ -85,6 +96,11 @@ void attention_forward<float>(float* out, float* lse, const float* qkv, const At
   const TensorView o = part_view(out, 0, C, B, T_, H, C);
   if (spec.kind == AttentionKind::softmax) {
     parallel.softmax_forward(o, {lse, size_t(B * H * T_)}, q, k, v, softmax_options(spec));
+  } else if (spec.kind == AttentionKind::linformer) {
+    require_single_process(parallel, "the encoder's attention");
+    const auto n = size_t(projection_size(spec));
+    linformer_attention_forward(o, {lse, size_t(B * H * T_)}, q, k, v, {gate, n}, {gate + n, n},
+                                linformer_options(spec));
   } else if (is_decayed(spec.kind)) {
     parallel.decayed_forward(o, q, k, v, gate_view(gate, spec, B, T_, C), decayed_options(spec));
   } else if (!spec.causal) {  // the encoder's: the group's linear_forward is the causal operator
@@ -117,6 +133,11 @@ void attention_backward<float>(float* dqkv, const float* dout, const float* qkv,
     const ConstTensorView out_view = part_view(out, 0, C, B, T_, H, C);
     parallel.softmax_backward(dq, dk, dv, dout_view, q, k, v, out_view, {lse, size_t(B * H * T_)},
                               softmax_options(spec));
+  } else if (spec.kind == AttentionKind::linformer) {
+    require_single_process(parallel, "the encoder's attention");
+    const auto n = size_t(projection_size(spec));
+    linformer_attention_backward(dq, dk, dv, {dgate, n}, {dgate + n, n}, dout_view, q, k, v, {gate, n}, {gate + n, n},
+                                 part_view(out, 0, C, B, T_, H, C), {lse, size_t(B * H * T_)}, linformer_options(spec));
   } else if (is_decayed(spec.kind)) {
     parallel.decayed_backward(dq, dk, dv, gate_view(dgate, spec, B, T_, C), dout_view, q, k, v,
                               gate_view(gate, spec, B, T_, C), decayed_options(spec));
@@ -142,6 +163,10 @@ void attention_forward<double>(double* out, double* lse, const double* qkv, cons
     std::vector<double> lse64;
     from_tensor(out, 0, C, reference::softmax_attention_forward(q, k, v, softmax_options(spec), &lse64), H, C);
     for (size_t i = 0; i < lse64.size(); ++i) lse[i] = lse64[i];
+  } else if (spec.kind == AttentionKind::linformer) {
+    const int64_t n = projection_size(spec);
+    const std::vector<double> E(gate, gate + n), F(gate + n, gate + 2 * n);
+    from_tensor(out, 0, C, reference::linformer_attention_forward(q, k, v, E, F, linformer_options(spec)), H, C);
   } else if (is_decayed(spec.kind)) {
     gate_view(gate, spec, B, T_, C);  // checks that gla has its gate
     const reference::Tensor g =
@@ -165,6 +190,18 @@ void attention_backward<double>(double* dqkv, const double* dout, const double* 
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
                           v = to_tensor(qkv, 2, 3 * C, B, T_, H, C), dy = to_tensor(dout, 0, C, B, T_, H, C);
+  if (spec.kind == AttentionKind::linformer) {
+    const int64_t n = projection_size(spec);
+    const std::vector<double> E(gate, gate + n), F(gate + n, gate + 2 * n);
+    const reference::LinformerGradients d =
+        reference::linformer_attention_backward(dy, q, k, v, E, F, linformer_options(spec));
+    from_tensor(dqkv, 0, 3 * C, d.dq, H, C);
+    from_tensor(dqkv, 1, 3 * C, d.dk, H, C);
+    from_tensor(dqkv, 2, 3 * C, d.dv, H, C);
+    std::copy(d.dE.begin(), d.dE.end(), dgate);
+    std::copy(d.dF.begin(), d.dF.end(), dgate + n);
+    return;
+  }
   if (is_decayed(spec.kind)) {
     gate_view(gate, spec, B, T_, C);
     const bool gla = spec.kind == AttentionKind::gla;

@@ -32,6 +32,8 @@ const char* attention_name(AttentionKind kind) {
       return "gated_deltanet";
     case AttentionKind::kda:
       return "kda";
+    case AttentionKind::linformer:
+      return "linformer";
   }
   return "?";
 }
@@ -39,11 +41,11 @@ const char* attention_name(AttentionKind kind) {
 AttentionKind attention_by_name(std::string_view name) {
   for (AttentionKind kind :
        {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor, AttentionKind::retnet, AttentionKind::gla,
-        AttentionKind::deltanet, AttentionKind::gated_deltanet, AttentionKind::kda})
+        AttentionKind::deltanet, AttentionKind::gated_deltanet, AttentionKind::kda, AttentionKind::linformer})
     if (name == attention_name(kind)) return kind;
   throw Error("linattn::model: attention is \"" + detail::printable(name) +
               "\", expected one of \"softmax\", \"linear\", \"favor\", \"retnet\", \"gla\", \"deltanet\", "
-              "\"gated_deltanet\", \"kda\"");
+              "\"gated_deltanet\", \"kda\", \"linformer\"");
 }
 
 bool is_decayed(AttentionKind kind) { return kind == AttentionKind::retnet || kind == AttentionKind::gla; }
@@ -100,6 +102,18 @@ void check_config(const ModelConfig& c) {
                             : is_delta(c.attention) ? limits::kMaxDeltaChunkSize
                                                     : limits::kMaxChunkSize;
   check_bounded("linattn::model", "chunk_size", c.chunk_size, 1, max_chunk);
+  if (c.attention == AttentionKind::linformer) {
+    if (c.classes == 0)
+      throw Error(
+          "linattn::model: attention linformer needs the encoder classifier (classes > 0): each projected "
+          "key mixes every position of the sequence, later ones included, so the decoder's causal mask "
+          "cannot apply");
+    check_bounded("linattn::model", "linformer_length", c.linformer_length, 1, 4096);
+    check_bounded("linattn::model", "max_seq_len", c.max_seq_len, 1, limits::kMaxSeqLen);
+    // E and F of every layer and head: bounded before the weights are allocated.
+    check_bounded("linattn::model", "layers × heads × linformer_length × max_seq_len",
+                  c.layers * c.heads * c.linformer_length * c.max_seq_len, 1, int64_t(1) << 28, "projection weights");
+  }
   if (c.vocab_size > (int64_t(1) << 24) || c.d_model > 65536 || c.layers > 1024 || c.mlp_hidden > (int64_t(1) << 20))
     throw Error("linattn::model: config sizes are implausibly large (vocab_size " + std::to_string(c.vocab_size) +
                 ", d_model " + std::to_string(c.d_model) + ", layers " + std::to_string(c.layers) +
@@ -135,6 +149,7 @@ FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer) {
     case AttentionKind::deltanet:
     case AttentionKind::gated_deltanet:
     case AttentionKind::kda:
+    case AttentionKind::linformer:
       return nullptr;
     case AttentionKind::linear:
       return elu_feature_map();
@@ -159,6 +174,10 @@ std::string config_to_text(const ModelConfig& c) {
   detail::write_fields<ModelConfig>(kv, c, kConfigFields);
   kv.set("attention", attention_name(c.attention));
   if (c.classes > 0) kv.set("classes", c.classes);  // the decoder's files keep the keys they always had
+  if (c.attention == AttentionKind::linformer) {
+    kv.set("linformer_length", c.linformer_length);
+    kv.set("max_seq_len", c.max_seq_len);
+  }
   return kv.text();
 }
 
@@ -168,6 +187,10 @@ ModelConfig config_from_text(std::string_view text) {
   detail::read_fields<ModelConfig>(kv, c, kConfigFields);
   c.attention = attention_by_name(kv.get_string("attention"));
   if (kv.has("classes")) c.classes = kv.get_int("classes");
+  if (c.attention == AttentionKind::linformer) {
+    c.linformer_length = kv.get_int("linformer_length");
+    c.max_seq_len = kv.get_int("max_seq_len");
+  }
   kv.check_all_read();
   check_config(c);
   return c;

@@ -152,6 +152,8 @@ Trainer::Trainer(ModelConfig config, TrainOptions options, std::shared_ptr<const
   if (const auto* file = dynamic_cast<const DatasetTask*>(task_.get())) check_dataset(*file);
   config.vocab_size = task_->tokenizer().size();
   config.classes = task_->classes();  // a classification task trains the encoder classifier
+  // Linformer's projections span the padded length: a resumed run's is its checkpoint's seq_len too.
+  if (config.attention == AttentionKind::linformer) config.max_seq_len = options_.seq_len;
   if (config.classes > 0 && ranks > 1)
     throw Error("linattn::model: task \"" + options_.task +
                 "\" trains the encoder classifier, which runs in one process, expected no sequence parallelism");

@@ -15,10 +15,13 @@ namespace linattn::model {
 
 int64_t head_width(const ModelConfig& c) { return c.classes > 0 ? c.classes : c.vocab_size; }
 
+int64_t linformer_layer_size(const ModelConfig& c) { return 2 * c.heads * c.linformer_length * c.max_seq_len; }
+
 std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
   const int64_t V = c.vocab_size, C = c.d_model, L = c.layers, F = c.mlp_hidden, H = c.heads;
   const int64_t G = gate_width(c.attention, C, H), O = head_width(c);
   const bool delta = is_delta(c.attention), decay_a = G > 0 && delta;
+  const int64_t linproj = c.attention == AttentionKind::linformer ? L * linformer_layer_size(c) : 0;
   const std::pair<const char*, std::pair<int64_t, bool>> shapes[] = {{"wte", {V * C, true}},
                                                                      {"ln1w", {L * C, false}},
                                                                      {"ln1b", {L * C, false}},
@@ -29,6 +32,7 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
                                                                      {"alog", {decay_a ? L * H : 0, false}},
                                                                      {"betaw", {delta ? L * C * H : 0, true}},
                                                                      {"betab", {delta ? L * H : 0, false}},
+                                                                     {"linproj", {linproj, true}},
                                                                      {"attprojw", {L * C * C, true}},
                                                                      {"attprojb", {L * C, false}},
                                                                      {"ln2w", {L * C, false}},
@@ -59,12 +63,12 @@ int64_t param_count(const ModelConfig& config) {
 template <class P>
 ParamPointers<P> param_pointers(P* base, const ModelConfig& config) {
   ParamPointers<P> p{};
-  P** slots[] = {&p.wte,     &p.ln1w,    &p.ln1b,     &p.qkvw,     &p.qkvb,  &p.gatew, &p.gateb, &p.alog,
-                 &p.betaw,   &p.betab,   &p.attprojw, &p.attprojb, &p.ln2w,  &p.ln2b,  &p.fcw,   &p.fcb,
-                 &p.fcprojw, &p.fcprojb, &p.lnfw,     &p.lnfb,     &p.headw, &p.headb};
-  const char* names[] = {"wte",     "ln1w",    "ln1b",     "qkvw",     "qkvb",  "gatew", "gateb", "alog",
-                         "betaw",   "betab",   "attprojw", "attprojb", "ln2w",  "ln2b",  "fcw",   "fcb",
-                         "fcprojw", "fcprojb", "lnfw",     "lnfb",     "headw", "headb"};
+  P** slots[] = {&p.wte,   &p.ln1w,    &p.ln1b,    &p.qkvw,     &p.qkvb,     &p.gatew, &p.gateb, &p.alog,
+                 &p.betaw, &p.betab,   &p.linproj, &p.attprojw, &p.attprojb, &p.ln2w,  &p.ln2b,  &p.fcw,
+                 &p.fcb,   &p.fcprojw, &p.fcprojb, &p.lnfw,     &p.lnfb,     &p.headw, &p.headb};
+  const char* names[] = {"wte",   "ln1w",    "ln1b",    "qkvw",     "qkvb",     "gatew", "gateb", "alog",
+                         "betaw", "betab",   "linproj", "attprojw", "attprojb", "ln2w",  "ln2b",  "fcw",
+                         "fcb",   "fcprojw", "fcprojb", "lnfw",     "lnfb",     "headw", "headb"};
   static_assert(std::size(slots) == std::size(names));
   for (const ParamTensor& t : param_tensors(config))
     for (size_t i = 0; i < std::size(names); ++i)
@@ -113,8 +117,8 @@ template <class T>
 Transformer<T>::Transformer(const ModelConfig& config) : config_(config) {
   check_config(config);
   for (int64_t l = 0; l < config.layers; ++l)
-    specs_.push_back(
-        {config.attention, config.heads, feature_map_for(config, l), config.chunk_size, config.classes == 0});
+    specs_.push_back({config.attention, config.heads, feature_map_for(config, l), config.chunk_size,
+                      config.classes == 0, config.linformer_length, config.max_seq_len});
   params_.assign(param_count(config), T(0));
   grads_.assign(params_.size(), T(0));
   Random rng(splitmix64(config.init_seed));
@@ -232,8 +236,9 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
                                         at_layer(beta_, l, BT * H),
                                         config_.attention};
     T* lse = lse_.data() + l * B * H * T_len;
+    const T* projections = p.linproj ? p.linproj + l * linformer_layer_size(config_) : nullptr;
     detail::block_forward(a, residual, p, l, BT, C, F, H, [&](T* out, const T* qkv, const T* gate, const T* beta) {
-      attention_forward(out, lse, qkv, specs_[l], B, T_len, C, gate, beta, *parallel_);
+      attention_forward(out, lse, qkv, specs_[l], B, T_len, C, projections ? projections : gate, beta, *parallel_);
     });
     residual = a.residual3;
   }
@@ -320,8 +325,12 @@ void Transformer<T>::backward() {
       attention_backward(dbig.data(), dattn_.data(), qkv, at_layer(attn_, l, BT * C), lse, specs_[l], B, T_len, C, gate,
                          gate ? dgate_.data() : nullptr, beta, beta ? dbeta_.data() : nullptr, *parallel_);
     } else {
-      attention_backward<T>(dbig.data(), datty.data(), qkv, atty, lse, specs_[l], B, T_len, C, nullptr, nullptr,
-                            nullptr, nullptr, *parallel_);
+      // linformer's E and F take the gate's place; their gradient goes straight to the weights' (each
+      // layer's projections are used once per forward, so it is written, not added).
+      const int64_t P = p.linproj ? linformer_layer_size(config_) : 0;
+      attention_backward<T>(dbig.data(), datty.data(), qkv, atty, lse, specs_[l], B, T_len, C,
+                            P ? p.linproj + l * P : nullptr, P ? g.linproj + l * P : nullptr, nullptr, nullptr,
+                            *parallel_);
     }
     matmul_backward(dln.data(), g.qkvw + l * C * 3 * C, g.qkvb + l * 3 * C, dbig.data(), ln1, p.qkvw + l * C * 3 * C,
                     BT, C, 3 * C);

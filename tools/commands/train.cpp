@@ -86,6 +86,7 @@ void check_resume_flags(const CLI::App& app, const TrainArgs& a, const model::Tr
       {"--mlp-hidden", {std::to_string(a.config.mlp_hidden), std::to_string(c.mlp_hidden)}},
       {"--favor-features", {std::to_string(a.config.favor_features), std::to_string(c.favor_features)}},
       {"--chunk-size", {std::to_string(a.config.chunk_size), std::to_string(c.chunk_size)}},
+      {"--projected", {std::to_string(a.config.linformer_length), std::to_string(c.linformer_length)}},
       {"--seed", {std::to_string(a.options.seed), std::to_string(o.seed)}},
       {"--init-seed", {std::to_string(a.config.init_seed), std::to_string(c.init_seed)}},
       {"--warmup", {std::to_string(a.options.warmup), std::to_string(o.warmup)}},
@@ -154,14 +155,15 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   // Every rank trains; rank 0 alone prints and writes files (the others' copies are the same bits).
   const bool speaks = !parallel || parallel->rank() == 0;
   const bool resuming = !a.resume.empty();
-  // Issue 41's names: performer is favor; linformer has no training path yet (its projection of the
-  // keys along N is not in the model's layers): refused by name rather than trained as something else.
+  // Issue 41's names: performer is favor.
   if (a.attention == "performer") a.attention = "favor";
-  if (a.attention == "linformer")
-    throw UsageError(
-        "--attention linformer: train does not have Linformer yet (its operator is bench's, compare's "
-        "and run's); choose softmax, linear, performer (favor), retnet, gla, deltanet, gated_deltanet "
-        "or kda");
+  if (!resuming && a.attention == "linformer" && !model::is_classification_task(a.options.task))
+    throw UsageError("--attention linformer: task " + a.options.task +
+                     " trains the decoder, whose attention is causal, and Linformer has no causal form (each "
+                     "projected key mixes every position, later ones included); it trains the encoder of "
+                     "--task listops, pathfinder, image or speech");
+  if (!resuming && app.count("--projected") > 0 && a.attention != "linformer")
+    throw UsageError("--projected applies to --attention linformer only: drop it");
   if (resuming) {
     // A resumed run takes its config and options from the checkpoint, so that it repeats exactly;
     // the paths (data, checkpoints) come from this command line, never from the file.
@@ -185,6 +187,8 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
     try {
       model::ModelConfig shape = a.config;
       shape.vocab_size = 1;
+      if (model::is_classification_task(a.options.task)) shape.classes = 2;  // the task's count comes later
+      shape.max_seq_len = a.options.seq_len;
       model::check_config(shape);
       model::check_train_options(a.options);
     } catch (const Error& e) {
@@ -209,6 +213,7 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
   if (!resuming) {  // before the weights are allocated; the vocabulary is at most 256 symbols
     model::ModelConfig largest = a.config;
     largest.vocab_size = 256;
+    largest.max_seq_len = a.options.seq_len;  // linformer's projections span it
     check_training_memory(largest, a.options);
   }
   model::Trainer trainer =
@@ -387,9 +392,10 @@ const Registrar registrar{
                       "softmax, linear (elu+1), favor or performer (Performer), retnet (retention, a fixed decay per "
                       "head), gla (gated linear attention, a learned decay per key dimension), deltanet (the delta "
                       "rule), gated_deltanet (the delta rule with a learned decay per head) or kda (Kimi Delta "
-                      "Attention: a learned decay per key dimension). linformer is refused (not in train yet). In "
-                      "the encoder (--task listops) the recurrent kinds, retnet, gla and the delta kinds, run in "
-                      "both directions and add the two outputs; softmax, linear and favor attend non-causally")
+                      "Attention: a learned decay per key dimension), or linformer (the encoder only: keys and values "
+                      "projected to --projected positions, then softmax). In the encoder (the classification "
+                      "tasks) the recurrent kinds, retnet, gla and the delta kinds, run in both directions and add "
+                      "the two outputs; softmax, linear, favor and linformer attend non-causally")
            ->transform(flags::one_of({"softmax", "linear", "favor", "performer", "linformer", "retnet", "gla",
                                       "deltanet", "gated_deltanet", "kda"}))
            ->capture_default_str();
@@ -434,6 +440,11 @@ const Registrar registrar{
            ->capture_default_str();
        app.add_option("--chunk-size", c.chunk_size, "Causal linear / decayed / delta attention chunk")
            ->check(flags::bounded(1, limits::kMaxChunkSize))
+           ->capture_default_str();
+       app.add_option("--projected", c.linformer_length,
+                      "Linformer: projected length P (keys and values are projected from --seq-len positions to P "
+                      "by learned E, F per layer and head)")
+           ->check(flags::bounded(1, 4096))
            ->capture_default_str();
        app.add_option("--eval-every", o.eval_every, "Held-out evaluation every N steps (0: at the end only)")
            ->check(flags::bounded(0, limits::kMaxSteps))

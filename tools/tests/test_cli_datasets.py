@@ -66,7 +66,7 @@ def test_trains_and_eval_scores_the_test_split(tmp_path):
     assert part.returncode == 0 and "validation split: 10 sequences of 16 tokens" in part.stdout
 
 
-@pytest.mark.parametrize("attention", ["linear", "gated_deltanet"])
+@pytest.mark.parametrize("attention", ["linear", "gated_deltanet", "linformer"])
 def test_speech_task_and_resume(tmp_path, attention):
     data = dataset(tmp_path, "speech.ds", task="speech")
     proc, out = train(tmp_path, data, "--attention", attention, task="speech", steps=4)

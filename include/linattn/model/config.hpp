@@ -15,11 +15,12 @@ namespace linattn::model {
 // decayed linear attention (decay.hpp) on q, k as projected: RetNet's multi-scale retention (a fixed
 // decay per head) or GLA (a decay per key dimension from a projection of the block's input), or the
 // delta rule (delta.hpp) on l2-normalised q, k: DeltaNet, Gated DeltaNet (a learned decay per head) or
-// Kimi Delta Attention (a learned decay per key dimension).
-enum class AttentionKind { softmax, linear, favor, retnet, gla, deltanet, gated_deltanet, kda };
+// Kimi Delta Attention (a learned decay per key dimension). linformer (the encoder only): keys and values
+// projected along the sequence by learned E, F ∈ R^{P × N_max} per layer and head, then exact softmax.
+enum class AttentionKind { softmax, linear, favor, retnet, gla, deltanet, gated_deltanet, kda, linformer };
 
 const char* attention_name(AttentionKind kind);
-// "softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet" or "kda"; throws
+// "softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda" or "linformer"; throws
 // linattn::Error naming the choices otherwise.
 AttentionKind attention_by_name(std::string_view name);
 
@@ -59,6 +60,10 @@ struct ModelConfig {
   // The recurrent kinds (retnet, gla and the delta kinds) have no non-causal form: the encoder runs
   // each of them in both directions and adds the two outputs (before the head norm).
   int64_t classes = 0;
+  // linformer: P, the projected length, and N_max, the longest sequence (the padded length the
+  // projections span; train sets it to seq_len). Stored only for linformer.
+  int64_t linformer_length = 64;
+  int64_t max_seq_len = 0;
 
   int64_t head_dim() const { return d_model / heads; }
 };

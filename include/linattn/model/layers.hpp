@@ -106,6 +106,7 @@ struct AttentionSpec {
   FeatureMapPtr feature_map;  // null for softmax and the decayed and delta kinds
   int64_t chunk_size = 64;
   bool causal = true;  // false: the encoder classifier's attention (every token sees every token)
+  int64_t linformer_length = 0, max_length = 0;  // linformer: P and N_max of its projections
 };
 
 // The encoder's mean pool (pool_layers.cpp): out: [B, C] = Σ_t w[b, t] · inp[b, t, :] / Σ_t w[b, t],
@@ -128,15 +129,15 @@ template <class T>
 void bidirectional_backward(T* dqkv, const T* dout, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_,
                             int64_t C, const T* gate, T* dgate, const T* beta, T* dbeta);
 
-// Multi-head attention, causal unless spec.causal is false. out: [B, T, C]; lse: [B, H, T] (softmax only, else unused);
-// qkv: [B, T, 3C], q | k | v along the last axis, each split into H heads of C/H; gate: [B, T, C],
-// the per-key-dimension log decay g ([B, T, H, C/H]) for gla and kda, [B, T, H] (one per head) for
-// gated_deltanet, else unused (null); beta: [B, T, H], the delta kinds' β, else unused (null).
-// float runs linattn's operators (retnet, gla: decayed_attention_forward; the delta kinds:
-// delta_rule_forward; both chunked); double runs the fp64 reference (for the gradient tests). The
-// decayed and delta kinds write the output before the head norm.
-// parallel: whose operators attend (sequence_parallel.hpp): with a group of ranks, T_ is this rank's
-// shard and attention covers the whole sequence; double accepts only single_process().
+// Multi-head attention, causal unless spec.causal is false. out: [B, T, C]; lse: [B, H, T] (softmax and linformer, else
+// unused); qkv: [B, T, 3C], q | k | v along the last axis, each split into H heads of C/H; gate: [B, T, C], the
+// per-key-dimension log decay g ([B, T, H, C/H]) for gla and kda, [B, T, H] (one per head) for gated_deltanet,
+// linformer's projections E then F ([2, H, P, N_max], the layer's weights), else unused (null); beta: [B, T, H], the
+// delta kinds' β, else unused (null). float runs linattn's operators (retnet, gla: decayed_attention_forward; the delta
+// kinds: delta_rule_forward; both chunked); double runs the fp64 reference (for the gradient tests). The decayed and
+// delta kinds write the output before the head norm. parallel: whose operators attend (sequence_parallel.hpp): with a
+// group of ranks, T_ is this rank's shard and attention covers the whole sequence; double accepts only
+// single_process().
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
                        const T* gate = nullptr, const T* beta = nullptr,

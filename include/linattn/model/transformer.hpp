@@ -29,6 +29,7 @@ struct ParamPointers {
   P *gatew, *gateb;        // [L, C, G], [L, G]: the log-decay projection, G = gate_width (gla, gated_deltanet, kda)
   P* alog;                 // [L, H]: log A of g = −A · softplus(·) (gated_deltanet, kda)
   P *betaw, *betab;        // [L, C, H], [L, H]: β's projection (deltanet, gated_deltanet, kda)
+  P* linproj;              // [L, 2, H, P, N_max]: linformer's E then F of each layer
   P *attprojw, *attprojb;  // [L, C, C], [L, C]
   P *ln2w, *ln2b;          // [L, C]
   P *fcw, *fcb;            // [L, C, F], [L, F]
@@ -43,6 +44,8 @@ struct ParamPointers {
 std::vector<ParamTensor> param_tensors(const ModelConfig& config);
 // The head's outputs: config.classes for the encoder classifier, else the vocabulary.
 int64_t head_width(const ModelConfig& config);
+// linformer: one layer's E and F, 2 · H · P · N_max weights.
+int64_t linformer_layer_size(const ModelConfig& config);
 int64_t param_count(const ModelConfig& config);
 // The floats a Transformer holds per token of a batch for one step (its activations and their
 // gradients, what Transformer::resize allocates for B × T tokens), for memory estimates.
