@@ -76,6 +76,10 @@ def test_train_and_eval(tmp_path):
     same = json.loads(run_cli("eval", out, "--task", "pathfinder", "--seq-len", 1024, "--examples", 8,
                               "--json").stdout)
     assert same["accuracy"] == result["accuracy"]
+    # A resumed run keeps its image size.
+    line = assert_one_line_error(run_cli("train", "--resume", str(out) + ".ckpt", "--image-size", 64, "--steps", 4,
+                                         "--out", out), 2)
+    assert "--image-size is 64" in line and "32" in line
 
 
 def test_refusals(tmp_path):
