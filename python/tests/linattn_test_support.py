@@ -116,5 +116,43 @@ def rel_err(got, want):
     return err / scale if scale > 0 else err
 
 
+def assert_close(got, want, tol, what):
+    """|got − want| ≤ tol · max(1, max |want|) over the whole tensor, got finite and of want's shape; the
+    recurrences' tests (test_delta, test_fla) with TOL per dtype."""
+    got, want = got.detach().double(), want.detach().double()
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    assert torch.isfinite(got).all(), f"{what}: not finite"
+    err = (got - want).abs().max().item()
+    bound = tol * max(1.0, want.abs().max().item())
+    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
+
+
+TOL = {torch.float32: 2e-4, torch.float64: 1e-10}
+
+
+def assert_outputs_and_gradients(name, outs, refs, leaves, leaves64, names, dtype, seed, grads=True):
+    """A recurrence's outputs (o, final_state and, where refs has one, the final z) against the
+    reference's, then the gradients of every given leaf (named by `names`) of a random weighted sum of
+    the outputs (weights from seed + 2, in the outputs' order) against the reference's leaves64."""
+    tol = TOL[dtype]
+    assert outs[0].dtype == dtype and outs[1].dtype == dtype
+    for out, ref, what in zip(outs, refs, ["o", "final_state", "final z"]):
+        if ref is not None:
+            assert_close(out, ref, tol, f"{name} {what}")
+    if not grads:
+        return
+    gen = torch.Generator().manual_seed(seed + 2)
+    weights = [None if r is None else torch.randn(r.shape, generator=gen, dtype=torch.float64) for r in refs]
+
+    def loss(xs, dtype):
+        return sum((x * w.to(dtype)).sum() for x, w in zip(xs, weights) if w is not None)
+
+    wanted = [i for i, x in enumerate(leaves) if x is not None]
+    got = torch.autograd.grad(loss(outs, dtype), [leaves[i] for i in wanted])
+    want = torch.autograd.grad(loss(refs, torch.float64), [leaves64[i] for i in wanted])
+    for i, a, b in zip(wanted, got, want):
+        assert_close(a, b, tol, f"{name} d{names[i]}")
+
+
 def randn(rng, *shape, lo=-1.0, hi=1.0):
     return rng.uniform(lo, hi, size=shape).astype(np.float32)

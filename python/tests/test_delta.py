@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import linattn
 from linattn import fla
+from linattn_test_support import assert_close, assert_outputs_and_gradients
 
 # ----------------------------------------------------------------------------------------------
 # The naive recurrence.
@@ -102,16 +103,6 @@ def reference(kind, q, k, v, beta, g, h, cu=None, normalize=False, scale=None):
     return naive(q, k, v, beta, log_decay, K ** -0.5 if scale is None else scale, h, cu, normalize)
 
 
-def assert_close(got, want, tol, what):
-    got, want = got.detach().double(), want.detach().double()
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-    assert torch.isfinite(got).all(), f"{what}: not finite"
-    err = (got - want).abs().max().item()
-    bound = tol * max(1.0, want.abs().max().item())
-    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
-
-
-TOL = {torch.float32: 2e-4, torch.float64: 1e-10}
 NAMES = ["q", "k", "v", "beta", "g", "initial_state"]
 
 
@@ -123,20 +114,7 @@ def check_against_naive(name, kind, B, T, H, K, V, dtype, seed, normalize, cu=No
     o, S = call(name, *leaves, cu=cu, use_qk_l2norm_in_kernel=normalize, **extra)
     leaves64 = [None if x is None else x.detach().double().requires_grad_() for x in leaves]
     o_ref, S_ref = reference(kind, *leaves64, cu=cu, normalize=normalize)
-    tol = TOL[dtype]
-    assert o.dtype == dtype and S.dtype == dtype
-    assert_close(o, o_ref, tol, f"{name} o")
-    assert_close(S, S_ref, tol, f"{name} final_state")
-    if not grads:
-        return
-    gen = torch.Generator().manual_seed(seed + 2)
-    wo = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
-    ws = torch.randn(S_ref.shape, generator=gen, dtype=torch.float64)
-    wanted = [i for i, x in enumerate(leaves) if x is not None]
-    got = torch.autograd.grad((o * wo.to(dtype)).sum() + (S * ws.to(dtype)).sum(), [leaves[i] for i in wanted])
-    want = torch.autograd.grad((o_ref * wo).sum() + (S_ref * ws).sum(), [leaves64[i] for i in wanted])
-    for i, a, b in zip(wanted, got, want):
-        assert_close(a, b, tol, f"{name} d{NAMES[i]}")
+    assert_outputs_and_gradients(name, (o, S), (o_ref, S_ref), leaves, leaves64, NAMES, dtype, seed, grads)
 
 
 # ----------------------------------------------------------------------------------------------

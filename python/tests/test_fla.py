@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import linattn
 from linattn import fla
+from linattn_test_support import assert_close, assert_outputs_and_gradients
 
 # ----------------------------------------------------------------------------------------------
 # The naive recurrence.
@@ -157,16 +158,6 @@ def reverse_index(T, cu):
     return torch.cat([torch.arange(cu[i + 1] - 1, cu[i] - 1, -1) for i in range(len(cu) - 1)])
 
 
-def assert_close(got, want, tol, what):
-    got, want = got.detach().double(), want.detach().double()
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-    assert torch.isfinite(got).all(), f"{what}: not finite"
-    err = (got - want).abs().max().item()
-    bound = tol * max(1.0, want.abs().max().item())
-    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
-
-
-TOL = {torch.float32: 2e-4, torch.float64: 1e-10}
 
 
 def check_against_naive(name, kind, B, T, H, K, V, dtype, seed, cu=None, reverse=False, grads=True):
@@ -186,29 +177,8 @@ def check_against_naive(name, kind, B, T, H, K, V, dtype, seed, cu=None, reverse
     q6, k6, v6, g6, h6, z6 = leaves64
     o_ref, S_ref, z_ref = reference(name, kind, q6, k6, v6, g6, None if gamma is None else gamma.double(), h6, z6,
                                     cu, reverse)
-    tol = TOL[dtype]
-    assert o.dtype == dtype and S.dtype == dtype
-    assert_close(o, o_ref, tol, f"{name} o")
-    assert_close(S, S_ref, tol, f"{name} final_state")
-    if z_ref is not None:
-        assert_close(z, z_ref, tol, f"{name} final z")
-    if not grads:
-        return
-    gen = torch.Generator().manual_seed(seed + 2)
-    wo = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
-    ws = torch.randn(S_ref.shape, generator=gen, dtype=torch.float64)
-    wz = None if z_ref is None else torch.randn(z_ref.shape, generator=gen, dtype=torch.float64)
-
-    def loss(o, S, z, dtype):
-        total = (o * wo.to(dtype)).sum() + (S * ws.to(dtype)).sum()
-        return total if z is None else total + (z * wz.to(dtype)).sum()
-
-    names = ["q", "k", "v", "g", "initial_state", "z0"]
-    wanted = [i for i, x in enumerate(leaves) if x is not None]
-    got = torch.autograd.grad(loss(o, S, z, dtype), [leaves[i] for i in wanted])
-    want = torch.autograd.grad(loss(o_ref, S_ref, z_ref, torch.float64), [leaves64[i] for i in wanted])
-    for i, a, b in zip(wanted, got, want):
-        assert_close(a, b, tol, f"{name} d{names[i]}")
+    assert_outputs_and_gradients(name, (o, S, z), (o_ref, S_ref, z_ref), leaves, leaves64,
+                                 ["q", "k", "v", "g", "initial_state", "z0"], dtype, seed, grads)
 
 
 # ----------------------------------------------------------------------------------------------
