@@ -2,7 +2,7 @@
 
 Registered as linattn::softmax_forward / softmax_backward, linattn::linear_forward /
 linear_backward and linattn::linformer_forward / linformer_backward, each with a fake (meta) implementation that gives the output shapes without
-computing, and with autograd wired forward → backward. So torch.compile(fullgraph=True) traces them
+computing, and with autograd wired forward → backward (_wire: one wiring for every pair). So torch.compile(fullgraph=True) traces them
 as single nodes (no graph break) and torch.export keeps them in the exported program.
 
 Tensors are [B, N, H, D] (linattn's own layout, any strides); linattn.torch transposes views in
@@ -48,6 +48,31 @@ def _out_shape(q, v):
     return (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
 
 
+def _saving_fake(q, v):
+    """The fake (out [B, Nq, H, E], lse [B, H, Nq]) of a forward that saves its log-sum-exp: float32 and the
+    half dtypes save it, the float64 oracle does not (an empty lse)."""
+    saves = q.dtype == torch.float32 or q.dtype in _HALF
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if saves else q.new_empty(0)
+    return q.new_empty(_out_shape(q, v)), lse
+
+
+def _wire(forward, backward, tensors, saves_outputs):
+    """Registers backward's fake (the gradients of forward's first `tensors` inputs, shaped like them) and
+    forward's autograd: the backward op called as backward(those inputs, forward's outputs where
+    saves_outputs, dout, the remaining inputs (options)), their gradients None."""
+    backward.register_fake(lambda *args, **kwargs: tuple(x.new_empty(x.shape) for x in args[:tensors]))
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:tensors], *(output if saves_outputs else ()))
+        ctx.options = inputs[tensors:]
+
+    def grad(ctx, dout, *_):  # the gradient of a saved lse is not used: lse is not differentiable here
+        grads = backward(*ctx.saved_tensors, dout.contiguous(), *ctx.options)
+        return *grads, *([None] * len(ctx.options))
+
+    forward.register_autograd(grad, setup_context=setup)
+
+
 @torch.library.custom_op("linattn::softmax_forward", mutates_args=())
 def softmax_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float],
                     key_lengths: Optional[Tensor], cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
@@ -67,9 +92,7 @@ def softmax_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Option
 
 @softmax_forward.register_fake
 def _(q, k, v, causal, scale, key_lengths, cu_seqlens=None):
-    saves = q.dtype == torch.float32 or q.dtype in _HALF
-    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if saves else q.new_empty(0)
-    return q.new_empty(_out_shape(q, v)), lse
+    return _saving_fake(q, v)
 
 
 @torch.library.custom_op("linattn::softmax_backward", mutates_args=())
@@ -93,24 +116,7 @@ def softmax_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, 
     return tuple(torch.from_numpy(g) for g in grads)
 
 
-@softmax_backward.register_fake
-def _(q, k, v, out, lse, dout, causal, scale, key_lengths, cu_seqlens=None):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-def _softmax_setup(ctx, inputs, output):
-    q, k, v, *options = inputs
-    ctx.save_for_backward(q, k, v, *output)
-    ctx.options = options
-
-
-def _softmax_grad(ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = softmax_backward(q, k, v, out, lse, dout.contiguous(), *ctx.options)
-    return dq, dk, dv, *([None] * len(ctx.options))
-
-
-softmax_forward.register_autograd(_softmax_grad, setup_context=_softmax_setup)
+_wire(softmax_forward, softmax_backward, 3, saves_outputs=True)
 
 
 @torch.library.custom_op("linattn::linear_forward", mutates_args=())
@@ -147,24 +153,7 @@ def linear_backward(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, feature_map: 
     return tuple(torch.from_numpy(g) for g in grads)
 
 
-@linear_backward.register_fake
-def _(q, k, v, dout, feature_map, causal, eps, n_features, seed, key_lengths, cu_seqlens=None):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-def _linear_setup(ctx, inputs, output):
-    q, k, v, *options = inputs
-    ctx.save_for_backward(q, k, v)
-    ctx.options = options
-
-
-def _linear_grad(ctx, dout):
-    q, k, v = ctx.saved_tensors
-    dq, dk, dv = linear_backward(q, k, v, dout.contiguous(), *ctx.options)
-    return dq, dk, dv, *([None] * len(ctx.options))
-
-
-linear_forward.register_autograd(_linear_grad, setup_context=_linear_setup)
+_wire(linear_forward, linear_backward, 3, saves_outputs=False)
 
 
 @torch.library.custom_op("linattn::linformer_forward", mutates_args=())
@@ -189,9 +178,7 @@ def linformer_forward(q: Tensor, k: Tensor, v: Tensor, E: Tensor, F: Tensor, sca
 
 @linformer_forward.register_fake
 def _(q, k, v, E, F, scale, key_lengths):
-    saves = q.dtype == torch.float32 or q.dtype in _HALF
-    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if saves else q.new_empty(0)
-    return q.new_empty(_out_shape(q, v)), lse
+    return _saving_fake(q, v)
 
 
 @torch.library.custom_op("linattn::linformer_backward", mutates_args=())
@@ -215,21 +202,4 @@ def linformer_backward(q: Tensor, k: Tensor, v: Tensor, E: Tensor, F: Tensor, ou
     return tuple(torch.from_numpy(g) for g in grads)
 
 
-@linformer_backward.register_fake
-def _(q, k, v, E, F, out, lse, dout, scale, key_lengths):
-    return tuple(x.new_empty(x.shape) for x in (q, k, v, E, F))
-
-
-def _linformer_setup(ctx, inputs, output):
-    q, k, v, E, F, scale, key_lengths = inputs
-    ctx.save_for_backward(q, k, v, E, F, *output)
-    ctx.options = (scale, key_lengths)
-
-
-def _linformer_grad(ctx, dout, dlse):
-    q, k, v, E, F, out, lse = ctx.saved_tensors
-    grads = linformer_backward(q, k, v, E, F, out, lse, dout.contiguous(), *ctx.options)
-    return *grads, None, None
-
-
-linformer_forward.register_autograd(_linformer_grad, setup_context=_linformer_setup)
+_wire(linformer_forward, linformer_backward, 5, saves_outputs=True)
