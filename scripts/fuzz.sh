@@ -19,7 +19,7 @@ cxx=${FUZZ_CXX:-clang++-14}
 cc=${FUZZ_CC:-clang-14}
 cmake=${CMAKE:-cmake}
 build=${FUZZ_BUILD:-build-fuzz}
-all=(npy_fuzzer state_fuzzer state_crc_fuzzer model_fuzzer model_crc_fuzzer checkpoint_crc_fuzzer)
+all=(npy_fuzzer state_fuzzer state_crc_fuzzer model_fuzzer model_crc_fuzzer checkpoint_crc_fuzzer dataset_crc_fuzzer)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 
