@@ -21,8 +21,10 @@ run still going at 1.5x the budget is stopped by SIGTERM (train checkpoints on i
 
 Options:
   --budget-minutes M   wall time per pair, probe included (default 6: 24 pairs in about 2.5 hours)
-  --quick              a smoke run of about 5 minutes in all: short sequences, a tiny model, tiny data
-                       files, 8 s a pair (unless --budget-minutes is given); into out/applications-quick
+  --quick              a smoke run of about 5 minutes in all: a tiny model, 8 s a pair (unless
+                       --budget-minutes is given), ListOps of 64 tokens, images of 16x16, speech of 1,000
+                       samples (Pathfinder stays 32x32); into out/applications-quick
+  --image-size N       the Image task's side: 16, 32, 64 (default), 128 or 256 (make_image_data.py)
   --tasks LIST         comma-separated, of listops,pathfinder,image,speech (default: all four)
   --models LIST        comma-separated, of softmax,linear,performer,linformer,gla,gated_deltanet (default: all)
   --out DIR            results folder (default out/applications); data files are kept in DIR/data
@@ -33,7 +35,8 @@ Options:
   -h, --help           this text
 
 Sizes: ListOps at LRA's 2,000 tokens; Pathfinder 32x32 (1,024 pixels); Image: scikit-learn's digits
-upscaled to 32x32 (1,024 pixels, LRA's CIFAR length); Speech: keywords at 4 kHz, 4,000 samples (1 s).
+upscaled to 64x64 (4,096 pixels; LRA's CIFAR-10 is 1,024: --image-size 32); Speech: keywords at 4 kHz,
+4,000 samples (1 s; make_speech_data.py).
 The model is the same for every pair: d_model 64, 2 layers, 4 heads, MLP 128, batch 8, lr 2e-3.
 
 Examples:
@@ -46,7 +49,7 @@ EOF
 
 die() { echo "reproduce_applications: $*" >&2; exit 2; }
 
-budget_minutes= quick=0 out= threads=1 table_only=0 test_examples=
+budget_minutes= quick=0 out= threads=1 table_only=0 test_examples= image_size=
 tasks=listops,pathfinder,image,speech
 models=softmax,linear,performer,linformer,gla,gated_deltanet
 bin=${LINATTN_BIN:-build/tools/linattn}
@@ -59,6 +62,7 @@ while (($#)); do
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --threads) threads=${2:?--threads needs a value}; shift 2 ;;
     --test-examples) test_examples=${2:?--test-examples needs a value}; shift 2 ;;
+    --image-size) image_size=${2:?--image-size needs a value}; shift 2 ;;
     --bin) bin=${2:?--bin needs a value}; shift 2 ;;
     --table-only) table_only=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -69,6 +73,8 @@ if [[ -n $budget_minutes ]] && ! awk -v m="$budget_minutes" 'BEGIN { exit !(m + 
   die "--budget-minutes '$budget_minutes': expected a number of minutes above 0, e.g. 6 or 0.5"
 fi
 [[ $threads =~ ^[1-9][0-9]*$ ]] || die "--threads '$threads': expected a whole number of at least 1"
+[[ -z $image_size || $image_size =~ ^(16|32|64|128|256)$ ]] ||
+  die "--image-size '$image_size': expected 16, 32, 64, 128 or 256 (make_image_data.py's sizes)"
 [[ -z $test_examples || $test_examples =~ ^[0-9]+$ ]] ||
   die "--test-examples '$test_examples': expected a whole number (0: the whole test split)"
 for t in ${tasks//,/ }; do
@@ -84,25 +90,25 @@ else
   budget_minutes=${budget_minutes:-6} out=${out:-out/applications}
 fi
 budget_s=$(awk -v m="$budget_minutes" 'BEGIN { printf "%d", m * 60 + 0.5 }')
-python=${PYTHON:-$(command -v python3)}
+# The venv's interpreter where there is one: make_image_data.py needs scikit-learn (scripts/test.sh's pip line).
+python=${PYTHON:-$( [[ -x build/venv/bin/python ]] && echo build/venv/bin/python || command -v python3)}
 table="$python scripts/applications/lra_table.py"
 mkdir -p "$out/pairs" "$out/data" "$out/runs"
 
 # Per task: the data it needs and its train flags. Quick mode shrinks lengths and data.
 model_flags=(--d-model 64 --layers 2 --heads 4 --mlp-hidden 128 --batch 8 --lr 2e-3 --min-lr 2e-4)
-listops_len=2000 pathfinder_size=32 image_size=32 speech=(--rate 4000 --length 4000 --train 300 --eval 50)
-image_data=()
+image_side=${image_size:-64}
+listops_len=2000 pathfinder_size=32 speech=(--rate 4000 --length 4000 --train 300 --eval 50)
 if [[ $quick == 1 ]]; then
   model_flags=(--d-model 32 --layers 1 --heads 2 --mlp-hidden 64 --batch 8 --lr 3e-3 --min-lr 3e-4)
-  listops_len=64 image_size=32 speech=(--rate 4000 --length 1000 --train 4 --eval 2) image_data=(--train 200)
+  image_side=${image_size:-16} listops_len=64 speech=(--rate 4000 --length 1000 --train 4 --eval 2)
 fi
 
 # Writes the task's data file if it is not there yet (its name records its sizes); prints its path.
 data_file() {
   local task=$1 file maker
   case $task in
-    image) file="$out/data/image_${image_size}_q$quick.ds" maker=(scripts/applications/make_image_data.py
-             --size "$image_size" "${image_data[@]}") ;;
+    image) file="$out/data/image_$image_side.ds" maker=(scripts/applications/make_image_data.py --size "$image_side") ;;
     speech) file="$out/data/speech_$(IFS=_; echo "${speech[*]//--/}").ds"
             maker=(scripts/applications/make_speech_data.py "${speech[@]}") ;;
   esac

@@ -46,8 +46,11 @@ def random_images(path, size, seed=1):
 
 
 def timed(command, limit, time_v):
-    """Runs command under GNU time -v and `timeout`; (exit code, stdout, stderr, wall seconds, peak MiB)."""
-    full = ["nice", "-n", "19", "/usr/bin/time", "-v", "-o", str(time_v), "timeout", "-s", "KILL", str(limit), *command]
+    """Runs command under GNU time -v and `timeout`; (exit code, stdout, stderr, wall seconds, peak MiB).
+    --foreground: timeout kills the command alone and reaps it, so GNU time still sees the command's peak
+    memory (without it timeout's KILL reaches its own process group, timeout too, before the reaping)."""
+    full = ["nice", "-n", "19", "/usr/bin/time", "-v", "-o", str(time_v), "timeout", "--foreground", "-s", "KILL",
+            str(limit), *command]
     start = time.monotonic()
     proc = subprocess.run(full, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -112,7 +115,7 @@ def markdown(rows, args):
             step, fwd = (next(r for r in rows if int(r["size"]) == size and r["method"] == m and r["phase"] == p)
                          for p in ("train step", "forward"))
             show = lambda r: r["seconds"] if r["status"] == "ok" else f"{r['status']} ({r['seconds'] or '-'})"
-            cells += [show(step), show(fwd), step["peak_rss_mib"]]
+            cells += [show(step), show(fwd), step["peak_rss_mib"] + (" (when stopped)" if step["status"] != "ok" else "")]
         out.append(f"| {size}x{size} | {size * size:,} | " + " | ".join(cells) + " |")
     out += ["", softmax_verdict(rows, args)]
     return "\n".join(out) + "\n"

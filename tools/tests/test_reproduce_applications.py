@@ -84,7 +84,7 @@ def test_vit_scaling_names_where_softmax_stops_fitting(tmp_path):
     """A stand-in whose softmax runs sleep past the time limit: softmax is over time from the first size,
     linear is timed from train's tokens/s and eval's seconds."""
     fake = stand_in(tmp_path / "linattn", """
-case "$*" in *softmax*) sleep 30 ;; esac
+case "$*" in *softmax*) exec sleep 30 ;; esac
 for a in "$@"; do case $prev in --csv) csv=$a ;; --out) model=$a ;; esac; prev=$a; done
 if [ "$1" = train ]; then
   printf 'step,loss,lr,grad_norm,tokens_per_s,eval_loss,eval_bits_per_token,eval_accuracy\\n1,2.3,0.001,1,64,,,\\n' >"$csv"
@@ -102,6 +102,7 @@ fi""")
     assert linear[("16", "forward")]["seconds"] == "0.250"
     softmax = [r for r in rows if r["method"] == "softmax"]
     assert {r["status"] for r in softmax if r["phase"] == "train step"} == {"over time"}
+    assert all(float(r["seconds"].lstrip(">")) < 10 for r in softmax if r["seconds"])  # stopped at the limit
     assert "softmax no longer fits from N = 64 tokens (8x8)" in (out / "vit_scaling.md").read_text()
 
 
