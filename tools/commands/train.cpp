@@ -1,6 +1,8 @@
 // linattn train: trains the small decoder-only transformer (src/model/) on the copy task, MQAR or a
-// text file, or its encoder classifier on ListOps, with softmax, linear, favor, retnet, gla, deltanet, gated_deltanet
-// or kda attention; prints progress, writes checkpoints, the final model and optionally the loss curve as CSV. Under
+// text file, or its encoder classifier on ListOps, Pathfinder or a dataset file (images, speech), with softmax,
+// linear, favor, retnet, gla, deltanet, gated_deltanet or kda attention (and linformer in the encoder); prints
+// progress (a bar on a terminal), writes checkpoints, the final model and optionally the loss curve as CSV and the
+// accuracy curve as a PNG. Under
 // `mpirun -np P ... --seq-parallel` every sequence is split over the P ranks (linattn_mpi's
 // distributed::sequence_parallel); rank 0 prints and writes the files.
 #include "linattn/model/train.hpp"
@@ -394,7 +396,7 @@ const Registrar registrar{
        app.add_option("--attention", a->attention,
                       "softmax, linear (elu+1), favor or performer (Performer), retnet (retention, a fixed decay per "
                       "head), gla (gated linear attention, a learned decay per key dimension), deltanet (the delta "
-                      "rule), gated_deltanet (the delta rule with a learned decay per head) or kda (Kimi Delta "
+                      "rule), gated_deltanet (the delta rule with a learned decay per head), kda (Kimi Delta "
                       "Attention: a learned decay per key dimension), or linformer (the encoder only: keys and values "
                       "projected to --projected positions, then softmax). In the encoder (the classification "
                       "tasks) the recurrent kinds, retnet, gla and the delta kinds, run in both directions and add "
