@@ -141,7 +141,7 @@ probe_tokens_per_s() {
 # report TASK MODEL STATUS [lra_table.py row flags]: DIR/pairs/TASK_MODEL.csv, and a line on stdout.
 report() {
   local row="$out/pairs/${1}_$2.csv"
-  $table row "$@" >"$row"
+  $table row "$@" >"$row" || $table row "$1" "$2" "failed: lra_table.py could not read the run's files" >"$row"
   echo "$1/$2: $(tail -n 1 "$row")"
 }
 
@@ -191,7 +191,7 @@ run_pair() {
       2>"$run.eval.log"; then
     report "$task" "$model" "failed: eval: $(tail -n 1 "$run.eval.log")"; return
   fi
-  report "$task" "$model" ok --eval-json "$run.eval.json" --train-csv "$run.csv" --time-v "$run.time" --steps "$steps" \
+  report "$task" "$model" ok --eval-json "$run.eval.json" --train-csv "$run.csv" --train-log "$run.log" --time-v "$run.time" --steps "$steps" \
     --step-tokens "$per_step" \
     --train-seconds "$train_s" --budget-seconds "$budget_s" --note "$note"
 }

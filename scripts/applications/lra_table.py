@@ -39,11 +39,17 @@ def time_v_field(time_v, label):
     return float(match.group(1))
 
 
-def last_report(train_csv):
-    """The training run's last progress row (tokens_per_s: train's average since its first step)."""
-    rows = [r for r in csv.DictReader(open(train_csv)) if r["tokens_per_s"]]
+def last_report(train_csv, train_log):
+    """The training run's last progress report: {"step", "tokens_per_s"} (train's average since its first
+    step). From --csv, which train writes at its end; a run stopped by the budget's SIGTERM wrote none, so
+    then from the last progress line of its log ("step 108/359 ... tok/s 3377")."""
+    if pathlib.Path(train_csv).exists() or train_log is None:
+        rows = [r for r in csv.DictReader(open(train_csv)) if r["tokens_per_s"]]
+    else:
+        lines = re.findall(r"^step\s+(\d+)/\d+ .*tok/s\s+([0-9.]+)", pathlib.Path(train_log).read_text(), re.M)
+        rows = [{"step": step, "tokens_per_s": rate} for step, rate in lines]
     if not rows:
-        raise SystemExit(f"lra_table: {train_csv} has no tokens_per_s row")
+        raise SystemExit(f"lra_table: neither {train_csv} nor {train_log} has a progress report with tokens/s")
     return rows[-1]
 
 
@@ -52,7 +58,7 @@ def row_command(args):
     row.update(task=args.task, model=args.model, status="ok" if args.status == "ok" else args.status.split(":")[0])
     if args.status == "ok":
         result = json.loads(pathlib.Path(args.eval_json).read_text())
-        last = last_report(args.train_csv)
+        last = last_report(args.train_csv, args.train_log)
         # Tokens per CPU second (user + system, the whole process: setup and the last validation batch
         # included) hardly move with the machine's load, where tokens per wall second do.
         cpu_s = time_v_field(args.time_v, "User time (seconds)") + time_v_field(args.time_v, "System time (seconds)")
@@ -177,7 +183,7 @@ def main(argv=None):
     row.add_argument("task", choices=TASKS)
     row.add_argument("model", choices=MODELS)
     row.add_argument("status")
-    for flag in ("--eval-json", "--train-csv", "--time-v", "--steps", "--step-tokens", "--train-seconds",
+    for flag in ("--eval-json", "--train-csv", "--train-log", "--time-v", "--steps", "--step-tokens", "--train-seconds",
                  "--budget-seconds"):
         row.add_argument(flag)
     row.add_argument("--note", default="")
@@ -187,7 +193,7 @@ def main(argv=None):
     table.add_argument("--budget-minutes", default="?")
     args = parser.parse_args(argv)
     if args.command == "row" and args.status == "ok" and not (args.eval_json and args.train_csv and args.time_v):
-        parser.error("row ... ok needs --eval-json, --train-csv and --time-v")
+        parser.error("row ... ok needs --eval-json, --train-csv and --time-v (and --train-log for a stopped run)")
     (row_command if args.command == "row" else table_command)(args)
 
 

@@ -117,3 +117,23 @@ def test_vit_scaling_runs_the_image_encoder(tmp_path):
     rows = list(csv.DictReader(open(out / "vit_scaling.csv")))
     assert len(rows) == 8 and all(r["status"] == "ok" and float(r["seconds"]) > 0 for r in rows), rows
     assert "softmax fitted at every size measured" in (out / "vit_scaling.md").read_text()
+
+
+def test_a_run_stopped_by_the_budget_is_tabulated_from_its_log(tmp_path):
+    """train writes --csv at its end: a run the budget's SIGTERM stopped has none, so its speed and step
+    come from its log's last progress line."""
+    (tmp_path / "eval.json").write_text('{"accuracy": 0.25, "examples": 40, "seq_len": 64}')
+    (tmp_path / "train.log").write_text("step     36/359  loss 2.28  lr 3.00e-03  tok/s     4975  ETA 0m33s\n"
+                                        "step    108/359  loss 2.25  lr 2.69e-03  tok/s     3377  ETA 0m38s\n"
+                                        "stopped by a signal at step 119: checkpoint ...\n")
+    (tmp_path / "time").write_text("\tUser time (seconds): 1.50\n\tSystem time (seconds): 0.50\n"
+                                   "\tMaximum resident set size (kbytes): 20480\n")
+    proc = run(sys.executable, REPO / "scripts" / "applications" / "lra_table.py", "row", "listops", "gla", "ok",
+               "--eval-json", tmp_path / "eval.json", "--train-csv", tmp_path / "absent.csv", "--train-log",
+               tmp_path / "train.log", "--time-v", tmp_path / "time", "--steps", "359", "--step-tokens", "512",
+               "--note", "stopped at 1.5x the budget")
+    assert proc.returncode == 0, proc.stderr
+    row = next(csv.DictReader(proc.stdout.splitlines()))
+    assert (row["accuracy"], row["steps"], row["train_tokens_per_s"]) == ("0.2500", "108", "3377")
+    assert row["train_tokens_per_cpu_s"] == str(108 * 512 // 2) and row["peak_rss_mib"] == "20"
+    assert "last report at step 108 of 359" in row["note"]
