@@ -78,12 +78,10 @@ struct DecayBinding {
   }
 };
 
-// The forward and backward with the Python signatures shared by the fp32 module (T = float) and the
-// oracle (T = double).
+// decayed_attention and its backward, on T = float arrays or the oracle's T = double.
 template <class T>
 void def_decayed(py::module_& m, const char* dtype) {
   using py::arg;
-  const std::string on = std::string(" (") + dtype + " arrays)";
   m.def(
       "decayed_attention",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const std::string& decay,
@@ -95,10 +93,11 @@ void def_decayed(py::module_& m, const char* dtype) {
       arg("q"), arg("k"), arg("v"), arg("g") = py::none(), py::kw_only(), arg("decay"), arg("g_gamma") = py::none(),
       arg("scale") = py::none(), arg("initial_state") = py::none(), arg("output_final_state") = false,
       arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
-      ("(o [B, T, H, V], final_state [N, H, K, V] or None) of S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ, "
-       "o_t = scale · S_tᵀ q_t; decay: \"linear\", \"retention\", \"lightning\" (g_gamma [H]), \"simple_gla\" "
-       "(g [B, T, H] or [B, T, H, 1]), \"gla\" (g [B, T, H, K])" +
-       on)
+      with_dtype(
+          "(o [B, T, H, V], final_state [N, H, K, V] or None) of S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ, "
+          "o_t = scale · S_tᵀ q_t; decay: \"linear\", \"retention\", \"lightning\" (g_gamma [H]), \"simple_gla\" "
+          "(g [B, T, H] or [B, T, H, 1]), \"gla\" (g [B, T, H, K])",
+          dtype)
           .c_str());
   m.def(
       "decayed_attention_backward",
@@ -112,16 +111,16 @@ void def_decayed(py::module_& m, const char* dtype) {
       arg("q"), arg("k"), arg("v"), arg("g"), arg("dout"), arg("dfinal_state") = py::none(), py::kw_only(),
       arg("decay"), arg("g_gamma") = py::none(), arg("scale") = py::none(), arg("initial_state") = py::none(),
       arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
-      ("(dq, dk, dv, dg or None, dinitial_state or None) of decayed_attention for dout [B, T, H, V] and "
-       "dfinal_state [N, H, K, V] (None: zero); dinitial_state is returned when initial_state is given" +
-       on)
+      with_dtype("(dq, dk, dv, dg or None, dinitial_state or None) of decayed_attention for dout [B, T, H, V] and "
+                 "dfinal_state [N, H, K, V] (None: zero); dinitial_state is returned when initial_state is given",
+                 dtype)
           .c_str());
 }
 
 }  // namespace
 
 void bind_decay(py::module_& m) {
-  def_decayed<float>(m, "float32");
+  def_float32_and_oracle(m, []<class T>(py::module_& module, const char* dtype) { def_decayed<T>(module, dtype); });
   m.def(
       "decayed_recurrent",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const py::object& state,
@@ -148,8 +147,6 @@ void bind_decay(py::module_& m) {
       "o [B, H, V] of one decoding token (decayed_step): q, k [B, H, K], v [B, H, V], g [B, H] or [B, H, 1] "
       "(simple_gla), [B, H, K] (gla), None otherwise; state: a C-contiguous float32 [B, H, K, V] array, "
       "advanced in place.");
-  auto reference = py::reinterpret_borrow<py::module_>(m.attr("reference"));
-  def_decayed<double>(reference, "float64, the fp64 oracle, token by token");
 }
 
 }  // namespace linattn::python

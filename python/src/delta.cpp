@@ -79,12 +79,10 @@ struct DeltaBinding {
   }
 };
 
-// The forward and backward with the Python signatures shared by the fp32 module (T = float) and the
-// oracle (T = double).
+// delta_rule and its backward, on T = float arrays or the oracle's T = double.
 template <class T>
 void def_delta(py::module_& m, const char* dtype) {
   using py::arg;
-  const std::string on = std::string(" (") + dtype + " arrays)";
   m.def(
       "delta_rule",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& beta, const py::object& g,
@@ -97,10 +95,11 @@ void def_delta(py::module_& m, const char* dtype) {
       arg("q"), arg("k"), arg("v"), arg("beta"), arg("g") = py::none(), py::kw_only(), arg("gate"),
       arg("scale") = py::none(), arg("initial_state") = py::none(), arg("output_final_state") = false,
       arg("use_qk_l2norm") = false, arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
-      ("(o [B, T, H, V], final_state [N, H, K, V] or None) of P_t = D_t S_{t-1}, "
-       "S_t = P_t + beta_t k_t (v_t - P_tᵀ k_t)ᵀ, o_t = scale · S_tᵀ q_t; gate: \"delta_rule\" (D_t = I, g None), "
-       "\"gated_delta_rule\" (exp(g_t) I, g [B, T, H]), \"kda\" (diag(exp g_t), g [B, T, H, K]); beta [B, T, H]" +
-       on)
+      with_dtype(
+          "(o [B, T, H, V], final_state [N, H, K, V] or None) of P_t = D_t S_{t-1}, "
+          "S_t = P_t + beta_t k_t (v_t - P_tᵀ k_t)ᵀ, o_t = scale · S_tᵀ q_t; gate: \"delta_rule\" (D_t = I, g None), "
+          "\"gated_delta_rule\" (exp(g_t) I, g [B, T, H]), \"kda\" (diag(exp g_t), g [B, T, H, K]); beta [B, T, H]",
+          dtype)
           .c_str());
   m.def(
       "delta_rule_backward",
@@ -114,16 +113,16 @@ void def_delta(py::module_& m, const char* dtype) {
       arg("q"), arg("k"), arg("v"), arg("beta"), arg("g"), arg("dout"), arg("dfinal_state") = py::none(), py::kw_only(),
       arg("gate"), arg("scale") = py::none(), arg("initial_state") = py::none(), arg("use_qk_l2norm") = false,
       arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
-      ("(dq, dk, dv, dbeta, dg or None, dinitial_state or None) of delta_rule for dout [B, T, H, V] and "
-       "dfinal_state [N, H, K, V] (None: zero); dinitial_state is returned when initial_state is given" +
-       on)
+      with_dtype("(dq, dk, dv, dbeta, dg or None, dinitial_state or None) of delta_rule for dout [B, T, H, V] and "
+                 "dfinal_state [N, H, K, V] (None: zero); dinitial_state is returned when initial_state is given",
+                 dtype)
           .c_str());
 }
 
 }  // namespace
 
 void bind_delta(py::module_& m) {
-  def_delta<float>(m, "float32");
+  def_float32_and_oracle(m, []<class T>(py::module_& module, const char* dtype) { def_delta<T>(module, dtype); });
   m.def(
       "delta_rule_recurrent",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& beta, const py::object& g,
@@ -150,8 +149,6 @@ void bind_delta(py::module_& m) {
       "o [B, H, V] of one decoding token (delta_rule_step): q, k [B, H, K], v [B, H, V], beta [B, H] or "
       "[B, H, 1], g [B, H] or [B, H, 1] (gated_delta_rule), [B, H, K] (kda), None for delta_rule; state: a "
       "C-contiguous float32 [B, H, K, V] array, advanced in place.");
-  auto reference = py::reinterpret_borrow<py::module_>(m.attr("reference"));
-  def_delta<double>(reference, "float64, the fp64 oracle, token by token");
 }
 
 }  // namespace linattn::python

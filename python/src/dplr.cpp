@@ -66,12 +66,10 @@ struct DplrBinding {
   }
 };
 
-// The forward and backward with the Python signatures shared by the fp32 module (T = float) and the
-// oracle (T = double).
+// dplr_delta_rule and its backward, on T = float arrays or the oracle's T = double.
 template <class T>
 void def_dplr(py::module_& m, const char* dtype) {
   using py::arg;
-  const std::string on = std::string(" (") + dtype + " arrays)";
   m.def(
       "dplr_delta_rule",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& a, const py::object& b,
@@ -82,10 +80,11 @@ void def_dplr(py::module_& m, const char* dtype) {
       },
       arg("q"), arg("k"), arg("v"), arg("a"), arg("b"), arg("gk"), py::kw_only(), arg("scale") = py::none(),
       arg("initial_state") = py::none(), arg("output_final_state") = false, arg("cu_seqlens") = py::none(),
-      ("(o [B, T, H, V], final_state [N, H, K, V] or None) of s_t = S_{t-1}ᵀ a_t, "
-       "S_t = diag(exp(gk_t)) S_{t-1} + b_t s_tᵀ + k_t v_tᵀ, o_t = scale · S_tᵀ q_t, token by token; q, k, a, b, "
-       "gk [B, T, H, K], scale default K^-1/2" +
-       on)
+      with_dtype(
+          "(o [B, T, H, V], final_state [N, H, K, V] or None) of s_t = S_{t-1}ᵀ a_t, "
+          "S_t = diag(exp(gk_t)) S_{t-1} + b_t s_tᵀ + k_t v_tᵀ, o_t = scale · S_tᵀ q_t, token by token; q, k, a, b, "
+          "gk [B, T, H, K], scale default K^-1/2",
+          dtype)
           .c_str());
   m.def(
       "dplr_delta_rule_backward",
@@ -97,16 +96,16 @@ void def_dplr(py::module_& m, const char* dtype) {
       },
       arg("q"), arg("k"), arg("v"), arg("a"), arg("b"), arg("gk"), arg("dout"), arg("dfinal_state") = py::none(),
       py::kw_only(), arg("scale") = py::none(), arg("initial_state") = py::none(), arg("cu_seqlens") = py::none(),
-      ("(dq, dk, dv, da, db, dgk, dinitial_state or None) of dplr_delta_rule for dout [B, T, H, V] and "
-       "dfinal_state [N, H, K, V] (None: zero); dinitial_state is returned when initial_state is given" +
-       on)
+      with_dtype("(dq, dk, dv, da, db, dgk, dinitial_state or None) of dplr_delta_rule for dout [B, T, H, V] and "
+                 "dfinal_state [N, H, K, V] (None: zero); dinitial_state is returned when initial_state is given",
+                 dtype)
           .c_str());
 }
 
 }  // namespace
 
 void bind_dplr(py::module_& m) {
-  def_dplr<float>(m, "float32");
+  def_float32_and_oracle(m, []<class T>(py::module_& module, const char* dtype) { def_dplr<T>(module, dtype); });
   m.def(
       "dplr_delta_rule_recurrent",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& a, const py::object& b,
@@ -117,8 +116,6 @@ void bind_dplr(py::module_& m) {
       py::kw_only(), py::arg("scale") = py::none(), py::arg("cu_seqlens") = py::none(),
       "o [B, T, H, V] of dplr_delta_rule token by token; state: a C-contiguous float32 [N, H, K, V] array "
       "holding the initial state, overwritten with the final state.");
-  auto reference = py::reinterpret_borrow<py::module_>(m.attr("reference"));
-  def_dplr<double>(reference, "float64, the fp64 oracle, token by token");
 }
 
 }  // namespace linattn::python

@@ -53,6 +53,20 @@ inline std::string first_form(const char* shape) {
   return s.substr(0, s.find(" or "));
 }
 
+// A docstring ending in the arrays' dtype: " (float32 arrays)".
+inline std::string with_dtype(const char* text, const char* dtype) {
+  return std::string(text) + " (" + dtype + " arrays)";
+}
+
+// Calls def<T>(module, dtype) for the fp32 module (T = float) and the fp64 oracle, m.reference (T = double):
+// a family's forward and backward under the same Python signatures.
+template <class Def>
+void def_float32_and_oracle(py::module_& m, Def def) {
+  def.template operator()<float>(m, "float32");
+  auto reference = py::reinterpret_borrow<py::module_>(m.attr("reference"));
+  def.template operator()<double>(reference, "float64, the fp64 oracle, token by token");
+}
+
 template <class T>
 const char* dtype_name() {
   return std::is_same_v<T, float> ? "float32" : "float64";
