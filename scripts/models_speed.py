@@ -252,6 +252,18 @@ def model(args):
     return results
 
 
+def _cpu_name():
+    """The CPU's model name (/proc/cpuinfo on Linux), else what platform says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("Examples:")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -279,7 +291,7 @@ def main(argv=None):
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
     import transformers
-    header = {"machine": platform.processor() or platform.machine(), "threads": args.threads,
+    header = {"machine": _cpu_name(), "threads": args.threads,
               "torch": torch.__version__, "transformers": transformers.__version__,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if args.what == "ops":
