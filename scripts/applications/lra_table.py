@@ -122,7 +122,8 @@ def markdown(rows, budget_minutes):
 
 
 def plot(rows, prefix):
-    """PREFIX.png: accuracy and training tokens/s per task, a bar per model (gnuplot); skipped without gnuplot."""
+    """PREFIX.png: accuracy and training tokens per CPU second (which a loaded machine moves least) per task,
+    a bar per model (gnuplot); skipped without gnuplot."""
     if shutil.which("gnuplot") is None:
         print("lra_table: gnuplot not found: no plot", file=sys.stderr)
         return
@@ -134,25 +135,26 @@ def plot(rows, prefix):
         return
     data = pathlib.Path(f"{prefix}.dat")
     with data.open("w") as f:
-        for column, scale in (("accuracy", 100), ("train_tokens_per_s", 1)):
+        for column, scale in (("accuracy", 100), ("train_tokens_per_cpu_s", 1)):
             f.write("task " + " ".join(models) + "\n")
             for t in tasks:
                 values = [rows.get((t, m)) for m in models]
                 f.write(TASK_TITLES[t] + " " + " ".join(
-                    f"{float(r[column]) * scale:g}" if r and r["status"] == "ok" else "NaN" for r in values) + "\n")
+                    f"{float(r[column]) * scale:g}" if r and r["status"] == "ok" and r[column] else "NaN"
+                    for r in values) + "\n")
             f.write("\n\n")
     script = f"""
-set terminal pngcairo size 1200,460
+set terminal pngcairo size 1300,520
 set output "{prefix}.png.tmp"
 set style data histograms
 set style histogram clustered gap 1
 set key noenhanced
 set style fill solid 0.8 border -1
-set key outside right top
+set key outside below center horizontal
 set multiplot layout 1,2
 set ylabel "test accuracy (%)"; set yrange [0:*]
 plot for [c=2:{len(models) + 1}] "{data}" index 0 using c:xtic(1) title columnheader(c)
-set ylabel "training tokens/s"; set logscale y; set yrange [*:*]
+set ylabel "training tokens per CPU second"; set logscale y; set yrange [*:*]
 plot for [c=2:{len(models) + 1}] "{data}" index 1 using c:xtic(1) title columnheader(c)
 unset multiplot
 """
