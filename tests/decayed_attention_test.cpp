@@ -12,10 +12,10 @@
 #include "linattn/error.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
+#include "support/decode_steps.hpp"
 #include "support/finite_difference.hpp"
 #include "support/packed.hpp"
 #include "support/recurrence_threads.hpp"
-#include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::testing {
@@ -287,22 +287,9 @@ TEST(DecayedStep, DecodesLikeTheChunkedForwardAndRoundTripsThroughTheStateFile) 
   Tensor32 want = make_tensor({c.B, c.T, c.H, c.V}, Layout::bnhd);
   decayed_attention_forward(want.view, p.q.view, p.k.view, p.v.view, p.gate(), p.options());
   RecurrentState state(c.B, c.H, c.K, c.V, decay_name(c.decay));
-  TempDir dir;
-  for (int64_t t = 0; t < c.T; ++t) {
-    auto at = [&](ConstTensorView x) {
-      ConstTensorView s = x;
-      s.data = x.data + t * x.stride[1], s.extent[1] = 1;
-      return s;
-    };
-    Tensor32 out = make_tensor({c.B, 1, c.H, c.V}, Layout::bnhd);
-    decayed_step(out.view, at(p.q.view), at(p.k.view), at(p.v.view), at(p.g.view), state, p.options());
-    EXPECT_LT(relative_error(out.view, reference::to_double(at(want.view))), 2e-5) << "token " << t;
-    if (t == 20) {  // halfway, the state goes to a file and comes back
-      state.save(dir.path() / "gla.state");
-      state = RecurrentState::load(dir.path() / "gla.state");
-    }
-  }
-  EXPECT_EQ(state.position(), c.T);
+  expect_steps_match_the_forward(want.view, state, "gla.state", [&](TensorView out, auto at, RecurrentState& s) {
+    decayed_step(out, at(p.q.view), at(p.k.view), at(p.v.view), at(p.g.view), s, p.options());
+  });
   // A state of another recurrence is refused, by name.
   RecurrentState other(c.B, c.H, c.K, c.V, "elu");
   Tensor32 out = make_tensor({c.B, 1, c.H, c.V}, Layout::bnhd);
@@ -310,12 +297,11 @@ TEST(DecayedStep, DecodesLikeTheChunkedForwardAndRoundTripsThroughTheStateFile) 
     x.extent[1] = 1;
     return x;
   };
-  try {
-    decayed_step(out.view, first(p.q.view), first(p.k.view), first(p.v.view), first(p.g.view), other, p.options());
-    FAIL() << "an 'elu' state was accepted by a GLA step";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'gla' state"), std::string::npos) << e.what();
-  }
+  expect_refused(
+      [&] {
+        decayed_step(out.view, first(p.q.view), first(p.k.view), first(p.v.view), first(p.g.view), other, p.options());
+      },
+      "'gla' state", "an 'elu' state in a GLA step");
 }
 
 // Each refusal names the argument.

@@ -13,11 +13,11 @@
 #include "linattn/error.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
+#include "support/decode_steps.hpp"
 #include "support/delta_problem.hpp"
 #include "support/finite_difference.hpp"
 #include "support/packed.hpp"
 #include "support/recurrence_threads.hpp"
-#include "support/temp_dir.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::testing {
@@ -187,34 +187,17 @@ TEST(DeltaRuleStep, DecodesLikeTheChunkedForwardAndRoundTripsThroughTheStateFile
     Tensor32 want = make_tensor({c.B, c.T, c.H, c.V}, Layout::bnhd);
     delta_rule_forward(want.view, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), p.options());
     RecurrentState state(c.B, c.H, c.K, c.V, delta_name(gate));
-    TempDir dir;
-    for (int64_t t = 0; t < c.T; ++t) {
-      auto at = [&](ConstTensorView x) {
-        ConstTensorView s = x;
-        s.data = x.data ? x.data + t * x.stride[1] : nullptr, s.extent[1] = 1;
-        return s;
-      };
-      Tensor32 out = make_tensor({c.B, 1, c.H, c.V}, Layout::bnhd);
-      delta_rule_step(out.view, at(p.q.view), at(p.k.view), at(p.v.view), at(p.beta.view), at(p.gate()), state,
-                      p.options());
-      EXPECT_LT(relative_error(out.view, reference::to_double(at(want.view))), 2e-5) << "token " << t;
-      if (t == 20) {  // halfway, the state goes to a file and comes back
-        state.save(dir.path() / "delta.state");
-        state = RecurrentState::load(dir.path() / "delta.state");
-      }
-    }
-    EXPECT_EQ(state.position(), c.T);
+    expect_steps_match_the_forward(want.view, state, "delta.state", [&](TensorView out, auto at, RecurrentState& s) {
+      delta_rule_step(out, at(p.q.view), at(p.k.view), at(p.v.view), at(p.beta.view), at(p.gate()), s, p.options());
+    });
   }
   // A state of another recurrence is refused, by name.
   const Problem p = make_problem({1, 1, 2, 8, 6, DeltaGate::key, true, 16});
   RecurrentState other(1, 2, 8, 6, "gla");
   Tensor32 out = make_tensor({1, 1, 2, 6}, Layout::bnhd);
-  try {
-    delta_rule_step(out.view, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), other, p.options());
-    FAIL() << "a 'gla' state was accepted by a KDA step";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'kda' state"), std::string::npos) << e.what();
-  }
+  expect_refused(
+      [&] { delta_rule_step(out.view, p.q.view, p.k.view, p.v.view, p.beta.view, p.gate(), other, p.options()); },
+      "'kda' state", "a 'gla' state in a KDA step");
 }
 
 // Each refusal names the argument.
