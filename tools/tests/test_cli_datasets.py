@@ -175,3 +175,23 @@ def test_plot_draws_the_accuracy_curve(tmp_path):
     csv = [r.split(",") for r in (tmp_path / "c.csv").read_text().splitlines()[1:]]
     assert sorted(accuracy) == [5, 10, 15] == [int(r[0]) for r in csv]
     assert all(accuracy[int(r[0])] == pytest.approx(float(r[7]), abs=1e-6) for r in csv)
+
+
+def test_image_data_script_writes_the_digits(tmp_path):
+    pytest.importorskip("sklearn", reason="make_image_data.py reads scikit-learn's digits")
+    from make_image_data import digits_splits, main, upscale
+
+    splits = digits_splits(16, seed=1)
+    assert [len(splits[s][1]) for s in ("train", "validation", "test")] == [1258, 180, 359]
+    for tokens, labels in splits.values():
+        assert tokens.dtype == np.uint8 and tokens.shape[1] == 256 and set(np.unique(labels)) <= set(range(10))
+    assert np.array_equal(digits_splits(16, seed=1)["test"][0], splits["test"][0])
+    assert not np.array_equal(digits_splits(16, seed=2)["test"][1], splits["test"][1])
+    # Upscaling keeps the corners and interpolates between pixel centres.
+    image = np.array([[[0.0, 1.0], [2.0, 3.0]]])
+    assert np.allclose(upscale(image, 3)[0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
+    path = tmp_path / "digits16.ds"
+    assert main(["--size", "16", "--out", str(path)]) == 0
+    proc, out = train(tmp_path, path, "--attention", "linear", steps=2)
+    assert proc.returncode == 0, proc.stderr
+    assert "sequences of 256 tokens" in proc.stdout and "10 classes" in proc.stdout
