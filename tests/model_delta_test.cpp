@@ -19,6 +19,7 @@
 #include "linattn/model/transformer.hpp"
 #include "linattn/threads.hpp"
 #include "support/finite_difference.hpp"
+#include "support/model_attention.hpp"
 #include "support/model_configs.hpp"
 #include "support/model_gradients.hpp"
 #include "support/tensors.hpp"
@@ -46,7 +47,6 @@ double fd_error(std::vector<double>& x, const std::vector<double>& analytic, con
 constexpr double kTol = 1e-6;
 // The delta kinds keep no log-sum-exp (softmax only).
 double* const kNoLse = nullptr;
-float* const kNoLse32 = nullptr;
 
 TEST(ModelDeltaLayers, BetaIsSigmoidAndItsGradientMatchesFiniteDifferences) {
   std::mt19937_64 rng(1);
@@ -143,29 +143,10 @@ TEST_P(ModelDelta, Fp32MatchesFp64Reference) {
     const AttentionSpec spec{GetParam(), s.H, nullptr, 64};
     const int64_t C = s.H * s.hd, n = s.B * s.T;
     Inputs x = random_inputs(GetParam(), n, C, s.H, rng);
-    const bool gated = !x.gate.empty();
     auto dout = random_vector(n * C, rng);
-    std::vector<double> out(n * C), dqkv(x.qkv.size()), dgate(x.gate.size()), dbeta(x.beta.size());
-    attention_forward(out.data(), kNoLse, x.qkv.data(), spec, s.B, s.T, C, gated ? x.gate.data() : nullptr,
-                      x.beta.data());
-    attention_backward(dqkv.data(), dout.data(), x.qkv.data(), out.data(), kNoLse, spec, s.B, s.T, C,
-                       gated ? x.gate.data() : nullptr, gated ? dgate.data() : nullptr, x.beta.data(), dbeta.data());
-    std::vector<float> qkv32(x.qkv.begin(), x.qkv.end()), gate32(x.gate.begin(), x.gate.end()),
-        beta32(x.beta.begin(), x.beta.end()), dout32(dout.begin(), dout.end()), out32(n * C), dqkv32(qkv32.size()),
-        dgate32(gate32.size()), dbeta32(beta32.size());
-    attention_forward(out32.data(), kNoLse32, qkv32.data(), spec, s.B, s.T, C, gated ? gate32.data() : nullptr,
-                      beta32.data());
-    attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), kNoLse32, spec, s.B, s.T, C,
-                       gated ? gate32.data() : nullptr, gated ? dgate32.data() : nullptr, beta32.data(),
-                       dbeta32.data());
     const std::string where = std::string(attention_name(GetParam())) + " B=" + std::to_string(s.B) +
                               " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H);
-    EXPECT_LT(testing::relative_error(out32, out), 2e-5) << where;
-    EXPECT_LT(testing::relative_error(dqkv32, dqkv), 5e-5) << where;
-    EXPECT_LT(testing::relative_error(dbeta32, dbeta), 5e-5) << where;
-    if (gated) {
-      EXPECT_LT(testing::relative_error(dgate32, dgate), 5e-5) << where;
-    }
+    testing::expect_fp32_matches_fp64(spec, s.B, s.T, C, {x.qkv, dout, x.gate, x.beta}, false, where);
   }
 }
 

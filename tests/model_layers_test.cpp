@@ -11,6 +11,7 @@
 #include "linattn/model/layers.hpp"
 #include "linattn/model/transformer.hpp"
 #include "support/finite_difference.hpp"
+#include "support/model_attention.hpp"
 #include "support/model_configs.hpp"
 #include "support/model_gradients.hpp"
 #include "support/tensors.hpp"
@@ -237,23 +238,10 @@ TEST_P(ModelAttention, Fp32MatchesFp64Reference) {
     const int64_t C = config.d_model, n = s.B * s.T;
     const bool gla = config.attention == AttentionKind::gla;
     auto qkv = random_vector(n * 3 * C, rng), dout = random_vector(n * C, rng);
-    std::vector<double> gate = gla ? random_vector(n * C, rng, -2, 0) : std::vector<double>(), dgate(gate.size());
-    std::vector<double> out(n * C), lse(s.B * s.H * s.T), dqkv(n * 3 * C);
-    attention_forward(out.data(), lse.data(), qkv.data(), spec, s.B, s.T, C, gla ? gate.data() : nullptr);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), spec, s.B, s.T, C,
-                       gla ? gate.data() : nullptr, gla ? dgate.data() : nullptr);
-    std::vector<float> qkv32(qkv.begin(), qkv.end()), dout32(dout.begin(), dout.end()), out32(n * C), lse32(lse.size()),
-        dqkv32(n * 3 * C), gate32(gate.begin(), gate.end()), dgate32(gate.size());
-    attention_forward(out32.data(), lse32.data(), qkv32.data(), spec, s.B, s.T, C, gla ? gate32.data() : nullptr);
-    attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse32.data(), spec, s.B, s.T, C,
-                       gla ? gate32.data() : nullptr, gla ? dgate32.data() : nullptr);
+    const std::vector<double> gate = gla ? random_vector(n * C, rng, -2, 0) : std::vector<double>();
     const std::string where = std::string(attention_name(GetParam())) + " B=" + std::to_string(s.B) +
                               " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) + " hd=" + std::to_string(s.hd);
-    EXPECT_LT(testing::relative_error(out32, out), 2e-5) << where;
-    EXPECT_LT(testing::relative_error(dqkv32, dqkv), 5e-5) << where;
-    if (gla) {
-      EXPECT_LT(testing::relative_error(dgate32, dgate), 5e-5) << where;
-    }
+    testing::expect_fp32_matches_fp64(spec, s.B, s.T, C, {qkv, dout, gate, {}}, true, where);
   }
 }
 
