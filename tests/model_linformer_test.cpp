@@ -10,6 +10,7 @@
 #include "linattn/error.hpp"
 #include "linattn/model/layers.hpp"
 #include "linattn/model/transformer.hpp"
+#include "support/model_attention.hpp"
 #include "support/model_gradients.hpp"
 #include "support/tensors.hpp"
 
@@ -56,21 +57,11 @@ TEST(Linformer, OperatorPathMatchesTheReference) {
   const ModelConfig c = linformer_config(4, 9);
   const AttentionSpec spec{c.attention, c.heads, nullptr, c.chunk_size, false, c.linformer_length, c.max_seq_len};
   const int64_t B = 2, T = 7, C = c.d_model, H = c.heads, n = linformer_layer_size(c);
-  const auto qkv = random_vector(B * T * 3 * C, rng), proj = random_vector(n, rng, -0.5, 0.5),
-             dout = random_vector(B * T * C, rng);
-  std::vector<double> out(B * T * C), lse(B * H * T), dqkv(qkv.size()), dproj(proj.size());
-  attention_forward<double>(out.data(), lse.data(), qkv.data(), spec, B, T, C, proj.data());
-  attention_backward<double>(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), spec, B, T, C, proj.data(),
-                             dproj.data());
-  const std::vector<float> qkv32(qkv.begin(), qkv.end()), proj32(proj.begin(), proj.end()),
-      dout32(dout.begin(), dout.end());
-  std::vector<float> out32(out.size()), lse32(lse.size()), dqkv32(qkv.size()), dproj32(proj.size());
-  attention_forward<float>(out32.data(), lse32.data(), qkv32.data(), spec, B, T, C, proj32.data());
-  attention_backward<float>(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse32.data(), spec, B, T, C,
-                            proj32.data(), dproj32.data());
-  EXPECT_LT(testing::relative_error(out32, out), 5e-5);
-  EXPECT_LT(testing::relative_error(dqkv32, dqkv), 5e-5);
-  EXPECT_LT(testing::relative_error(dproj32, dproj), 5e-5);
+  // E and F go where the other kinds' gate goes, and come back as its gradient.
+  const testing::AttentionLayerInputs in{
+      random_vector(B * T * 3 * C, rng), random_vector(B * T * C, rng), random_vector(n, rng, -0.5, 0.5), {}};
+  testing::expect_fp32_matches_fp64(spec, B, T, C, in, true, "linformer");
+  const std::vector<float> dproj32 = testing::run_attention_layer<float>(spec, B, T, C, in, true).dgate;
   // Columns past T (positions no sequence of this batch has) get no gradient.
   for (int64_t row = 0; row < 2 * H * c.linformer_length; ++row)
     for (int64_t j = T; j < c.max_seq_len; ++j) EXPECT_EQ(dproj32[size_t(row * c.max_seq_len + j)], 0.0f);
