@@ -8,6 +8,7 @@
 #include <string>
 
 #include "linattn/error.hpp"
+#include "recurrence_rows.hpp"
 
 namespace linattn::table::detail {
 namespace {
@@ -148,34 +149,15 @@ struct Row {
   static double working(const Sizes& s, bool backward) { return delta_working(s, gated, backward); }
 };
 
-int64_t no_features(const Sizes&) { return 0; }
-
 template <DeltaGate kGate>
 Operator row(const char* name, const char* summary, std::vector<TestCase> (*test_cases)(),
              std::vector<TestCase> (*gradient_cases)(), double bound) {
   using R = Row<kGate>;
-  return {.name = name,
-          .summary = summary,
-          .causality = Causality::always,
-          .has_backward = true,
-          .has_lse = false,
-          .has_projections = false,
-          .carries_state = false,
-          .feature_dim = no_features,
-          .gate_dim = R::gate_dim,
-          .options = R::options,
-          .forward = delta_forward,
-          .backward = delta_backward,
-          .oracle_forward = delta_oracle_forward,
-          .oracle_backward = delta_oracle_backward,
-          .forward_flops = R::forward_flops,
-          .backward_flops = R::backward_flops,
-          .forward_bytes = R::forward_bytes,
-          .backward_bytes = R::backward_bytes,
-          .working_floats = R::working,
-          .test_cases = test_cases,
-          .gradient_cases = gradient_cases,
-          .bound = bound};
+  return recurrence_row(
+      name, summary,
+      {R::gate_dim, R::options, delta_forward, delta_backward, delta_oracle_forward, delta_oracle_backward},
+      {R::forward_flops, R::backward_flops, R::forward_bytes, R::backward_bytes, R::working}, test_cases,
+      gradient_cases, bound);
 }
 
 }  // namespace

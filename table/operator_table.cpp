@@ -10,6 +10,7 @@
 #include "delta_rows.hpp"
 #include "linattn/error.hpp"
 #include "linattn/favor.hpp"
+#include "recurrence_rows.hpp"
 
 namespace linattn::table {
 namespace {
@@ -572,34 +573,34 @@ std::vector<TestCase> decayed_gradient_cases() {
   return {a, b, c};
 }
 
+// Mamba-2: the decayed rows' cases with one group (every head reads B and C of group 0) and one per head
+// in turn, and a case between (H 4, G 2) with an odd state size and head dim.
+std::vector<TestCase> mamba2_cases() {
+  std::vector<TestCase> cases = decayed_cases();
+  for (size_t i = 0; i < cases.size(); ++i) cases[i].sizes.groups = i % 2 == 0 ? 1 : 0;
+  TestCase between{shape(2, 65, 65, 4, 5, 7), Storage::padded};
+  between.sizes.groups = 2;
+  between.sizes.chunk = 17;
+  cases.push_back(between);
+  return cases;
+}
+std::vector<TestCase> mamba2_gradient_cases() {
+  std::vector<TestCase> cases = decayed_gradient_cases();
+  cases[0].sizes.groups = 1;  // H 2 reading one group
+  return cases;
+}
+
 constexpr double kBound = 1e-5;
 
 // The decayed family's rows (one chunked engine, decay.hpp) differ only in their name, options and gate.
 Operator decayed_row(const char* name, const char* summary, Options (*options)(const Sizes&),
                      int64_t (*gate_dim)(const Sizes&), double (*forward_bytes)(const Sizes&),
                      double (*backward_bytes)(const Sizes&)) {
-  return {.name = name,
-          .summary = summary,
-          .causality = Causality::always,
-          .has_backward = true,
-          .has_lse = false,
-          .has_projections = false,
-          .carries_state = false,
-          .feature_dim = no_features,
-          .gate_dim = gate_dim,
-          .options = options,
-          .forward = decayed_forward,
-          .backward = decayed_backward,
-          .oracle_forward = decayed_oracle_forward,
-          .oracle_backward = decayed_oracle_backward,
-          .forward_flops = decayed_forward_flops,
-          .backward_flops = decayed_backward_flops,
-          .forward_bytes = forward_bytes,
-          .backward_bytes = backward_bytes,
-          .working_floats = decayed_working,
-          .test_cases = decayed_cases,
-          .gradient_cases = decayed_gradient_cases,
-          .bound = kBound};
+  return detail::recurrence_row(
+      name, summary,
+      {gate_dim, options, decayed_forward, decayed_backward, decayed_oracle_forward, decayed_oracle_backward},
+      {decayed_forward_flops, decayed_backward_flops, forward_bytes, backward_bytes, decayed_working}, decayed_cases,
+      decayed_gradient_cases, kBound);
 }
 
 const Operator kOperators[] = {
@@ -770,9 +771,44 @@ const Operator kOperators[] = {
     detail::delta_row(DeltaGate::none, delta_cases, decayed_gradient_cases, kBound),
     detail::delta_row(DeltaGate::token, delta_cases, decayed_gradient_cases, kBound),
     detail::delta_row(DeltaGate::key, delta_cases, decayed_gradient_cases, kBound),
+    detail::mamba2_row(mamba2_cases, mamba2_gradient_cases, kBound),
+    detail::rwkv7_row(decayed_cases, decayed_gradient_cases, kBound),
 };
 
 }  // namespace
+
+namespace detail {
+Operator recurrence_row(const char* name, const char* summary, const RecurrenceCalls& calls,
+                        const RecurrenceModels& models, std::vector<TestCase> (*test_cases)(),
+                        std::vector<TestCase> (*gradient_cases)(), double bound) {
+  return {.name = name,
+          .summary = summary,
+          .causality = Causality::always,
+          .has_backward = true,
+          .has_lse = false,
+          .has_projections = false,
+          .carries_state = false,
+          .feature_dim = no_features,
+          .gate_dim = calls.gate_dim,
+          .options = calls.options,
+          .forward = calls.forward,
+          .backward = calls.backward,
+          .oracle_forward = calls.oracle_forward,
+          .oracle_backward = calls.oracle_backward,
+          .forward_flops = models.forward_flops,
+          .backward_flops = models.backward_flops,
+          .forward_bytes = models.forward_bytes,
+          .backward_bytes = models.backward_bytes,
+          .working_floats = models.working_floats,
+          .test_cases = test_cases,
+          .gradient_cases = gradient_cases,
+          .bound = bound};
+}
+
+double decayed_forward_count(const Sizes& s) { return decayed_forward_flops(s); }
+double decayed_backward_count(const Sizes& s) { return decayed_backward_flops(s); }
+double decayed_working_floats(const Sizes& s, bool backward) { return decayed_working(s, backward); }
+}  // namespace detail
 
 std::span<const Operator> operators() { return kOperators; }
 

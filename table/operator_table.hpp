@@ -12,6 +12,7 @@
 
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
+#include "linattn/dplr.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/linformer.hpp"
 #include "linattn/recurrent_state.hpp"
@@ -38,6 +39,8 @@ struct Sizes {
   std::span<const int64_t> key_lengths;  // per batch; empty: every key (not for recurrent)
   // decayed rows: packed sequences along the time axis of batch row 0 (DecayedAttentionOptions::cu_seqlens)
   std::span<const int64_t> cu_seqlens;
+  // mamba2: G, the groups of B and C (0: one per head); it divides heads (recurrence_rows.hpp).
+  int64_t groups = 0;
 };
 
 enum class Causality { never, always, optional };
@@ -55,6 +58,16 @@ struct Options {
   DeltaRuleOptions delta;
   std::shared_ptr<const std::vector<float>> beta;
   std::shared_ptr<std::vector<float>> dbeta;
+  // The mamba2 row (recurrence_rows.hpp): A, D and dt_bias [H] drawn as Mamba-2 initialises them, where
+  // its backward writes dA, dD and ddt_bias, its scratch (dt·x and dt·A, [B, N, H, P + 1]) and G.
+  int64_t groups = 0;
+  std::shared_ptr<const std::vector<float>> A, D, dt_bias;
+  std::shared_ptr<std::vector<float>> dA, dD, ddt_bias, scratch;
+  // The rwkv7 row: a = −κ̂ and b = κ̂·σ(·) [B, N, H, D] drawn as RWKV-7 forms them, where its backward
+  // writes da and db, and the DPLR options.
+  DplrOptions dplr;
+  std::shared_ptr<const std::vector<float>> a, b;
+  std::shared_ptr<std::vector<float>> da, db;
 };
 
 // The fp32 operands of one call, caller-owned; what an operator does not use stays empty.

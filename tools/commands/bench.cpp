@@ -38,6 +38,13 @@ int bench(BenchArgs& args, const CLI::App& app) {
   if (args.measure.backward && !has_backward(p.op))
     throw UsageError(std::string("--backward: --op ") + op_name(p.op) + " has no backward (it serves generation)");
   if (p.causal && p.op != Op::softmax) throw UsageError("--causal applies to --op softmax only");
+  check_dtype(p);
+  if (app.count("--groups") > 0 && p.op != Op::mamba2)
+    throw UsageError(std::string("--groups applies to --op mamba2 only: --op ") + op_name(p.op) +
+                     " has no groups of B and C (drop --groups)");
+  if (p.groups > 0 && p.heads % p.groups != 0)
+    throw UsageError("--groups is " + std::to_string(p.groups) + ", expected a divisor of --heads = " +
+                     std::to_string(p.heads) + " (each group of B and C serves heads / groups heads)");
   args.measure.forward = !args.measure.backward;
   if (args.shards != ShardSplit::automatic && (!args.seq_parallel || p.op == Op::softmax))
     throw UsageError("--shards applies to --seq-parallel with --op causal or linear (softmax's ring balances itself)");
@@ -52,12 +59,15 @@ int bench(BenchArgs& args, const CLI::App& app) {
   const int64_t peak = args.measure.backward ? m.peak_total_bytes : m.peak_forward_bytes;
   const double tokens_per_second = double(p.batch) * double(p.seq) / t.median;
   if (args.json) {
+    // mamba2's groups of B and C after their default; null for the ops without them.
+    const nlohmann::json groups = p.op == Op::mamba2 ? nlohmann::json(p.groups > 0 ? p.groups : p.heads) : nullptr;
     nlohmann::json j = {{"op", op_name(p.op)},
                         {"batch", p.batch},
                         {"heads", p.heads},
                         {"seq", p.seq},
                         {"dim", p.dim},
                         {"value_dim", p.value_dim},
+                        {"groups", groups},
                         {"feature_dim", feature_dim(p)},
                         {"causal", p.causal || is_causal(p.op)},
                         {"threads", m.threads},
@@ -95,7 +105,9 @@ const Registrar registrar{
                       "softmax, linear, causal, recurrent, performer (alias favor: FAVOR+), linformer, or the decayed "
                       "family (chunked, causal): retention, lightning (g_gamma), simple_gla (g [B, N, H]) or gla "
                       "(g [B, N, H, D]), or the delta rule (chunked, causal, q and k l2-normalised): delta_rule, "
-                      "gated_delta_rule (g [B, N, H]) or kda (g [B, N, H, D])")
+                      "gated_delta_rule (g [B, N, H]) or kda (g [B, N, H, D]), or mamba2 (Mamba-2's SSD, chunked: "
+                      "--dim the state size N, --value-dim the head dim P, --groups G) or rwkv7 (RWKV-7's DPLR delta "
+                      "rule, token by token)")
            ->required()
            ->transform(flags::choice(op_names()))
            ->option_text("OP REQUIRED");
@@ -116,6 +128,8 @@ const Registrar registrar{
            ->check(flags::bounded(0, limits::kMaxFeatures));
        app.add_option("--projected", p.projected, "Linformer: projected length k (0: min(N, 256))")
            ->check(flags::at_least(0));
+       app.add_option("--groups", p.groups, "mamba2: G, the groups of B and C (default: one per head; divides --heads)")
+           ->check(flags::at_least(1));
        app.add_option("--seed", p.seed, "Seed of the N(0,1) inputs and random features")->check(flags::seed());
        app.add_option("--budget", args->measure.budget_seconds,
                       "Seconds of repetitions after the warm-up (at least --min-reps)")
@@ -135,14 +149,17 @@ const Registrar registrar{
            "seconds: median over repetitions after one warm-up. gflops: the documented flop "
            "count (docs/cli.md) / seconds. peak_bytes: growth of the resident set's high-water "
            "mark (VmHWM) in a forked child that allocates the inputs and runs the operator. "
-           "The decayed ops draw their gate g as logsigmoid(N(0,1))/16 (log decays in about [-0.7, 0]). "
+           "The decayed ops draw their gate g as logsigmoid(N(0,1))/16 (log decays in about [-0.7, 0]); mamba2 takes "
+           "that g as dt before softplus(g + dt_bias), with dt_bias, A and D drawn as Mamba-2 initialises them; rwkv7 "
+           "as its log decay w, with a = -k^ and b = k^*sigmoid(N(0,1)) for unit vectors k^. "
            "A configuration whose estimated memory exceeds what this process can allocate (MemAvailable, its memory "
            "cgroup's limit, RLIMIT_AS) exits with code 3.");
-       flags::examples(app,
-                       {"linattn bench --op causal --batch 1 --heads 8 --seq 4096 --dim 64",
-                        "linattn bench --op softmax --batch 2 --heads 8 --seq 2048 --dim 64 --backward --json",
-                        "mpirun -np 2 linattn bench --op causal --heads 8 --seq 1048576 --seq-parallel --threads 1 "
-                        "--json"});
+       flags::examples(
+           app, {"linattn bench --op causal --batch 1 --heads 8 --seq 4096 --dim 64",
+                 "linattn bench --op softmax --batch 2 --heads 8 --seq 2048 --dim 64 --backward --json",
+                 "linattn bench --op mamba2 --batch 1 --heads 32 --seq 16384 --dim 128 --value-dim 64 --groups 8",
+                 "mpirun -np 2 linattn bench --op causal --heads 8 --seq 1048576 --seq-parallel --threads 1 "
+                 "--json"});
        return [args, &app] { return bench(*args, app); };
      }}};
 

@@ -242,6 +242,8 @@ void run_ops(const RunArgs& a, Tensors& t, const Views<T>& w) {
     case Op::delta_rule:
     case Op::gated_delta_rule:
     case Op::kda:
+    case Op::mamba2:
+    case Op::rwkv7:
       break;  // refused by run() before any file is read
     case Op::linformer: {
       const LinformerOptions o = linformer_options(a, t);
@@ -342,10 +344,11 @@ std::string sibling(const std::string& out, const char* name) {
 
 int run(RunArgs& a) {
   const bool linformer = a.op == Op::linformer;
-  if (is_decayed(a.op) || is_delta(a.op))
+  if (is_recurrence(a.op))
     throw UsageError(std::string("--op ") + op_name(a.op) +
                      ": linattn run covers softmax, linear, causal, recurrent, performer and linformer; the decayed "
-                     "family and the delta rule are in bench and compare (and the Python module's linattn.fla)");
+                     "family, the delta rule, mamba2 and rwkv7 are in bench and compare (and the Python module's "
+                     "linattn.fla and linattn.mamba)");
   if (linformer && a.proj_e.empty())
     throw UsageError("--proj-e: --op linformer needs the projection E (.npy, [P, N_max] or [H, P, N_max])");
   if (!linformer && !(a.proj_e.empty() && a.proj_f.empty() && a.dproj_e.empty() && a.dproj_f.empty()))
@@ -482,7 +485,8 @@ const Registrar registrar{
            ->transform(flags::choice(dtype_names()));
        app.footer(
            "Exit codes: 0 done, 1 a bad or mismatched input file (message names the flag and path), 2 a bad flag, "
-           "3 the inputs would need more memory than this process can allocate. Outputs are written only after everything is "
+           "3 the inputs would need more memory than this process can allocate. Outputs are written only after "
+           "everything is "
            "computed, as one set: all new or all old (a .OUT.set journal beside --out marks a set a kill interrupted; "
            "the next run finishes it).");
        flags::examples(app,

@@ -20,10 +20,10 @@ namespace {
 // Indexed by Op: the names the flags use and the output prints, and the table's names.
 constexpr const char* kOpNames[] = {"softmax",    "linear",           "causal",    "recurrent",  "performer",
                                     "linformer",  "retention",        "lightning", "simple_gla", "gla",
-                                    "delta_rule", "gated_delta_rule", "kda"};
+                                    "delta_rule", "gated_delta_rule", "kda",       "mamba2",     "rwkv7"};
 constexpr const char* kTableNames[] = {"softmax",    "linear",           "causal",    "recurrent",  "favor",
                                        "linformer",  "retention",        "lightning", "simple_gla", "gla",
-                                       "delta_rule", "gated_delta_rule", "kda"};
+                                       "delta_rule", "gated_delta_rule", "kda",       "mamba2",     "rwkv7"};
 }  // namespace
 
 const char* op_name(Op op) { return kOpNames[int(op)]; }
@@ -43,6 +43,13 @@ bool has_backward(Op op) { return table_operator(op).has_backward; }
 bool is_causal(Op op) { return table_operator(op).causality == table::Causality::always; }
 bool is_decayed(Op op) { return op == Op::retention || op == Op::lightning || op == Op::simple_gla || op == Op::gla; }
 bool is_delta(Op op) { return op == Op::delta_rule || op == Op::gated_delta_rule || op == Op::kda; }
+bool is_recurrence(Op op) { return is_decayed(op) || is_delta(op) || op == Op::mamba2 || op == Op::rwkv7; }
+bool has_half(Op op) { return op != Op::mamba2 && op != Op::rwkv7; }
+void check_dtype(const Problem& p) {
+  if (p.dtype != DType::f32 && !has_half(p.op))
+    throw UsageError(std::string("--dtype ") + dtype_name(p.dtype) + ": --op " + op_name(p.op) +
+                     " runs in f32 only (drop --dtype)");
+}
 
 table::Sizes sizes(const Problem& p) {
   table::Sizes s;
@@ -50,9 +57,10 @@ table::Sizes sizes(const Problem& p) {
   s.causal = p.causal;
   s.features = p.features;
   s.seed = p.seed;
-  s.chunk = is_decayed(p.op) ? DecayedAttentionOptions{}.chunk_size
-            : is_delta(p.op) ? DeltaRuleOptions{}.chunk_size
-                             : LinearAttentionOptions{}.chunk_size;
+  s.groups = p.groups;
+  s.chunk = is_decayed(p.op) || p.op == Op::mamba2 ? DecayedAttentionOptions{}.chunk_size
+            : is_delta(p.op)                       ? DeltaRuleOptions{}.chunk_size
+                                                   : LinearAttentionOptions{}.chunk_size;
   s.projected = p.projected;
   return s;
 }
@@ -98,6 +106,7 @@ std::vector<float> normal(int64_t count, std::mt19937_64& rng) {
 
 Workload::Workload(const Problem& p)
     : p_(p), op_(table_operator(p.op)), options_(op_.options(sizes(p))), extra_(std::make_unique<Extra>()) {
+  check_dtype(p);
   std::mt19937_64 rng(p.seed);
   const int64_t rows = p.batch * p.seq * p.heads;
   q_ = normal(rows * p.dim, rng);

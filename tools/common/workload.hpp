@@ -22,7 +22,8 @@ namespace linattn::cli {
 // favor is FAVOR+ (the table's "favor"); the command names it "performer" in its output, as it
 // always has, and takes both "favor" and "performer" as --op / --methods values. The decayed family
 // (retention, lightning, simple_gla, gla: the chunked decayed_attention_*) and the delta rule
-// (delta_rule, gated_delta_rule, kda: the chunked delta_rule_*) are bench's and compare's, not run's.
+// (delta_rule, gated_delta_rule, kda: the chunked delta_rule_*) are bench's and compare's, not run's;
+// so are Mamba-2's SSD (mamba2) and RWKV-7 (rwkv7), the table's rows over those families (f32 only).
 enum class Op {
   softmax,
   linear,
@@ -36,7 +37,9 @@ enum class Op {
   gla,
   delta_rule,
   gated_delta_rule,
-  kda
+  kda,
+  mamba2,
+  rwkv7
 };
 const char* op_name(Op op);
 // Name → op, for CLI11's CheckedTransformer (the printed names, and the alias "favor").
@@ -51,12 +54,20 @@ bool is_causal(Op op);
 bool is_decayed(Op op);
 // The delta rule (delta.hpp).
 bool is_delta(Op op);
+// The recurrences (the decayed family, the delta rule, mamba2, rwkv7): bench's and compare's, not run's.
+bool is_recurrence(Op op);
+// bf16 and f16 storage (--dtype): every op but mamba2 and rwkv7, whose rows run in f32.
+bool has_half(Op op);
 
 // --dtype's names: "f32", "bf16", "f16".
 inline const std::map<std::string, DType>& dtype_names() {
   static const std::map<std::string, DType> names{{"f32", DType::f32}, {"bf16", DType::bf16}, {"f16", DType::f16}};
   return names;
 }
+
+struct Problem;
+// Refuses --dtype bf16|f16 for an op without half storage (UsageError naming both).
+void check_dtype(const Problem& p);
 
 struct Problem {
   Op op = Op::softmax;
@@ -65,6 +76,7 @@ struct Problem {
   int64_t features = 0;   // favor: M random features (0: the library's default for D)
   int64_t projected = 0;  // linformer: k, the projected length (0: min(N, 256))
   uint64_t seed = 0;      // inputs and random features
+  int64_t groups = 0;     // mamba2: G, the groups of B and C (0: one per head)
   // --dtype: the storage type of q, k, v, out, dout and the gradients (inputs drawn in fp32, rounded).
   DType dtype = DType::f32;
 };
