@@ -282,6 +282,15 @@ LINATTN_C_API linattn_status linattn_decayed_step(const linattn_tensor* out, con
                                                   const linattn_tensor* g, linattn_state* state,
                                                   const linattn_decay_options* options);
 
+/* Mamba-2's SSD (mamba_ssm's mamba_chunk_scan_combined) is this family's LINATTN_DECAY_TOKEN call:
+ *   h_t = exp(dt_t·A_h)·h_{t-1} + dt_t·B_t x_tᵀ,   y_t = C_tᵀ h_t + D_h·x_t
+ * is linattn_decayed_forward with q = C, k = B (K = the state size N), v = dt·x (V = the head dim P),
+ * g = dt·A [B, T, H, 1], has_scale = 1 and scale = 1, then y += D·x. With G groups of B and C (head h
+ * reads group h / (H/G)), call once per group on heads [j·H/G, (j + 1)·H/G) of v, g and out, with q and k
+ * descriptors of group j whose head stride is 0 (no copy); their gradients (linattn_decayed_backward, dq
+ * and dk per head) sum over the group's heads. States are [N, H, N_state, P] (mamba_ssm's [batch, H, P,
+ * N] transposed). docs/mamba.md has the mapping; the Python module's linattn.mamba has the whole interface. */
+
 /* ---- The delta rule: DeltaNet, Gated DeltaNet, KDA ------------------------------------------- */
 
 typedef enum linattn_delta_gate {
@@ -323,6 +332,50 @@ LINATTN_C_API linattn_status linattn_delta_step(const linattn_tensor* out, const
                                                 const linattn_tensor* k, const linattn_tensor* v,
                                                 const linattn_tensor* beta, const linattn_tensor* g,
                                                 linattn_state* state, const linattn_delta_options* options);
+
+/* ---- The DPLR delta rule: RWKV-7 ------------------------------------------------------------- */
+
+/* S_t = (diag(exp(gk_t)) + b_t a_tᵀ) S_{t-1} + k_t v_tᵀ,  o_t = scale · S_tᵀ q_t  (include/linattn/dplr.hpp;
+ * flash-linear-attention's chunk_dplr_delta_rule; RWKV-7's chunk_rwkv7 is r = q, w = gk, scale 1). q, k, a,
+ * b, gk [B, T, H, K]; v, out [B, T, H, V]; states [N, H, K, V] contiguous f32 with n_state floats, N = B or
+ * the number of packed sequences. f32 only: any other dtype is LINATTN_ERROR_UNSUPPORTED_DTYPE. The
+ * recurrence runs token by token (its chunked form is not built yet), so linattn_dplr_forward and
+ * linattn_dplr_recurrent_forward compute the same thing with the two families' state conventions. */
+typedef struct linattn_dplr_options {
+  int has_scale; /* 0: K^-1/2 */
+  float scale;
+  const int64_t* cu_seqlens; /* [N + 1] packed sequences (B = 1), or NULL */
+  int64_t n_cu_seqlens;
+} linattn_dplr_options;
+
+LINATTN_C_API void linattn_dplr_options_init(linattn_dplr_options* options);
+/* "dplr_delta_rule": the recurrence's name, for linattn_state_create (a state of another one is refused). */
+LINATTN_C_API const char* linattn_dplr_name(void);
+/* From initial_state (NULL: zero) into final_state (NULL: not wanted), as linattn_decayed_forward. */
+LINATTN_C_API linattn_status linattn_dplr_forward(const linattn_tensor* out, const linattn_tensor* q,
+                                                  const linattn_tensor* k, const linattn_tensor* v,
+                                                  const linattn_tensor* a, const linattn_tensor* b,
+                                                  const linattn_tensor* gk, const linattn_dplr_options* options,
+                                                  const float* initial_state, float* final_state, int64_t n_state);
+/* Overwrites dq, dk, dv, da, db, dgk; dinitial_state, dfinal_state, initial_state: NULL or n_state floats. */
+LINATTN_C_API linattn_status linattn_dplr_backward(
+    const linattn_tensor* dq, const linattn_tensor* dk, const linattn_tensor* dv, const linattn_tensor* da,
+    const linattn_tensor* db, const linattn_tensor* dgk, float* dinitial_state, const linattn_tensor* dout,
+    const float* dfinal_state, const linattn_tensor* q, const linattn_tensor* k, const linattn_tensor* v,
+    const linattn_tensor* a, const linattn_tensor* b, const linattn_tensor* gk, const linattn_dplr_options* options,
+    const float* initial_state, int64_t n_state);
+/* state (n_state floats, required) holds the initial state and receives the final. */
+LINATTN_C_API linattn_status linattn_dplr_recurrent_forward(const linattn_tensor* out, const linattn_tensor* q,
+                                                            const linattn_tensor* k, const linattn_tensor* v,
+                                                            const linattn_tensor* a, const linattn_tensor* b,
+                                                            const linattn_tensor* gk, float* state, int64_t n_state,
+                                                            const linattn_dplr_options* options);
+/* Decoding against an f32 linattn_state made as (B, H, K, V, linattn_dplr_name()). */
+LINATTN_C_API linattn_status linattn_dplr_step(const linattn_tensor* out, const linattn_tensor* q,
+                                               const linattn_tensor* k, const linattn_tensor* v,
+                                               const linattn_tensor* a, const linattn_tensor* b,
+                                               const linattn_tensor* gk, linattn_state* state,
+                                               const linattn_dplr_options* options);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,12 +1,16 @@
-// The C API's decayed family (linear, retention, lightning, simple GLA, GLA) and delta rule family
-// (DeltaNet, Gated DeltaNet, KDA): chunked forward and backward, token by token, decoding steps.
+// The C API's recurrences: the decayed family (linear, retention, lightning, simple GLA, GLA; Mamba-2 is its
+// token-decay call, linattn.h), the delta rule family (DeltaNet, Gated DeltaNet, KDA) and the DPLR delta rule
+// (RWKV-7): forward and backward, token by token, decoding steps.
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "capi/capi_support.hpp"
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
+#include "linattn/dplr.hpp"
 #include "linattn/half_attention.hpp"
 #include "linattn/memory.hpp"
 
@@ -84,6 +88,45 @@ std::span<T> state_buffer(const char* function, const char* name, T* data, int64
 linattn::RecurrentState& state_of(const char* function, linattn_state* state) {
   require(state, function, "state");
   return state->state;
+}
+
+linattn::DplrOptions dplr_options(const char* function, const linattn_dplr_options* o) {
+  linattn::DplrOptions options;
+  if (o == nullptr) return options;
+  options.scale = scale_of(o->has_scale, o->scale);
+  options.cu_seqlens = buffer(function, "options->cu_seqlens", o->cu_seqlens, o->n_cu_seqlens);
+  return options;
+}
+
+// The DPLR delta rule takes f32 only: another known dtype of the call's first output is refused as
+// unsupported (the views below then hold every other tensor to f32).
+void require_f32(const char* function, const char* name, const linattn_tensor* t) {
+  require(t, function, name);
+  if (t->dtype == LINATTN_F32) return;
+  const char* known = dtype_name(t->dtype);
+  if (!known) fail_unknown_dtype(function, name, t->dtype);
+  fail(LINATTN_ERROR_UNSUPPORTED_DTYPE, function,
+       std::string(name) + ".dtype is " + known + ", expected LINATTN_F32 (the DPLR delta rule runs in f32)");
+}
+
+// The six inputs of a DPLR call.
+struct DplrInputs {
+  linattn::ConstTensorView q, k, v, a, b, gk;
+};
+DplrInputs dplr_inputs(const char* f, const linattn_tensor* q, const linattn_tensor* k, const linattn_tensor* v,
+                       const linattn_tensor* a, const linattn_tensor* b, const linattn_tensor* gk) {
+  return {const_view_of<float>(f, "q", q), const_view_of<float>(f, "k", k), const_view_of<float>(f, "v", v),
+          const_view_of<float>(f, "a", a), const_view_of<float>(f, "b", b), const_view_of<float>(f, "gk", gk)};
+}
+
+// The floats of a state [N, H, K, V] for q and v, bounded by the memory check; 0 where an extent is not
+// positive (the operator's checks then name it).
+size_t dplr_state_floats(const char* function, const DplrInputs& x, const linattn::DplrOptions& o) {
+  const int64_t N = o.cu_seqlens.empty() ? x.q.batch() : int64_t(o.cu_seqlens.size()) - 1;
+  const double floats = double(N) * double(x.q.heads()) * double(x.q.dim()) * double(x.v.dim());
+  if (N <= 0 || x.q.heads() <= 0 || x.q.dim() <= 0 || x.v.dim() <= 0) return 0;
+  linattn::check_allocation(std::string(function) + ": the state [N, H, K, V] of q and v", 4.0 * floats);
+  return size_t(floats);
 }
 
 }  // namespace
@@ -269,6 +312,82 @@ linattn_status linattn_delta_step(const linattn_tensor* out, const linattn_tenso
                                const_view_of<T>(f, "v", v), const_view_of<T>(f, "beta", beta),
                                optional_const_view_of<T>(f, "g", g), state_of(f, state), delta_options(f, options));
     });
+  });
+}
+
+void linattn_dplr_options_init(linattn_dplr_options* options) {
+  if (options) *options = linattn_dplr_options{0, 0.0f, nullptr, 0};
+}
+
+const char* linattn_dplr_name(void) { return linattn::kDplrName; }
+
+linattn_status linattn_dplr_forward(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                    const linattn_tensor* v, const linattn_tensor* a, const linattn_tensor* b,
+                                    const linattn_tensor* gk, const linattn_dplr_options* options,
+                                    const float* initial_state, float* final_state, int64_t n_state) {
+  const char* f = "linattn_dplr_forward";
+  return guard([&] {
+    require_f32(f, "out", out);
+    const linattn::DplrOptions o = dplr_options(f, options);
+    const DplrInputs x = dplr_inputs(f, q, k, v, a, b, gk);
+    const std::span<const float> initial = state_buffer(f, "initial_state", initial_state, n_state);
+    // The token-by-token forward advances one state in place: final_state itself, or a scratch one.
+    std::span<float> state = state_buffer(f, "final_state", final_state, n_state);
+    std::vector<float> scratch;
+    if (state.empty()) {
+      scratch.resize(initial.empty() ? dplr_state_floats(f, x, o) : initial.size());
+      state = scratch;
+    }
+    if (initial.empty())
+      std::fill(state.begin(), state.end(), 0.0f);
+    else if (initial.data() != state.data())
+      std::copy(initial.begin(), initial.end(), state.begin());
+    linattn::dplr_delta_rule_recurrent_forward(view_of<float>(f, "out", out), x.q, x.k, x.v, x.a, x.b, x.gk, state, o);
+  });
+}
+
+linattn_status linattn_dplr_backward(const linattn_tensor* dq, const linattn_tensor* dk, const linattn_tensor* dv,
+                                     const linattn_tensor* da, const linattn_tensor* db, const linattn_tensor* dgk,
+                                     float* dinitial_state, const linattn_tensor* dout, const float* dfinal_state,
+                                     const linattn_tensor* q, const linattn_tensor* k, const linattn_tensor* v,
+                                     const linattn_tensor* a, const linattn_tensor* b, const linattn_tensor* gk,
+                                     const linattn_dplr_options* options, const float* initial_state, int64_t n_state) {
+  const char* f = "linattn_dplr_backward";
+  return guard([&] {
+    require_f32(f, "dq", dq);
+    const DplrInputs x = dplr_inputs(f, q, k, v, a, b, gk);
+    linattn::dplr_delta_rule_recurrent_backward(
+        view_of<float>(f, "dq", dq), view_of<float>(f, "dk", dk), view_of<float>(f, "dv", dv),
+        view_of<float>(f, "da", da), view_of<float>(f, "db", db), view_of<float>(f, "dgk", dgk),
+        state_buffer(f, "dinitial_state", dinitial_state, n_state), const_view_of<float>(f, "dout", dout),
+        state_buffer(f, "dfinal_state", dfinal_state, n_state), x.q, x.k, x.v, x.a, x.b, x.gk, dplr_options(f, options),
+        state_buffer(f, "initial_state", initial_state, n_state));
+  });
+}
+
+linattn_status linattn_dplr_recurrent_forward(const linattn_tensor* out, const linattn_tensor* q,
+                                              const linattn_tensor* k, const linattn_tensor* v, const linattn_tensor* a,
+                                              const linattn_tensor* b, const linattn_tensor* gk, float* state,
+                                              int64_t n_state, const linattn_dplr_options* options) {
+  const char* f = "linattn_dplr_recurrent_forward";
+  return guard([&] {
+    require_f32(f, "out", out);
+    require(state, f, "state");
+    const DplrInputs x = dplr_inputs(f, q, k, v, a, b, gk);
+    linattn::dplr_delta_rule_recurrent_forward(view_of<float>(f, "out", out), x.q, x.k, x.v, x.a, x.b, x.gk,
+                                               buffer(f, "state", state, n_state), dplr_options(f, options));
+  });
+}
+
+linattn_status linattn_dplr_step(const linattn_tensor* out, const linattn_tensor* q, const linattn_tensor* k,
+                                 const linattn_tensor* v, const linattn_tensor* a, const linattn_tensor* b,
+                                 const linattn_tensor* gk, linattn_state* state, const linattn_dplr_options* options) {
+  const char* f = "linattn_dplr_step";
+  return guard([&] {
+    require_f32(f, "out", out);
+    const DplrInputs x = dplr_inputs(f, q, k, v, a, b, gk);
+    linattn::dplr_delta_rule_step(view_of<float>(f, "out", out), x.q, x.k, x.v, x.a, x.b, x.gk, state_of(f, state),
+                                  dplr_options(f, options));
   });
 }
 
