@@ -147,7 +147,10 @@ _PARTS = {"gdn": _ops_gdn, "kda": _ops_kda, "step": _ops_step}
 def ops(args):
     rows, extra = [], {}
     for part in args.parts.split(","):
+        done = len(rows)
         _PARTS[part](args, rows, extra)
+        for name, ours, theirs in rows[done:]:  # as each group ends: a run stopped later still leaves these
+            print(f"{name}: linattn {ours * 1e3:.2f} ms, comparison {theirs * 1e3:.2f} ms", file=sys.stderr, flush=True)
     return rows, extra
 
 
