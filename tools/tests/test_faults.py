@@ -218,7 +218,8 @@ def train_args(folder, steps=4):
     # kills land inside checkpoint writes often.
     return [binary(), "train", "--task", "copy", "--steps", str(steps), "--batch", "1", "--seq-len", "8",
             "--d-model", "128", "--layers", "2", "--heads", "2", "--mlp-hidden", "128", "--threads", "1",
-            "--checkpoint", str(pathlib.Path(folder) / "run.ckpt"), "--checkpoint-every", "1", "--log-every", "1000"]
+            "--checkpoint", str(pathlib.Path(folder) / "run.ckpt"), "--checkpoint-every", "1", "--log-every", "1000",
+            "--out", str(pathlib.Path(folder) / "run.model")]  # not train's default ./linattn.model in the checkout
 
 
 def test_kill_during_checkpoint_writes_leaves_no_partial_checkpoint(tmp_path):
@@ -230,10 +231,9 @@ def test_kill_during_checkpoint_writes_leaves_no_partial_checkpoint(tmp_path):
         folder.mkdir()
         point = kill_at_random(train_args(folder), rng, (0.8 * start, end), folder, 5, i)
         files = final_files(folder)
-        assert set(files) <= {"run.ckpt"}, (SEED, point, sorted(files))
-        if files:
-            data = files["run.ckpt"]
-            assert data[:8] == b"LATNMODL" and crc_is_valid(data), f"partial checkpoint (seed {SEED}, kill {point})"
+        assert set(files) <= {"run.ckpt", "run.model"}, (SEED, point, sorted(files))
+        for name, data in files.items():
+            assert data[:8] == b"LATNMODL" and crc_is_valid(data), f"partial {name} (seed {SEED}, kill {point})"
 
 
 # ---------------------------------------------------------------------------------------- full disk
