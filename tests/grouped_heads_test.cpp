@@ -6,6 +6,8 @@
 // against finite differences; and the refusals.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -13,6 +15,7 @@
 
 #include "linattn/delta.hpp"
 #include "linattn/error.hpp"
+#include "linattn/limits.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
 #include "support/delta_problem.hpp"
@@ -93,25 +96,64 @@ TEST(GroupedHeads, PackedSequencesWithAnEmptyOneMatchTheOracle) {
 // The grouped call does what the repeated call did, without the copy: out, the final state and every
 // gradient of v, beta, g and the initial state bit for bit; dq and dk the repeated call's summed over
 // each group in order.
+void expect_equals_the_repeated_call(const Problem& p) {
+  const Case& c = p.c;
+  SCOPED_TRACE(describe(c));
+  const Tensor32 q = repeat_heads(p.q.view, c.HV(), c.layout), k = repeat_heads(p.k.view, c.HV(), c.layout);
+  const Fast grouped = run_fast(p, p.q.view, p.k.view), repeated = run_fast(p, q.view, k.view);
+  EXPECT_EQ(dense(grouped.out.view), dense(repeated.out.view));
+  EXPECT_EQ(grouped.final_state, repeated.final_state);
+  EXPECT_EQ(dense(grouped.dv.view), dense(repeated.dv.view));
+  EXPECT_EQ(dense(grouped.dbeta.view), dense(repeated.dbeta.view));
+  if (gate_cols(c) > 0) {
+    EXPECT_EQ(dense(grouped.dg.view), dense(repeated.dg.view));
+  }
+  EXPECT_EQ(grouped.dinitial, repeated.dinitial);
+  EXPECT_EQ(dense(grouped.dq.view), sum_groups(repeated.dq.view, c.H));
+  EXPECT_EQ(dense(grouped.dk.view), sum_groups(repeated.dk.view, c.H));
+}
+
 TEST(GroupedHeads, EqualsTheCallWithRepeatedQueriesAndKeys) {
   for (DeltaGate gate : kAllGates)
-    for (bool l2norm : {true, false}) {
-      const Case c = grouped(2, 45, 2, 6, 9, 6, gate, l2norm, {}, Layout::padded);
-      SCOPED_TRACE(describe(c));
-      const Problem p = make_problem(c);
-      const Tensor32 q = repeat_heads(p.q.view, c.HV(), c.layout), k = repeat_heads(p.k.view, c.HV(), c.layout);
-      const Fast grouped = run_fast(p, p.q.view, p.k.view), repeated = run_fast(p, q.view, k.view);
-      EXPECT_EQ(dense(grouped.out.view), dense(repeated.out.view));
-      EXPECT_EQ(grouped.final_state, repeated.final_state);
-      EXPECT_EQ(dense(grouped.dv.view), dense(repeated.dv.view));
-      EXPECT_EQ(dense(grouped.dbeta.view), dense(repeated.dbeta.view));
-      if (gate_cols(c) > 0) {
-        EXPECT_EQ(dense(grouped.dg.view), dense(repeated.dg.view));
+    for (bool l2norm : {true, false})
+      expect_equals_the_repeated_call(make_problem(grouped(2, 45, 2, 6, 9, 6, gate, l2norm, {}, Layout::padded)));
+}
+
+// The grouped path at the recurrences' extremes, against the repeated call (which
+// recurrence_extremes_test holds to the fp64 oracle there): log decays of −inf and −1e30 at some tokens,
+// β near 2, a chunk size at its bound (kMaxDeltaChunkSize, longer than the sequences), packed sequences
+// with an empty one.
+TEST(GroupedHeads, ExtremesEqualTheRepeatedCall) {
+  for (DeltaGate gate : {DeltaGate::token, DeltaGate::key})
+    for (float reset : {-std::numeric_limits<float>::infinity(), -1e30f})
+      for (int64_t chunk : {int64_t(16), limits::kMaxDeltaChunkSize}) {
+        Case c = grouped(1, 97, 2, 4, 6, 5, gate, true, {0, 40, 40, 97});
+        c.chunk = chunk;
+        c.beta_lo = 1.9f, c.beta_hi = 1.99f;
+        Problem p = make_problem(c);
+        for (int64_t t : {0, 17, 40, 41, 96})
+          for (int64_t h = 0; h < c.HV(); ++h)
+            for (int64_t j = 0; j < gate_cols(c); ++j) p.g.view(0, t, h, j) = reset;
+        SCOPED_TRACE("g " + std::to_string(reset));
+        expect_equals_the_repeated_call(p);
       }
-      EXPECT_EQ(grouped.dinitial, repeated.dinitial);
-      EXPECT_EQ(dense(grouped.dq.view), sum_groups(repeated.dq.view, c.H));
-      EXPECT_EQ(dense(grouped.dk.view), sum_groups(repeated.dk.view, c.H));
-    }
+}
+
+// A NaN in a later token's v reaches no earlier output of the grouped call.
+TEST(GroupedHeads, NaNInALaterTokenLeavesEarlierOutputs) {
+  constexpr int64_t kBad = 10;
+  for (DeltaGate gate : kAllGates) {
+    const Problem clean = make_problem(grouped(1, 65, 2, 6, 8, 8, gate));
+    Problem bad = make_problem(clean.c);
+    for (int64_t h = 0; h < clean.c.HV(); ++h) bad.v.view(0, kBad, h, 3) = std::numeric_limits<float>::quiet_NaN();
+    const Fast before = run_fast(clean), after = run_fast(bad);
+    for (int64_t t = 0; t < kBad; ++t)
+      for (int64_t h = 0; h < clean.c.HV(); ++h)
+        for (int64_t d = 0; d < clean.c.V; ++d) {
+          ASSERT_TRUE(std::isfinite(after.out.view(0, t, h, d))) << "t " << t << " h " << h << " d " << d;
+          EXPECT_NEAR(after.out.view(0, t, h, d), before.out.view(0, t, h, d), 1e-5f) << "t " << t;
+        }
+  }
 }
 
 // A group's value heads add into the same rows of dq and dk: the result must not move with the threads.
