@@ -10,8 +10,8 @@ usage() {
   cat <<'EOF'
 Usage: scripts/reproduce_applications.sh [options]
 
-Trains each (task, model) pair for about --budget-minutes of wall time (one process at a time, nice 19,
---threads threads), evaluates it on the test split and writes OUT/lra_table.md, OUT/lra_table.csv and
+Trains each (task, model) pair for about --budget-minutes of wall time (one process at a time, at --nice
+niceness, --threads threads), evaluates it on the test split and writes OUT/lra_table.md, OUT/lra_table.csv and
 OUT/lra_table.png. A pair whose task or model this build of linattn does not have is reported as
 "not built" with the command's reason.
 
@@ -29,6 +29,8 @@ Options:
   --models LIST        comma-separated, of softmax,linear,performer,linformer,gla,gated_deltanet (default: all)
   --out DIR            results folder (default out/applications); data files are kept in DIR/data
   --threads N          threads per run (default 1)
+  --nice N             the niceness the runs get (default 19: the grid yields to other work; 0 when it
+                       has the machine, or a core of it, to itself)
   --test-examples N    evaluate on the test split's first N examples (default 0: all of it; --quick: 200)
   --bin PATH           the linattn command (default $LINATTN_BIN or build/tools/linattn)
   --table-only         write the table and the plot again from the pairs already in DIR/pairs
@@ -49,7 +51,7 @@ EOF
 
 die() { echo "reproduce_applications: $*" >&2; exit 2; }
 
-budget_minutes= quick=0 out= threads=1 table_only=0 test_examples= image_size=
+budget_minutes= quick=0 out= threads=1 niceness=19 table_only=0 test_examples= image_size=
 tasks=listops,pathfinder,image,speech
 models=softmax,linear,performer,linformer,gla,gated_deltanet
 bin=${LINATTN_BIN:-build/tools/linattn}
@@ -61,6 +63,7 @@ while (($#)); do
     --models) models=${2:?--models needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --threads) threads=${2:?--threads needs a value}; shift 2 ;;
+    --nice) niceness=${2:?--nice needs a value}; shift 2 ;;
     --test-examples) test_examples=${2:?--test-examples needs a value}; shift 2 ;;
     --image-size) image_size=${2:?--image-size needs a value}; shift 2 ;;
     --bin) bin=${2:?--bin needs a value}; shift 2 ;;
@@ -73,6 +76,8 @@ if [[ -n $budget_minutes ]] && ! awk -v m="$budget_minutes" 'BEGIN { exit !(m + 
   die "--budget-minutes '$budget_minutes': expected a number of minutes above 0, e.g. 6 or 0.5"
 fi
 [[ $threads =~ ^[1-9][0-9]*$ ]] || die "--threads '$threads': expected a whole number of at least 1"
+[[ $niceness =~ ^-?[0-9]+$ ]] && ((niceness >= -20 && niceness <= 19)) ||
+  die "--nice '$niceness': expected a whole number from -20 to 19 (nice(1)'s range)"
 [[ -z $image_size || $image_size =~ ^(16|32|64|128|256)$ ]] ||
   die "--image-size '$image_size': expected 16, 32, 64, 128 or 256 (make_image_data.py's sizes)"
 [[ -z $test_examples || $test_examples =~ ^[0-9]+$ ]] ||
@@ -115,7 +120,7 @@ data_file() {
   [[ -f ${maker[0]} ]] || { echo "not built: ${maker[0]} does not exist" >&2; return 1; }
   if [[ ! -f $file ]]; then
     echo "== $task data: ${maker[*]} --out $file ==" >&2
-    nice -n 19 "$python" "${maker[@]}" --out "$file" >&2 || { echo "not built: ${maker[0]} failed" >&2; return 1; }
+    nice -n "$niceness" "$python" "${maker[@]}" --out "$file" >&2 || { echo "not built: ${maker[0]} failed" >&2; return 1; }
   fi
   echo "$file"
 }
@@ -157,7 +162,7 @@ run_pair() {
   flags+=("${model_flags[@]}" --attention "$model" --threads "$threads")
   # The probe: does this build have the pair, and how fast does it train?
   local code=0 why
-  nice -n 19 "$bin" train "${flags[@]}" --steps 4 --warmup 1 --log-every 1 --eval-batches 1 --checkpoint-every 0 \
+  nice -n "$niceness" "$bin" train "${flags[@]}" --steps 4 --warmup 1 --log-every 1 --eval-batches 1 --checkpoint-every 0 \
     --csv "$run.probe.csv" --out "$run.probe.model" >"$run.probe.log" 2>&1 || code=$?
   if ((code != 0)); then
     why=$(grep -m1 'error' "$run.probe.log" || tail -n 1 "$run.probe.log")
@@ -177,7 +182,7 @@ run_pair() {
   steps=$(awk -v l="$left" -v t="$tps" -v p="$per_step" 'BEGIN { s = int(0.9 * l * t / p); print (s < 10 ? 10 : s) }')
   local warmup=$(((steps + 9) / 10))
   code=0
-  nice -n 19 /usr/bin/time -v -o "$run.time" timeout -s TERM $((budget_s * 3 / 2 + 5)) "$bin" train "${flags[@]}" \
+  nice -n "$niceness" /usr/bin/time -v -o "$run.time" timeout -s TERM $((budget_s * 3 / 2 + 5)) "$bin" train "${flags[@]}" \
     --steps "$steps" --warmup "$warmup" --eval-batches 1 --log-every $(((steps + 9) / 10)) --checkpoint-every 0 \
     --csv "$run.csv" --out "$run.model" >"$run.log" 2>&1 || code=$?
   local train_s=$((SECONDS - start)) note=
@@ -187,7 +192,7 @@ run_pair() {
   fi
   local -a eval_flags=(--examples "${test_examples:-0}")
   [[ -n $data ]] && eval_flags+=(--data "$data")
-  if ! nice -n 19 "$bin" eval "$run.model.ckpt" "${eval_flags[@]}" --threads "$threads" --json >"$run.eval.json" \
+  if ! nice -n "$niceness" "$bin" eval "$run.model.ckpt" "${eval_flags[@]}" --threads "$threads" --json >"$run.eval.json" \
       2>"$run.eval.log"; then
     report "$task" "$model" "failed: eval: $(tail -n 1 "$run.eval.log")"; return
   fi

@@ -37,7 +37,8 @@ def test_help_has_examples_and_bad_options_are_named():
     proc = run(REPRODUCE, "--help")
     assert proc.returncode == 0 and "Examples:" in proc.stdout and "--budget-minutes" in proc.stdout
     for args, named in ((["--budget-minutes", "zero"], "--budget-minutes"), (["--tasks", "cifar"], "cifar"),
-                        (["--models", "mamba"], "mamba"), (["--threads", "0"], "--threads"), (["--frobnicate"], "--frobnicate")):
+                        (["--models", "mamba"], "mamba"), (["--threads", "0"], "--threads"),
+                        (["--nice", "20"], "--nice"), (["--nice", "low"], "--nice"), (["--frobnicate"], "--frobnicate")):
         proc = run(REPRODUCE, *args)
         assert proc.returncode == 2 and named in proc.stderr, (args, proc.stderr)
 
