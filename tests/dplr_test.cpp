@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "linattn/error.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
@@ -181,6 +182,21 @@ TEST(DplrDeltaRule, MatchesOracleOverAwkwardShapes) {
 
 TEST(DplrDeltaRule, MatchesOracleForWideHeadsAndEveryLayout) {
   for (Layout layout : kAllLayouts) expect_matches_oracle({1, 70, 3, 33, 24, -0.3f, 0.0f, AB::delta, 1.0f, layout});
+}
+
+// Value heads wide enough for the token kernel's panels of four vector columns (64 columns with AVX-512's
+// 16 lanes, two panels of 32 with AVX2's 8), then a single vector column and three scalar ones; K odd, so
+// the first sweep's odd-row chain ends one row short; more tokens than a run (16) with a ragged last run.
+// Under every Highway target this CPU runs (the rest of the suite runs only the best one).
+TEST(DplrDeltaRule, MatchesOracleOverWholePanelsAndTheirTailsUnderEveryTarget) {
+  hwy::SetSupportedTargetsForTest(0);
+  for (const auto target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    expect_matches_oracle({2, 37, 2, 9, 83, -0.7f, 0.0f, AB::delta, 1.5f});
+    expect_matches_oracle({1, 20, 1, 64, 64, -0.3f, 0.0f, AB::uniform, 0.1f, Layout::padded});
+  }
+  hwy::SetSupportedTargetsForTest(0);  // the CPU's own choice again
 }
 
 // Packed sequences, one of them empty (its final state is its initial state, its dinitial its dfinal), and

@@ -1,7 +1,7 @@
 // The DPLR delta rule (RWKV-7) token by token in fp32, forward and backward. Per sequence, head and token:
 //   s = Sᵀ a,   S ← diag(w) S + b sᵀ + k vᵀ (w = exp(gk)),   o = scale · Sᵀ q,
-// three sweeps over S through the kernels' row helpers (s; the low-rank update; the key-value update
-// with the readout). Threads over blocks of heads of every sequence (the decayed family's driver).
+// two sweeps over S (kernels::rank2_update_readout: s; the rank-2 update with the readout). Threads over
+// blocks of heads of every sequence (the decayed family's driver).
 //
 // The backward walks each sequence in reverse and needs every state S_{t−1}, which the transition cannot
 // give back (diag(w) + b aᵀ may be singular). They are recomputed: a first forward sweep keeps the state at
@@ -14,6 +14,7 @@
 
 #include "core/validate.hpp"
 #include "kernels/decay_factors.hpp"
+#include "kernels/low_rank_rows.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "linattn/dplr.hpp"
@@ -26,36 +27,45 @@ namespace {
 using detail::DplrProblem;
 using detail::Sequence;
 
-// One token of one head: S: [K, V] ← diag(w) S + b sᵀ + k vᵀ with s = Sᵀ a ([V] scratch), and o = Sᵀ q
-// (q already scaled). junk: [V], the readout of the first update, which nothing reads.
-void advance(float* o, float* S, float* s, float* junk, const float* q, const float* k, const float* v, const float* a,
-             const float* b, const float* w, int64_t K, int64_t V) {
-  std::fill_n(s, V, 0.0f);
-  kernels::add_weighted_rows(s, S, V, a, K, V);
-  kernels::rank1_update_readout(junk, S, b, s, q, K, V, w);
-  kernels::rank1_update_readout(o, S, k, v, q, K, V);
-}
+// Tokens a head advances in turn, its state kept in L1 (16 KiB at K = V = 64), after the block's rows of
+// that many tokens are packed. A token at a time, each head's state came back from L2 at every token (a
+// block's states outgrow L1), and the first sweep waited on it for half the kernel's time. While a run's
+// tokens advance, the next run's rows are prefetched (head r of token i as head r advances token i): the
+// inputs stream from memory at about the pace of the arithmetic, and packing a run that had not been
+// prefetched took 40% of the time.
+constexpr int64_t kTokenRun = 16;
 
 void forward_tokens(const DplrProblem& p, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                     ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<float> state) {
-  const int64_t N = p.N, K = p.K, V = p.V;
-  // TokenRows' q, k, v, g (= gk), its e^g (= w) and o, then a, b and the two [V] vectors of advance.
-  const size_t rows_floats = detail::TokenRows::floats_per_head(K, V, K);
-  const size_t per_head = rows_floats + size_t(2 * K + 2 * V);
+  const int64_t N = p.N, K = p.K, V = p.V, run = std::clamp<int64_t>(detail::longest(p.sequences), 1, kTokenRun);
+  // Per head and token of a run: TokenRows' q, k, v, g (= gk), its e^g (= w) and o, then a and b.
+  const size_t rows_floats = detail::TokenRows::floats_per_head(K, V, K), token_floats = rows_floats + size_t(2 * K);
   detail::for_each_head_block(
-      N, p.H, N * p.H * p.T * K * V, per_head, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+      N, p.H, N * p.H * p.T * K * V, token_floats * size_t(run), 0,
+      [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const Sequence& seq = p.sequences[size_t(n)];
-        detail::TokenRows rows(scratch, heads, K, V, K);
-        float* ar = scratch + rows_floats * size_t(heads);
-        float *br = ar + heads * K, *s = br + heads * K, *junk = s + heads * V;
-        for (int64_t t = seq.begin; t < seq.end; ++t) {
-          rows.load(q, k, v, gk, seq.b, t, h0, p.scale, t + 1 < seq.end ? t + 1 : -1);
-          kernels::pack_rows({ar, K, heads, K}, kernels::token_rows(a, seq.b, t, h0), 0, heads);
-          kernels::pack_rows({br, K, heads, K}, kernels::token_rows(b, seq.b, t, h0), 0, heads);
-          for (int64_t r = 0; r < heads; ++r)
-            advance(rows.o + r * V, state.data() + (seq.n * p.H + h0 + r) * K * V, s, junk, rows.q + r * K,
-                    rows.k + r * K, rows.v + r * V, ar + r * K, br + r * K, rows.a + r * K, K, V);
-          rows.store(out, seq.b, t, h0);
+        const auto ab = [&](int64_t i) { return scratch + (token_floats * size_t(i) + rows_floats) * size_t(heads); };
+        std::vector<detail::TokenRows> rows;  // token i of a run
+        for (int64_t i = 0; i < run; ++i) rows.emplace_back(scratch + token_floats * size_t(i * heads), heads, K, V, K);
+        for (int64_t t0 = seq.begin; t0 < seq.end; t0 += run) {
+          const int64_t tokens = std::min(run, seq.end - t0);
+          for (int64_t i = 0, t = t0; i < tokens; ++i, ++t) {
+            rows[size_t(i)].load(q, k, v, gk, seq.b, t, h0, p.scale, -1);
+            kernels::pack_rows({ab(i), K, heads, K}, kernels::token_rows(a, seq.b, t, h0), 0, heads);
+            kernels::pack_rows({ab(i) + heads * K, K, heads, K}, kernels::token_rows(b, seq.b, t, h0), 0, heads);
+          }
+          for (int64_t r = 0; r < heads; ++r) {
+            float* S = state.data() + (seq.n * p.H + h0 + r) * K * V;
+            for (int64_t i = 0; i < tokens; ++i) {
+              if (t0 + run + i < seq.end)
+                for (ConstTensorView in : {q, k, v, gk, a, b})
+                  kernels::prefetch_rows(kernels::token_rows(in, seq.b, t0 + run + i, h0 + r), 0, 1, in.dim());
+              const detail::TokenRows& x = rows[size_t(i)];
+              kernels::rank2_update_readout(x.o + r * V, S, ab(i) + r * K, ab(i) + (heads + r) * K, x.k + r * K,
+                                            x.v + r * V, x.q + r * K, x.a + r * K, K, V);
+            }
+          }
+          for (int64_t i = 0; i < tokens; ++i) rows[size_t(i)].store(out, seq.b, t0 + i, h0);
         }
       });
 }
@@ -153,7 +163,7 @@ void backward_tokens(const DplrProblem& p, const Grads& g, std::span<float> dini
           };
           const auto replay = [&](float* S, int64_t i) {  // S ← the state after token i of the sequence
             x.load(q, k, v, a, b, gk, {}, seq.b, seq.begin + i, h, 1.0f);
-            advance(x.junk, S, x.s, x.ds, x.q, x.k, x.v, x.a, x.b, x.w, K, V);
+            kernels::rank2_update_readout(x.junk, S, x.a, x.b, x.k, x.v, x.q, x.w, K, V);
           };
           // Sweep 1: the checkpoints.
           load_state(stretch, initial_state);
