@@ -69,6 +69,12 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
 // [N, H, K, V] holds the initial state on entry (zeros for none) and the final state on return.
 void decayed_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                ConstTensorView g, std::span<float> state, const DecayedAttentionOptions& options = {});
+// The same out of place: initial_state [N, H, K, V] (empty: zeros) is read and left unchanged, final_state
+// [N, H, K, V] receives the final state. A short call (a decode step) writes it in the sweep that reads the
+// initial state, so it costs no more than the call in place, where copying initial_state first would have.
+void decayed_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                               ConstTensorView g, std::span<const float> initial_state, std::span<float> final_state,
+                               const DecayedAttentionOptions& options = {});
 
 // Decoding: the tokens of q, k, v (any T ≥ 1) against a RecurrentState made for this recurrence
 // (RecurrentState(B, H, K, V, decay_name(decay)); its z is unused and stays zero). Advances the

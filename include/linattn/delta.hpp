@@ -73,6 +73,12 @@ void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView
 void delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                   ConstTensorView beta, ConstTensorView g, std::span<float> state,
                                   const DeltaRuleOptions& options = {});
+// The same out of place: initial_state [N, H, K, V] (empty: zeros) is read and left unchanged, final_state
+// [N, H, K, V] receives the final state, written in the sweep that reads the initial one (a decode step costs
+// no more than in place, where copying initial_state first would have).
+void delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                  ConstTensorView beta, ConstTensorView g, std::span<const float> initial_state,
+                                  std::span<float> final_state, const DeltaRuleOptions& options = {});
 
 // Decoding: the tokens of q, k, v, beta, g (any T ≥ 1) against a RecurrentState made for this
 // recurrence (RecurrentState(B, H, K, V, delta_name(gate)); its z is unused and stays zero). Advances

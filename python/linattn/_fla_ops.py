@@ -15,7 +15,6 @@ result (no final state, no g, no initial state) is an empty tensor: an operator 
 
 from typing import Optional
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -39,13 +38,6 @@ def _none_if_empty(x):
     return None if x is None or x.numel() == 0 else x
 
 
-def _recurrent_state(q, v, initial_state, cu_seqlens):
-    """The state the token-by-token path updates in place: a float32 copy of initial_state, or zeros."""
-    if initial_state is None:
-        return np.zeros((_states(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]), dtype=np.float32)
-    return np.array(_array(initial_state), dtype=np.float32, order="C", copy=True)
-
-
 # ---- the computations (shared by both wirings) -----------------------------------------------------
 
 
@@ -54,10 +46,9 @@ def _decayed_forward(q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recu
     options = dict(decay=decay, g_gamma=_array(g_gamma), scale=scale, cu_seqlens=_array(cu_seqlens))
     arrays = [_array(x) for x in (q, k, v, g)]
     with torch_threads():
-        if recurrent and q.dtype == torch.float32:
-            state = _recurrent_state(q, v, initial_state, cu_seqlens)
-            o = _linattn.decayed_recurrent(*arrays, state, **options)
-            final = state if want_final else None
+        if recurrent and q.dtype == torch.float32:  # the caller's initial_state is read, never written
+            o, final = _linattn.decayed_recurrent_forward(*arrays, initial_state=_array(initial_state),
+                                                          output_final_state=want_final, **options)
         else:
             o, final = _backend(q).decayed_attention(*arrays, initial_state=_array(initial_state),
                                                      output_final_state=want_final, chunk_size=chunk_size, **options)
@@ -79,10 +70,9 @@ def _delta_forward(q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent,
     options = dict(gate=gate, scale=scale, use_qk_l2norm=l2norm, cu_seqlens=_array(cu_seqlens))
     arrays = [_array(x) for x in (q, k, v, beta, g)]
     with torch_threads():
-        if recurrent and q.dtype == torch.float32:
-            state = _recurrent_state(q, v, initial_state, cu_seqlens)
-            o = _linattn.delta_rule_recurrent(*arrays, state, **options)
-            final = state if want_final else None
+        if recurrent and q.dtype == torch.float32:  # the caller's initial_state is read, never written
+            o, final = _linattn.delta_rule_recurrent_forward(*arrays, initial_state=_array(initial_state),
+                                                             output_final_state=want_final, **options)
         else:
             o, final = _backend(q).delta_rule(*arrays, initial_state=_array(initial_state),
                                               output_final_state=want_final, chunk_size=chunk_size, **options)
@@ -243,9 +233,12 @@ else:
 # ---- inference: the computations without the operator's dispatch -----------------------------------
 
 
+# Looked up once: a decode step asks on every call.
+_compiler_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+
+
 def _is_compiling():
-    compiler = getattr(torch, "compiler", None)
-    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+    return bool(_compiler_is_compiling is not None and _compiler_is_compiling())
 
 
 def _graph_free(graph_op, compute):

@@ -88,12 +88,14 @@ _NORMALIZE_EPS = 1e-10
 
 
 def _check_tensor(name, x, dtype=None):
+    # Called for every tensor of every call: is_cpu and the constant tuple below cost less than x.device.type
+    # and building the tuple each time (a decode step's overhead is these checks and conversions).
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         raise TypeError(f"{name}: expected a CPU tensor (linattn runs on the CPU), got device {x.device}")
     if dtype is None:
-        if x.dtype not in (torch.float32, torch.float64) + _HALF:
+        if x.dtype not in _FLOATS:
             raise TypeError(f"{name}: expected float32 (float64 runs the fp64 oracle; bfloat16 and float16 run in "
                             f"float32), got {x.dtype}")
     elif x.dtype != dtype and not (dtype in _HALF and x.dtype == torch.float32):
@@ -101,6 +103,7 @@ def _check_tensor(name, x, dtype=None):
 
 
 _HALF = (torch.bfloat16, torch.float16)
+_FLOATS = (torch.float32, torch.float64) + _HALF
 
 
 def _widen(name, x, half):

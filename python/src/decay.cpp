@@ -66,6 +66,10 @@ struct DecayBinding {
   static void recurrent(TensorView out, const Inputs<float, 4>& in, std::span<float> state, const Args& a) {
     decayed_recurrent_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), state, a.options());
   }
+  static void recurrent_from(TensorView out, const Inputs<float, 4>& in, std::span<const float> initial,
+                             std::span<float> final_state, const Args& a) {
+    decayed_recurrent_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), initial, final_state, a.options());
+  }
   static reference::DecayedOutput forward64(const Inputs<double, 4>& in, const Args& a,
                                             const std::vector<double>* initial) {
     return reference::decayed_attention_forward(in.fp64[0], in.fp64[1], in.fp64[2], in.ptr(3), a.options(), initial);
@@ -133,6 +137,19 @@ void bind_decay(py::module_& m) {
       py::arg("g_gamma") = py::none(), py::arg("scale") = py::none(), py::arg("cu_seqlens") = py::none(),
       "o [B, T, H, V] of decayed_attention token by token; state: a C-contiguous float32 [N, H, K, V] array "
       "holding the initial state, overwritten with the final state.");
+  m.def(
+      "decayed_recurrent_forward",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const std::string& decay,
+         const py::object& g_gamma, std::optional<float> scale, const py::object& initial_state,
+         bool output_final_state, const py::object& cu_seqlens) {
+        return recurrence_tokens_from<DecayBinding>(
+            {q, k, v, g}, initial_state, decay_args(decay, g_gamma, scale, cu_seqlens, 64), output_final_state);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g") = py::none(), py::kw_only(), py::arg("decay"),
+      py::arg("g_gamma") = py::none(), py::arg("scale") = py::none(), py::arg("initial_state") = py::none(),
+      py::arg("output_final_state") = false, py::arg("cu_seqlens") = py::none(),
+      "(o [B, T, H, V], final_state [N, H, K, V] or None) of decayed_attention token by token; initial_state "
+      "(None: zeros) is left unchanged: the final state is a new array, written as the initial one is read.");
   // One token on the caller's state, advanced in place (the token-by-token driver on the array itself:
   // a RecurrentState would cost a copy of the state in and out of every step).
   m.def(

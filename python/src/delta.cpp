@@ -65,6 +65,11 @@ struct DeltaBinding {
   static void recurrent(TensorView out, const Inputs<float, 5>& in, std::span<float> state, const Args& a) {
     delta_rule_recurrent_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), in.view(4), state, a.options());
   }
+  static void recurrent_from(TensorView out, const Inputs<float, 5>& in, std::span<const float> initial,
+                             std::span<float> final_state, const Args& a) {
+    delta_rule_recurrent_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), in.view(4), initial, final_state,
+                                 a.options());
+  }
   static reference::DecayedOutput forward64(const Inputs<double, 5>& in, const Args& a,
                                             const std::vector<double>* initial) {
     return reference::delta_rule_forward(in.fp64[0], in.fp64[1], in.fp64[2], in.fp64[3], in.ptr(4), a.options(),
@@ -136,6 +141,20 @@ void bind_delta(py::module_& m) {
       py::arg("cu_seqlens") = py::none(),
       "o [B, T, H, V] of delta_rule token by token; state: a C-contiguous float32 [N, H, K, V] array holding "
       "the initial state, overwritten with the final state.");
+  m.def(
+      "delta_rule_recurrent_forward",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& beta, const py::object& g,
+         const std::string& gate, std::optional<float> scale, const py::object& initial_state, bool output_final_state,
+         bool use_qk_l2norm, const py::object& cu_seqlens) {
+        return recurrence_tokens_from<DeltaBinding>({q, k, v, beta, g}, initial_state,
+                                                    delta_args(gate, scale, use_qk_l2norm, cu_seqlens, 64),
+                                                    output_final_state);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("beta"), py::arg("g") = py::none(), py::kw_only(),
+      py::arg("gate"), py::arg("scale") = py::none(), py::arg("initial_state") = py::none(),
+      py::arg("output_final_state") = false, py::arg("use_qk_l2norm") = false, py::arg("cu_seqlens") = py::none(),
+      "(o [B, T, H, V], final_state [N, H, K, V] or None) of delta_rule token by token; initial_state (None: "
+      "zeros) is left unchanged: the final state is a new array, written as the initial one is read (no copy).");
   // One token on the caller's state, advanced in place (as linattn.decayed_step).
   m.def(
       "delta_rule_step",

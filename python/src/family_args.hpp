@@ -54,11 +54,12 @@ inline int64_t state_count(int64_t batch, const std::vector<int64_t>& cu_seqlens
 template <class T>
 py::array_t<T> state_arg(const py::object& obj, const char* name, std::array<int64_t, 4> want, bool in_place) {
   const std::string arg(name);
-  const std::string dtype = py::str(py::dtype::of<T>()).cast<std::string>();
+  // Spelled only for a message: numpy's str(dtype) is Python code, a tenth of a small call's overhead.
+  const auto dtype = [] { return py::str(py::dtype::of<T>()).cast<std::string>(); };
   if (!py::isinstance<py::array>(obj))
-    throw py::type_error(arg + ": expected a numpy.ndarray of " + dtype + ", got " + type_name(obj));
+    throw py::type_error(arg + ": expected a numpy.ndarray of " + dtype() + ", got " + type_name(obj));
   if (!py::isinstance<py::array_t<T>>(obj))
-    throw py::type_error(arg + ": expected " + dtype + ", got " + type_name(obj));
+    throw py::type_error(arg + ": expected " + dtype() + ", got " + type_name(obj));
   auto array = py::reinterpret_borrow<py::array>(obj);
   std::vector<int64_t> seen(array.shape(), array.shape() + array.ndim());
   if (seen != std::vector<int64_t>(want.begin(), want.end()))
@@ -96,16 +97,23 @@ struct TrailingView {
   InputView<T> in;
   bool given = false, three_dims = false;
 };
+// x with a unit axis appended when it is an array of `dims` dims (else x itself, for input_view to judge): a
+// view, through numpy's C API (numpy.expand_dims, Python code, was a seventh of a small call's overhead).
+inline py::object with_unit_axis(const py::object& x, int dims) {
+  if (!py::isinstance<py::array>(x)) return x;
+  auto a = py::reinterpret_borrow<py::array>(x);
+  if (a.ndim() != dims) return x;
+  std::vector<py::ssize_t> shape(a.shape(), a.shape() + dims);
+  shape.push_back(1);
+  return a.reshape(shape);
+}
 template <class T>
 TrailingView<T> trailing_arg(const py::object& x, const char* name, const char* shape) {
   TrailingView<T> t;
   if (x.is_none()) return t;
   t.given = true;
-  py::object x4 = x;
-  if (py::isinstance<py::array>(x) && py::reinterpret_borrow<py::array>(x).ndim() == 3) {
-    x4 = py::module_::import("numpy").attr("expand_dims")(x, -1);
-    t.three_dims = true;
-  }
+  const py::object x4 = with_unit_axis(x, 3);
+  t.three_dims = !x4.is(x);
   t.in = input_view<T>(x4, name, 4, shape);
   return t;
 }
@@ -114,10 +122,7 @@ TrailingView<T> trailing_arg(const py::object& x, const char* name, const char* 
 template <class T>
 InputView<T> token_arg(const py::object& x, const char* name, const char* shape) {
   if (x.is_none()) return {};
-  py::object x3 = x;
-  if (py::isinstance<py::array>(x) && py::reinterpret_borrow<py::array>(x).ndim() == 2)
-    x3 = py::module_::import("numpy").attr("expand_dims")(x, -1);
-  return input_view<T>(x3, name, 3, shape);
+  return input_view<T>(with_unit_axis(x, 2), name, 3, shape);
 }
 // A gradient array in the shape its tensor came in; None where it was not given.
 template <class T>

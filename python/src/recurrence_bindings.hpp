@@ -10,7 +10,9 @@
 //   chunked            true: forward/backward are the chunked calls (memory: their ChunkedFamily);
 //                      false: the forward is the recurrence run on a copy of initial_state
 //   Args               the keyword options of one call, with cu_seqlens (and chunk_size when chunked)
-//   forward, backward, recurrent (Inputs<float, N>) and forward64, backward64 (Inputs<double, N>)
+//   forward, backward, recurrent (Inputs<float, N>) and forward64, backward64 (Inputs<double, N>);
+//   recurrent_from (the recurrence from a read-only initial state into a fresh final one) where the
+//   family has it
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
@@ -220,6 +222,25 @@ py::array recurrence_tokens(const Tensors<N>& tensors, const py::object& state, 
     F::recurrent(out.view, in, mutable_span(S), a);
   }
   return out.array;
+}
+
+// (o [B, T, H, V], final_state [N, H, K, V] or None) token by token (float32) from initial_state (None: zeros),
+// which stays as it was: the final state is a fresh array that each sequence's first token writes in the sweep
+// that reads the initial state (F::recurrent_from), with no copy of it first, and only then handed back.
+template <class F, size_t N = F::tensors.size()>
+py::tuple recurrence_tokens_from(const Tensors<N>& tensors, const py::object& initial_state, const typename F::Args& a,
+                                 bool output_final_state) {
+  const Inputs<float, N> in = recurrence_inputs<float>(F::tensors, tensors);
+  const auto extent = in.state_extent(a.cu_seqlens);
+  py::array_t<float> initial;
+  if (!initial_state.is_none()) initial = state_arg<float>(initial_state, "initial_state", extent, false);
+  py::array_t<float> final_state(std::vector<py::ssize_t>(extent.begin(), extent.end()));  // the call writes it all
+  OutputArray<float> out = output_array<float>(in.out_extent());
+  {
+    py::gil_scoped_release nogil;
+    F::recurrent_from(out.view, in, span_of(initial), mutable_span(final_state), a);
+  }
+  return py::make_tuple(out.array, output_final_state ? py::object(final_state) : py::none());
 }
 
 }  // namespace linattn::python

@@ -105,9 +105,10 @@ HWY_INLINE void ProjectPanel(float* HWY_RESTRICT pk, const T* HWY_RESTRICT S, co
   hn::StoreU(acc, d, pk);
 }
 
-// Columns [e, e + L): S ← P + k uᵀ with u: [L] (this panel's columns), then out[e, e + L) = Sᵀq.
+// Columns [e, e + L): S ← P + k uᵀ with u: [L] (this panel's columns), P from `from` (S itself, or the
+// state before the token elsewhere), then out[e, e + L) = Sᵀq.
 template <int NV, class T>
-HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, const T* from, T* S, const float* HWY_RESTRICT k,
                             const float* HWY_RESTRICT u, const float* HWY_RESTRICT q, int64_t M, int64_t E,
                             const float* HWY_RESTRICT decay, int64_t e) {
   static_assert(NV == 1, "SVE takes one vector column at a time (kPanelVecs)");
@@ -116,7 +117,8 @@ HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const fl
   V acc = hn::Zero(d);
   for (int64_t m = 0; m < M; ++m) {
     T* s = S + m * E + e;
-    const V previous = decay ? hn::Mul(hn::Set(d, decay[m]), LoadWide(d, s)) : LoadWide(d, s);
+    const T* f = from + m * E + e;
+    const V previous = decay ? hn::Mul(hn::Set(d, decay[m]), LoadWide(d, f)) : LoadWide(d, f);
     const V row = hn::MulAdd(hn::Set(d, k[m]), ue, previous);
     StoreRounded(d, row, s), acc = hn::MulAdd(hn::Set(d, q[m]), row, acc);
   }
@@ -168,7 +170,7 @@ HWY_INLINE void ProjectPairs(float* HWY_RESTRICT pk, const bf16* HWY_RESTRICT S,
   JoinPairs<NP>(ae, ao, pk);
 }
 template <int NP>
-HWY_INLINE void UpdatePairs(float* HWY_RESTRICT out, bf16* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+HWY_INLINE void UpdatePairs(float* HWY_RESTRICT out, const bf16* from, bf16* S, const float* HWY_RESTRICT k,
                             const float* HWY_RESTRICT u, const float* HWY_RESTRICT q, int64_t M, int64_t E,
                             const float* HWY_RESTRICT decay, int64_t e) {
   const D d;
@@ -181,7 +183,7 @@ HWY_INLINE void UpdatePairs(float* HWY_RESTRICT out, bf16* HWY_RESTRICT S, const
     for (int p = 0; p < NP; ++p) {
       bf16* s = S + m * E + e + 2 * p * L;
       V even, odd;
-      LoadBf16Pair(d, s, even, odd);
+      LoadBf16Pair(d, from + m * E + e + 2 * p * L, even, odd);
       if (decay) {
         const V am = hn::Set(d, decay[m]);
         even = hn::Mul(am, even), odd = hn::Mul(am, odd);
@@ -212,12 +214,14 @@ HWY_INLINE void ProjectPanel(float* HWY_RESTRICT pk, const T* HWY_RESTRICT S, co
   for (int j = 0; j < NV; ++j) hn::StoreU(acc[j], d, pk + j * L);
 }
 
-// Columns [e, e + NV·L): S ← P + k uᵀ with u: [NV·L] (this panel's columns), then out[e, …) = Sᵀq.
+// Columns [e, e + NV·L): S ← P + k uᵀ with u: [NV·L] (this panel's columns), P from `from` (S itself, or
+// the state before the token elsewhere: each element is read before its own store and never after, so the
+// two may be one), then out[e, …) = Sᵀq.
 template <int NV, class T>
-HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, const T* from, T* S, const float* HWY_RESTRICT k,
                             const float* HWY_RESTRICT u, const float* HWY_RESTRICT q, int64_t M, int64_t E,
                             const float* HWY_RESTRICT decay, int64_t e) {
-  if constexpr (kPairedPanel<T, NV>) return UpdatePairs<NV / 2>(out, S, k, u, q, M, E, decay, e);
+  if constexpr (kPairedPanel<T, NV>) return UpdatePairs<NV / 2>(out, from, S, k, u, q, M, E, decay, e);
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
   V acc[NV], ue[NV];
@@ -225,15 +229,16 @@ HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const fl
   for (int64_t m = 0; m < M; ++m) {
     const V km = hn::Set(d, k[m]), qm = hn::Set(d, q[m]);
     T* s = S + m * E + e;
+    const T* f = from + m * E + e;
     if (decay) {
       const V am = hn::Set(d, decay[m]);
       for (int j = 0; j < NV; ++j) {
-        const V row = hn::MulAdd(km, ue[j], hn::Mul(am, LoadWide(d, s + j * L)));
+        const V row = hn::MulAdd(km, ue[j], hn::Mul(am, LoadWide(d, f + j * L)));
         StoreRounded(d, row, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
       }
     } else {
       for (int j = 0; j < NV; ++j) {
-        const V row = hn::MulAdd(km, ue[j], LoadWide(d, s + j * L));
+        const V row = hn::MulAdd(km, ue[j], LoadWide(d, f + j * L));
         StoreRounded(d, row, s + j * L), acc[j] = hn::MulAdd(qm, row, acc[j]);
       }
     }
@@ -245,16 +250,16 @@ HWY_INLINE void UpdatePanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const fl
 // Columns [e, e + NV·L) of one delta-rule token: one sweep for Pᵀk, then u = β (v − Pᵀk) and the
 // update's sweep.
 template <int NV, class T>
-HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
+HWY_INLINE void DeltaPanel(float* HWY_RESTRICT out, const T* from, T* S, const float* HWY_RESTRICT k,
                            const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
                            const float* HWY_RESTRICT decay, int64_t e) {
   const D d;
   const int64_t L = int64_t(hn::Lanes(d));
   HWY_ALIGN float u[NV * HWY_MAX_BYTES / sizeof(float)];
-  ProjectPanel<NV>(u, S, k, M, E, decay, e);
+  ProjectPanel<NV>(u, from, k, M, E, decay, e);
   for (int j = 0; j < NV; ++j)
     hn::Store(hn::Mul(hn::Set(d, beta), hn::Sub(hn::LoadU(d, v + e + j * L), hn::Load(d, u + j * L))), d, u + j * L);
-  UpdatePanel<NV>(out, S, k, u, q, M, E, decay, e);
+  UpdatePanel<NV>(out, from, S, k, u, q, M, E, decay, e);
 }
 
 // Panels of kPanelVecs vector columns, then single vectors, then Column(e) for the scalar columns.
@@ -268,17 +273,19 @@ HWY_INLINE void ForColumns(int64_t E, const Panel& panel, const Column& column) 
   for (; e < E; ++e) column(e);
 }
 
-// One recurrent token for one head (see rows.hpp).
+// One recurrent token for one head (see rows.hpp): from null reads S.
 template <class T>
-void RankOneUpdateReadoutOf(float* HWY_RESTRICT num, T* HWY_RESTRICT S, const float* HWY_RESTRICT phi_k,
-                            const float* HWY_RESTRICT v, const float* HWY_RESTRICT phi_q, int64_t M, int64_t E,
-                            const float* HWY_RESTRICT decay) {
+void RankOneUpdateReadoutOf(float* HWY_RESTRICT num, T* S, const float* HWY_RESTRICT phi_k, const float* HWY_RESTRICT v,
+                            const float* HWY_RESTRICT phi_q, int64_t M, int64_t E, const float* HWY_RESTRICT decay,
+                            const T* from) {
+  if (!from) from = S;
   ForColumns(
-      E, [&](auto nv, int64_t e) { UpdatePanel<decltype(nv)::value>(num, S, phi_k, v + e, phi_q, M, E, decay, e); },
+      E,
+      [&](auto nv, int64_t e) { UpdatePanel<decltype(nv)::value>(num, from, S, phi_k, v + e, phi_q, M, E, decay, e); },
       [&](int64_t e) {
         float acc = 0;
         for (int64_t m = 0; m < M; ++m) {
-          const float previous = decay ? decay[m] * Widen(S[m * E + e]) : Widen(S[m * E + e]);
+          const float previous = decay ? decay[m] * Widen(from[m * E + e]) : Widen(from[m * E + e]);
           const float row = std::fma(phi_k[m], v[e], previous);
           Round(row, S + m * E + e);
           acc = std::fma(phi_q[m], row, acc);
@@ -287,28 +294,29 @@ void RankOneUpdateReadoutOf(float* HWY_RESTRICT num, T* HWY_RESTRICT S, const fl
       });
 }
 void RankOneUpdateReadout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
-                          int64_t E, const float* decay) {
-  RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay);
+                          int64_t E, const float* decay, const float* from) {
+  RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay, from);
 }
 void RankOneUpdateReadoutBf16(float* num, bf16* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
-                              int64_t E, const float* decay) {
-  RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay);
+                              int64_t E, const float* decay, const bf16* from) {
+  RankOneUpdateReadoutOf(num, S, phi_k, v, phi_q, M, E, decay, from);
 }
 
-// One delta-rule token for one head (see rows.hpp).
+// One delta-rule token for one head (see rows.hpp): from null reads S.
 template <class T>
-void DeltaUpdateReadoutOf(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const float* HWY_RESTRICT k,
-                          const float* HWY_RESTRICT v, const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
-                          const float* HWY_RESTRICT decay) {
+void DeltaUpdateReadoutOf(float* HWY_RESTRICT out, T* S, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
+                          const float* HWY_RESTRICT q, float beta, int64_t M, int64_t E,
+                          const float* HWY_RESTRICT decay, const T* from) {
+  if (!from) from = S;
   ForColumns(
-      E, [&](auto nv, int64_t e) { DeltaPanel<decltype(nv)::value>(out, S, k, v, q, beta, M, E, decay, e); },
+      E, [&](auto nv, int64_t e) { DeltaPanel<decltype(nv)::value>(out, from, S, k, v, q, beta, M, E, decay, e); },
       [&](int64_t e) {
         float pk = 0;
-        for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], Widen(S[m * E + e]), pk);
+        for (int64_t m = 0; m < M; ++m) pk = std::fma(decay ? decay[m] * k[m] : k[m], Widen(from[m * E + e]), pk);
         const float u = beta * (v[e] - pk);
         float acc = 0;
         for (int64_t m = 0; m < M; ++m) {
-          const float previous = decay ? decay[m] * Widen(S[m * E + e]) : Widen(S[m * E + e]);
+          const float previous = decay ? decay[m] * Widen(from[m * E + e]) : Widen(from[m * E + e]);
           const float row = std::fma(k[m], u, previous);
           Round(row, S + m * E + e);
           acc = std::fma(q[m], row, acc);
@@ -317,12 +325,12 @@ void DeltaUpdateReadoutOf(float* HWY_RESTRICT out, T* HWY_RESTRICT S, const floa
       });
 }
 void DeltaUpdateReadout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
-                        int64_t E, const float* decay) {
-  DeltaUpdateReadoutOf(out, S, k, v, q, beta, M, E, decay);
+                        int64_t E, const float* decay, const float* from) {
+  DeltaUpdateReadoutOf(out, S, k, v, q, beta, M, E, decay, from);
 }
 void DeltaUpdateReadoutBf16(float* out, bf16* S, const float* k, const float* v, const float* q, float beta, int64_t M,
-                            int64_t E, const float* decay) {
-  DeltaUpdateReadoutOf(out, S, k, v, q, beta, M, E, decay);
+                            int64_t E, const float* decay, const bf16* from) {
+  DeltaUpdateReadoutOf(out, S, k, v, q, beta, M, E, decay, from);
 }
 
 // Each row times its factor; dst may be src (every element is read before its own store, none after).
@@ -445,20 +453,20 @@ void exp_shifted(float* y, const float* x, int64_t n, float offset, float cap, f
 }
 float row_max(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMaxN)(x, n); }
 void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
-                          int64_t E, const float* decay) {
-  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadout)(num, S, phi_k, v, phi_q, M, E, decay);
+                          int64_t E, const float* decay, const float* from) {
+  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadout)(num, S, phi_k, v, phi_q, M, E, decay, from);
 }
 void rank1_update_readout(float* num, bf16* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
-                          int64_t E, const float* decay) {
-  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadoutBf16)(num, S, phi_k, v, phi_q, M, E, decay);
+                          int64_t E, const float* decay, const bf16* from) {
+  HWY_DYNAMIC_DISPATCH(RankOneUpdateReadoutBf16)(num, S, phi_k, v, phi_q, M, E, decay, from);
 }
 void delta_update_readout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
-                          int64_t E, const float* decay) {
-  HWY_DYNAMIC_DISPATCH(DeltaUpdateReadout)(out, S, k, v, q, beta, M, E, decay);
+                          int64_t E, const float* decay, const float* from) {
+  HWY_DYNAMIC_DISPATCH(DeltaUpdateReadout)(out, S, k, v, q, beta, M, E, decay, from);
 }
 void delta_update_readout(float* out, bf16* S, const float* k, const float* v, const float* q, float beta, int64_t M,
-                          int64_t E, const float* decay) {
-  HWY_DYNAMIC_DISPATCH(DeltaUpdateReadoutBf16)(out, S, k, v, q, beta, M, E, decay);
+                          int64_t E, const float* decay, const bf16* from) {
+  HWY_DYNAMIC_DISPATCH(DeltaUpdateReadoutBf16)(out, S, k, v, q, beta, M, E, decay, from);
 }
 
 }  // namespace linattn::kernels

@@ -38,21 +38,22 @@ void exp_shifted(float* y, const float* x, int64_t n, float offset, float cap, f
 float row_max(const float* x, int64_t n);
 
 // One recurrent token for one head: S: [M, E] = diag(decay) S + φk vᵀ (in place; decay null: no
-// decay), then num: [E] = φqᵀ S.
+// decay), then num: [E] = φqᵀ S. from (not null): the state before the token is read there instead and left
+// unchanged, S only written (the token out of place, in the same sweep and the same bits); it may be S.
 void rank1_update_readout(float* num, float* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
-                          int64_t E, const float* decay = nullptr);
+                          int64_t E, const float* decay = nullptr, const float* from = nullptr);
 // The same on a bf16 S: each row widened as loaded and rounded (nearest even) as stored; num reads
 // the unrounded rows.
 void rank1_update_readout(float* num, bf16* S, const float* phi_k, const float* v, const float* phi_q, int64_t M,
-                          int64_t E, const float* decay = nullptr);
+                          int64_t E, const float* decay = nullptr, const bf16* from = nullptr);
 
 // One delta-rule token for one head: S: [M, E] ← P + β k (v − Pᵀ k)ᵀ with P = diag(decay) S (in place;
-// decay null: P = S), then out: [E] = qᵀ S.
+// decay null: P = S), then out: [E] = qᵀ S. from: as rank1_update_readout's (both sweeps read it).
 void delta_update_readout(float* out, float* S, const float* k, const float* v, const float* q, float beta, int64_t M,
-                          int64_t E, const float* decay = nullptr);
+                          int64_t E, const float* decay = nullptr, const float* from = nullptr);
 // The same on a bf16 S: rows widened as loaded and rounded (nearest even) as stored; out reads the
 // unrounded rows.
 void delta_update_readout(float* out, bf16* S, const float* k, const float* v, const float* q, float beta, int64_t M,
-                          int64_t E, const float* decay = nullptr);
+                          int64_t E, const float* decay = nullptr, const bf16* from = nullptr);
 
 }  // namespace linattn::kernels

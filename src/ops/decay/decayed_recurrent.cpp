@@ -23,10 +23,10 @@ namespace {
 
 // The tokens of every sequence of p. I: the element type of the views (float, bf16 or f16: half rows are
 // widened as a token is packed and o rounded as it is stored, the same bits as the fp32 operator on the
-// widened values); T: the state's (float, or bf16 for a decoding state kept in half the bytes).
+// widened values); T: the states' (float, or bf16 for a decoding state kept in half the bytes).
 template <class I, class T>
 void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
-               View4<const I> g, std::span<T> state, const DecayedAttentionOptions& options) {
+               View4<const I> g, const detail::TokenStates<T>& states, const DecayedAttentionOptions& options) {
   const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
   const bool decays = p.decay != Decay::none;
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
@@ -34,26 +34,32 @@ void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, Vi
       N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const detail::Sequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols);
+        states.pass_empty(s, p.H, h0, heads, K * V);
         if (cols == 0)
           for (int64_t r = 0; r < heads; ++r)
             std::fill_n(rows.a + r * K, K, float(std::exp(detail::constant_log_decay(options, h0 + r))));
         for (int64_t t = s.begin; t < s.end; ++t) {
           rows.load(q, k, v, g, s.b, t, h0, p.scale, t + 1 < s.end ? t + 1 : -1);
           for (int64_t r = 0; r < heads; ++r)
-            kernels::rank1_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, rows.k + r * K,
-                                          rows.v + r * V, rows.q + r * K, K, V, decays ? rows.a + r * K : nullptr);
+            kernels::rank1_update_readout(rows.o + r * V, states.at(s, p.H, h0 + r, K * V), rows.k + r * K,
+                                          rows.v + r * V, rows.q + r * K, K, V, decays ? rows.a + r * K : nullptr,
+                                          states.before(s, p.H, h0 + r, K * V, t));
           rows.store(out, s.b, t, h0);
         }
       });
 }
 
-// The forward of every sequence of p from state (fp32, [N, H, K, V]) on: over blocks of tokens, the heads of
-// a block of heads together (recurrent_blocks.hpp), unless every sequence is too short for a block to pay.
+// The forward of every sequence of p from states.from (or in place) into states.to (fp32, [N, H, K, V]): over
+// blocks of tokens, the heads of a block of heads together (recurrent_blocks.hpp), unless every sequence is too
+// short for a block to pay. The blocks run in place: out of place they start from a copy, which a call of that
+// many tokens amortises.
 template <class I>
 void recurrent_forward(const detail::DecayProblem& p, View4<I> out, View4<const I> q, View4<const I> k,
-                       View4<const I> v, View4<const I> g, std::span<float> state,
+                       View4<const I> v, View4<const I> g, const detail::TokenStates<float>& states,
                        const DecayedAttentionOptions& options) {
-  if (detail::longest(p.sequences) < detail::kScanMinTokens) return recurrent(p, out, q, k, v, g, state, options);
+  if (detail::longest(p.sequences) < detail::kScanMinTokens) return recurrent(p, out, q, k, v, g, states, options);
+  const std::span<float> state = states.to;
+  std::copy(states.from.begin(), states.from.end(), state.begin());
   const int64_t N = int64_t(p.sequences.size());
   detail::for_each_head_block(N, p.H, N * p.H * p.T * p.K * p.V, detail::scan_floats_per_head(p),
                               detail::scan_floats_shared(p), [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
@@ -62,15 +68,20 @@ void recurrent_forward(const detail::DecayProblem& p, View4<I> out, View4<const 
                               });
 }
 
-// The checks of an fp32 call: shapes, the state's size, and no output sharing memory with another or an input.
+// The checks of an fp32 call: shapes, the size of the state it writes (`state`, named by its region) and of
+// `initial` (an out-of-place call's initial_state; empty: none), and no output sharing memory with another or an
+// input.
 detail::DecayProblem check_call(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                 ConstTensorView g, size_t state_size, boundary::Region state,
-                                const DecayedAttentionOptions& options) {
+                                const DecayedAttentionOptions& options, std::span<const float> initial = {}) {
   const detail::DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
   detail::check_output_shape(op, "out", out, q, v);
-  detail::check_token_state(op, state_size, p);
+  detail::check_token_state(op, state_size, p, state.name);
+  detail::check_state_span(op, "initial_state", initial.size(), p);
   const boundary::Region outputs[] = {boundary::region("out", out), state};
-  detail::check_outputs(op, outputs, detail::input_regions(q, k, v, {{"g", g}}));
+  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}});
+  inputs.push_back(boundary::region("initial_state", initial));
+  detail::check_outputs(op, outputs, inputs);
   return p;
 }
 
@@ -100,7 +111,7 @@ void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View
       op, state, !options.cu_seqlens.empty(), decay_name(options.decay), "decay_name(options.decay)", shape_view(q),
       shape_view(v), false,
       [&](const detail::DecodeState& S) { return check_call(op, out, q, k, v, g, S.size, S.region, options); },
-      [&](const detail::DecayProblem& p, auto S) { recurrent(p, out, q, k, v, g, S, options); });
+      [&](const detail::DecayProblem& p, auto S) { recurrent(p, out, q, k, v, g, detail::TokenStates{S}, options); });
 }
 
 }  // namespace
@@ -110,7 +121,17 @@ void decayed_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorVie
   const char* op = "decayed_recurrent_forward";
   const detail::DecayProblem p =
       check_call(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
-  recurrent_forward(p, out, q, k, v, g, state, options);
+  recurrent_forward(p, out, q, k, v, g, detail::TokenStates{state}, options);
+}
+
+void decayed_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                               ConstTensorView g, std::span<const float> initial_state, std::span<float> final_state,
+                               const DecayedAttentionOptions& options) {
+  const char* op = "decayed_recurrent_forward";
+  const detail::DecayProblem p = check_call(op, out, q, k, v, g, final_state.size(),
+                                            boundary::region("final_state", final_state), options, initial_state);
+  if (initial_state.empty()) std::fill(final_state.begin(), final_state.end(), 0.0f);  // zero, then in place
+  recurrent_forward(p, out, q, k, v, g, detail::TokenStates<float>{final_state, initial_state}, options);
 }
 
 template <HalfType H>
@@ -119,7 +140,7 @@ void decayed_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H>
   const char* op = "decayed_recurrent_forward";
   const detail::DecayProblem p =
       check_call(op, out, q, k, v, g, state.size(), boundary::region("state", state), options);
-  recurrent_forward(p, out, q, k, v, g, state, options);
+  recurrent_forward(p, out, q, k, v, g, detail::TokenStates{state}, options);
 }
 
 void decayed_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView g,

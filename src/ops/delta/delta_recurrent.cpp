@@ -1,5 +1,6 @@
 // The delta rule token by token: per sequence, head and token, S ← P + β k (v − Pᵀk)ᵀ with
-// P = diag(a) S, and o = (scale · q)ᵀ S, in two sweeps over S (kernels::delta_update_readout).
+// P = diag(a) S, and o = (scale · q)ᵀ S, in two sweeps over S (kernels::delta_update_readout), in place or
+// from the caller's initial state into a fresh one (detail::TokenStates).
 // Constant memory per token; the decode path and flash-linear-attention's fused_recurrent_*.
 #include <algorithm>
 #include <cmath>
@@ -32,16 +33,17 @@ void normalise(float* x, float* f, int64_t rows, int64_t n, bool l2norm, float f
 
 // The tokens of every sequence of p. I: the element type of the views (float, bf16 or f16: half rows are
 // widened as a token is packed and o rounded as it is stored, the same bits as the fp32 operator on the
-// widened values); T: the state's (float, or bf16 for a decoding state kept in half the bytes).
+// widened values); T: the states' (float, or bf16 for a decoding state kept in half the bytes).
 template <class I, class T>
 void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
-               View4<const I> beta, View4<const I> g, std::span<T> state) {
+               View4<const I> beta, View4<const I> g, const detail::TokenStates<T>& states) {
   const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
   detail::for_each_head_block(
       N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const detail::Sequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols, p.group);
+        states.pass_empty(s, p.H, h0, heads, K * V);
         for (int64_t t = s.begin; t < s.end; ++t) {
           rows.load(q, k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
           // Each q/k head once, however many value heads read it.
@@ -53,23 +55,29 @@ void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, Vi
               b = beta(s.b, t, h0 + r, 0);
             else
               b = to_float(beta(s.b, t, h0 + r, 0));
-            kernels::delta_update_readout(rows.o + r * V, state.data() + (s.n * p.H + h0 + r) * K * V, rows.k_row(r),
-                                          rows.v + r * V, rows.q_row(r), b, K, V, cols > 0 ? rows.a + r * K : nullptr);
+            kernels::delta_update_readout(rows.o + r * V, states.at(s, p.H, h0 + r, K * V), rows.k_row(r),
+                                          rows.v + r * V, rows.q_row(r), b, K, V, cols > 0 ? rows.a + r * K : nullptr,
+                                          states.before(s, p.H, h0 + r, K * V, t));
           }
           rows.store(out, s.b, t, h0);
         }
       });
 }
 
-// The checks of an fp32 call: shapes, the state's size, and no output sharing memory with another or an input.
+// The checks of an fp32 call: shapes, the size of the state it writes (`state`, named by its region) and of
+// `initial` (an out-of-place call's initial_state; empty: none), and no output sharing memory with another or an
+// input.
 detail::DeltaProblem check_call(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                 ConstTensorView beta, ConstTensorView g, size_t state_size, boundary::Region state,
-                                const DeltaRuleOptions& options) {
+                                const DeltaRuleOptions& options, std::span<const float> initial = {}) {
   const detail::DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
   detail::check_recurrence_output(op, "out", out, q, v);
-  detail::check_token_state(op, state_size, p);
+  detail::check_token_state(op, state_size, p, state.name);
+  detail::check_state_span(op, "initial_state", initial.size(), p);
   const boundary::Region outputs[] = {boundary::region("out", out), state};
-  detail::check_outputs(op, outputs, detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}}));
+  std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}});
+  inputs.push_back(boundary::region("initial_state", initial));
+  detail::check_outputs(op, outputs, inputs);
   return p;
 }
 
@@ -100,7 +108,7 @@ void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View
       op, state, !options.cu_seqlens.empty(), delta_name(options.gate), "delta_name(options.gate)", shape_view(q),
       shape_view(v), true,
       [&](const detail::DecodeState& S) { return check_call(op, out, q, k, v, beta, g, S.size, S.region, options); },
-      [&](const detail::DeltaProblem& p, auto S) { recurrent(p, out, q, k, v, beta, g, S); });
+      [&](const detail::DeltaProblem& p, auto S) { recurrent(p, out, q, k, v, beta, g, detail::TokenStates{S}); });
 }
 
 }  // namespace
@@ -111,7 +119,17 @@ void delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensor
   const char* op = "delta_rule_recurrent_forward";
   const detail::DeltaProblem p =
       check_call(op, out, q, k, v, beta, g, state.size(), boundary::region("state", state), options);
-  recurrent(p, out, q, k, v, beta, g, state);
+  recurrent(p, out, q, k, v, beta, g, detail::TokenStates{state});
+}
+
+void delta_rule_recurrent_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                  ConstTensorView beta, ConstTensorView g, std::span<const float> initial_state,
+                                  std::span<float> final_state, const DeltaRuleOptions& options) {
+  const char* op = "delta_rule_recurrent_forward";
+  const detail::DeltaProblem p = check_call(op, out, q, k, v, beta, g, final_state.size(),
+                                            boundary::region("final_state", final_state), options, initial_state);
+  if (initial_state.empty()) std::fill(final_state.begin(), final_state.end(), 0.0f);  // zero, then in place
+  recurrent(p, out, q, k, v, beta, g, detail::TokenStates<float>{final_state, initial_state});
 }
 
 template <HalfType H>
@@ -120,7 +138,7 @@ void delta_rule_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn
   const char* op = "delta_rule_recurrent_forward";
   const detail::DeltaProblem p =
       check_call(op, out, q, k, v, beta, g, state.size(), boundary::region("state", state), options);
-  recurrent(p, out, q, k, v, beta, g, state);
+  recurrent(p, out, q, k, v, beta, g, detail::TokenStates{state});
 }
 
 void delta_rule_step(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView beta,

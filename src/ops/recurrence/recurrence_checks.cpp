@@ -108,9 +108,9 @@ void check_state_span(const char* op, const char* name, size_t size, const Recur
   check_size(op, name, int64_t(size), p.state_size(), "[N, H, K, V]");
 }
 
-void check_token_state(const char* op, size_t size, const RecurrenceProblem& p) {
-  if (size == 0) fail_with(op, "state is empty, expected [N, H, K, V] = ", p.state_size(), " values");
-  check_state_span(op, "state", size, p);
+void check_token_state(const char* op, size_t size, const RecurrenceProblem& p, const char* name) {
+  if (size == 0) fail_with(op, name, " is empty, expected [N, H, K, V] = ", p.state_size(), " values");
+  check_state_span(op, name, size, p);
 }
 
 std::vector<boundary::Region> input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,

@@ -106,8 +106,8 @@ std::string enum_name(E e, const char* const (&names)[N]) {
 }
 // A state argument (`name`) of exactly N·H·K·V elements, or empty.
 void check_state_span(const char* op, const char* name, size_t size, const RecurrenceProblem& p);
-// The token-by-token forwards' `state`: N·H·K·V elements, not empty.
-void check_token_state(const char* op, size_t size, const RecurrenceProblem& p);
+// The token-by-token forwards' state (`name`): N·H·K·V elements, not empty.
+void check_token_state(const char* op, size_t size, const RecurrenceProblem& p, const char* name = "state");
 // The inputs' regions for the aliasing check: q, k, v and those of `more` that are given.
 std::vector<boundary::Region> input_regions(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                             std::initializer_list<NamedView> more);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 #include <utility>
 
@@ -17,6 +18,7 @@
 #include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
 #include "ops/recurrence/recurrence_checks.hpp"
+#include "ops/recurrence/sequences.hpp"
 
 namespace linattn::detail {
 
@@ -52,6 +54,29 @@ void for_each_head_block(int64_t sequences, int64_t H, int64_t work, size_t floa
     for (int64_t n = 0; n < sequences; ++n) body(n, int64_t(0), H, s);
   }
 }
+
+// The states a token-by-token call advances ([N·H, K, V] of T: float, or bf16 for a decoding state kept in
+// half the bytes): `to`, in place, or, with `from` given (fp32 only: the caller's initial states, the same size),
+// out of place: each sequence's first token reads its state from `from` and writes the new one into `to` in the
+// same sweep, so a decode step that keeps the caller's state copies nothing first (the copy was half the
+// step's time); its later tokens run on `to`. An empty sequence's states pass from `from` to `to` as they are.
+template <class T>
+struct TokenStates {
+  std::span<T> to;
+  std::span<const T> from = {};  // empty: in place
+  // Sequence s's head h (its state index s.n·H + h): where a token writes it, and where token t reads it.
+  T* at(const Sequence& s, int64_t H, int64_t h, int64_t KV) const { return to.data() + (s.n * H + h) * KV; }
+  const T* before(const Sequence& s, int64_t H, int64_t h, int64_t KV, int64_t t) const {
+    return t == s.begin && !from.empty() ? from.data() + (s.n * H + h) * KV : at(s, H, h, KV);
+  }
+  // Heads [h0, h0 + n) of s when it has no token: `from`'s states into `to` (nothing in place).
+  void pass_empty(const Sequence& s, int64_t H, int64_t h0, int64_t n, int64_t KV) const {
+    if (s.begin == s.end && !from.empty())
+      std::copy_n(from.data() + (s.n * H + h0) * KV, n * KV, to.data() + (s.n * H + h0) * KV);
+  }
+};
+template <class T>
+TokenStates(std::span<T>) -> TokenStates<T>;  // in place
 
 // One token's rows of a block of n (value) heads, one head a row: q (times a factor), k, v, the gate g
 // (cols a head: 0, 1 or K), the decay factors a = e^g ([n, K]; a driver with constant decays sets them
