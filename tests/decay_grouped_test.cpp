@@ -6,12 +6,15 @@
 // over thread counts, with packed sequences; the oracle against finite differences; and the refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "linattn/decay.hpp"
 #include "linattn/error.hpp"
+#include "linattn/half_attention.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
 #include "support/decay_problem.hpp"
@@ -101,6 +104,41 @@ TEST(DecayGroupedHeads, TokenByTokenMatchesOracleAndTheRepeatedCall) {
       const Tensor32 q = repeat_heads(p.q.view, c.HV(), c.layout), k = repeat_heads(p.k.view, c.HV(), c.layout);
       decayed_recurrent_forward(again.view, q.view, k.view, p.v.view, p.gate(), repeated_state, p.options());
       EXPECT_EQ(dense(out.view), dense(again.view));
+      EXPECT_EQ(state, repeated_state);
+    }
+}
+
+// A tensor's bf16 twin (rounded to nearest even), in its layout.
+struct Bf16Tensor {
+  std::vector<bf16> storage;
+  View4<bf16> view;
+};
+Bf16Tensor to_bf16(const Tensor32& x) {
+  Bf16Tensor h{std::vector<bf16>(x.storage.size()), {}};
+  std::transform(x.storage.begin(), x.storage.end(), h.storage.begin(), [](float f) { return linattn::to_bf16(f); });
+  h.view = {h.storage.data(), x.view.extent, x.view.stride};
+  return h;
+}
+
+// bf16 rows read in place (widened a token or a block at a time: q and k at the group's head) give what
+// bf16 q and k repeated to HV heads give, bit for bit: token by token (T 3) and over blocks of tokens (T 40).
+TEST(DecayGroupedHeads, Bf16TokenByTokenEqualsTheRepeatedCall) {
+  for (Decay d : {Decay::retention, Decay::token, Decay::key})
+    for (int64_t T : {3, 40}) {
+      const Problem p = make_problem(grouped(2, T, 2, 6, 7, 5, d, {}, Layout::padded));
+      const Case& c = p.c;
+      SCOPED_TRACE(describe(c));
+      const Bf16Tensor q = to_bf16(p.q), k = to_bf16(p.k), v = to_bf16(p.v), g = to_bf16(p.g),
+                       q_repeated = to_bf16(repeat_heads(p.q.view, c.HV(), c.layout)),
+                       k_repeated = to_bf16(repeat_heads(p.k.view, c.HV(), c.layout));
+      Bf16Tensor out = to_bf16(make_tensor({c.B, c.T, c.HV(), c.V}, c.layout)), again = out;
+      again.view.data = again.storage.data();
+      const View4<const bf16> gate = gate_cols(c) > 0 ? View4<const bf16>(g.view) : View4<const bf16>{};
+      std::vector<float> state = p.initial, repeated_state = p.initial;
+      decayed_recurrent_forward(out.view, q.view, k.view, v.view, gate, state, p.options());
+      decayed_recurrent_forward(again.view, q_repeated.view, k_repeated.view, v.view, gate, repeated_state,
+                                p.options());
+      EXPECT_EQ(0, std::memcmp(out.storage.data(), again.storage.data(), out.storage.size() * sizeof(bf16)));
       EXPECT_EQ(state, repeated_state);
     }
 }
