@@ -12,6 +12,7 @@
 #include "linattn/error.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
+#include "support/decay_problem.hpp"
 #include "support/decode_steps.hpp"
 #include "support/finite_difference.hpp"
 #include "support/packed.hpp"
@@ -21,114 +22,7 @@
 namespace linattn::testing {
 namespace {
 
-struct Case {
-  int64_t B, T, H, K, V;
-  Decay decay;
-  int64_t chunk = 64;
-  float g_lo = -0.7f, g_hi = 0.0f;  // log decays drawn in [g_lo, g_hi]
-  Layout layout = Layout::bnhd;
-  std::vector<int64_t> cu_seqlens = {};
-};
-
-std::string describe(const Case& c) {
-  return decay_name(c.decay) + " B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " H" + std::to_string(c.H) +
-         " K" + std::to_string(c.K) + " V" + std::to_string(c.V) + " C" + std::to_string(c.chunk) + " " +
-         layout_name(c.layout) + " g[" + std::to_string(c.g_lo) + "," + std::to_string(c.g_hi) + "]" +
-         (c.cu_seqlens.empty() ? "" : " packed");
-}
-
-int64_t gate_cols(const Case& c) { return c.decay == Decay::token ? 1 : c.decay == Decay::key ? c.K : 0; }
-int64_t sequences(const Case& c) { return c.cu_seqlens.empty() ? c.B : int64_t(c.cu_seqlens.size()) - 1; }
-
-// One problem: fp32 inputs (and their fp64 copies for the oracle), an initial state, a final-state
-// gradient and an output gradient.
-struct Problem {
-  Case c;
-  Tensor32 q, k, v, g, dout;
-  std::vector<float> g_gamma, initial, dfinal;
-  DecayedAttentionOptions options() const {
-    DecayedAttentionOptions o;
-    o.decay = c.decay, o.chunk_size = c.chunk, o.g_gamma = g_gamma, o.cu_seqlens = c.cu_seqlens;
-    return o;
-  }
-  ConstTensorView gate() const { return gate_cols(c) > 0 ? ConstTensorView(g.view) : ConstTensorView{}; }
-  size_t state_size() const { return size_t(sequences(c) * c.H * c.K * c.V); }
-};
-
-Problem make_problem(const Case& c, uint64_t seed = 1) {
-  std::mt19937_64 rng(seed);
-  Problem p{c,
-            random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng),
-            random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng),
-            random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng),
-            {},
-            random_tensor({c.B, c.T, c.H, c.V}, c.layout, rng),
-            {},
-            {},
-            {}};
-  if (gate_cols(c) > 0) p.g = random_tensor({c.B, c.T, c.H, gate_cols(c)}, c.layout, rng, c.g_lo, c.g_hi);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f), gate(c.g_lo, c.g_hi);
-  if (c.decay == Decay::head)
-    for (int64_t h = 0; h < c.H; ++h) p.g_gamma.push_back(gate(rng));
-  for (size_t i = 0; i < p.state_size(); ++i) p.initial.push_back(u(rng)), p.dfinal.push_back(u(rng));
-  return p;
-}
-
-std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
-
-struct Oracle {
-  reference::DecayedOutput forward;
-  reference::DecayedGradients backward;
-};
-Oracle oracle(const Problem& p) {
-  const reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
-                          v = reference::to_double(p.v.view), dout = reference::to_double(p.dout.view);
-  reference::Tensor g;
-  if (gate_cols(p.c) > 0) g = reference::to_double(p.g.view);
-  const std::vector<double> initial = widen(p.initial), dfinal = widen(p.dfinal);
-  const reference::Tensor* gp = gate_cols(p.c) > 0 ? &g : nullptr;
-  return {reference::decayed_attention_forward(q, k, v, gp, p.options(), &initial),
-          reference::decayed_attention_backward(dout, &dfinal, q, k, v, gp, p.options(), &initial)};
-}
-
-struct Fast {
-  Tensor32 out, dq, dk, dv, dg;
-  std::vector<float> final_state, dinitial;
-};
-Fast run_fast(const Problem& p) {
-  const Case& c = p.c;
-  Fast f{make_tensor({c.B, c.T, c.H, c.V}, c.layout),
-         make_tensor({c.B, c.T, c.H, c.K}, c.layout),
-         make_tensor({c.B, c.T, c.H, c.K}, c.layout),
-         make_tensor({c.B, c.T, c.H, c.V}, c.layout),
-         {},
-         std::vector<float>(p.state_size()),
-         std::vector<float>(p.state_size())};
-  if (gate_cols(c) > 0) f.dg = make_tensor({c.B, c.T, c.H, gate_cols(c)}, c.layout);
-  decayed_attention_forward(f.out.view, p.q.view, p.k.view, p.v.view, p.gate(), p.options(), p.initial, f.final_state);
-  decayed_attention_backward(f.dq.view, f.dk.view, f.dv.view, gate_cols(c) > 0 ? f.dg.view : TensorView{}, f.dinitial,
-                             p.dout.view, p.dfinal, p.q.view, p.k.view, p.v.view, p.gate(), p.options(), p.initial);
-  return f;
-}
-
-// The fp32 path against the oracle: every output and gradient within `tol` of its magnitude.
-void expect_matches_oracle(const Case& c, double tol = 2e-4) {
-  SCOPED_TRACE(describe(c));
-  const Problem p = make_problem(c);
-  const Oracle o = oracle(p);
-  const Fast f = run_fast(p);
-  EXPECT_LT(relative_error(f.out.view, o.forward.out), tol) << "out";
-  EXPECT_LT(relative_error(f.final_state, o.forward.final_state), tol) << "final_state";
-  EXPECT_LT(relative_error(f.dq.view, o.backward.dq), tol) << "dq";
-  EXPECT_LT(relative_error(f.dk.view, o.backward.dk), tol) << "dk";
-  EXPECT_LT(relative_error(f.dv.view, o.backward.dv), tol) << "dv";
-  EXPECT_LT(relative_error(f.dinitial, o.backward.dinitial_state), tol) << "dinitial_state";
-  if (gate_cols(c) > 0) {
-    EXPECT_LT(relative_error(f.dg.view, o.backward.dg), tol) << "dg";
-  }
-}
-
-constexpr Decay kAllDecays[] = {Decay::none, Decay::retention, Decay::head, Decay::token, Decay::key};
+using namespace decay;  // NOLINT: the shared problem's words (support/decay_problem.hpp)
 
 TEST(DecayedAttention, MatchesOracleOverAwkwardShapes) {
   for (Decay d : kAllDecays)
@@ -256,28 +150,7 @@ TEST(DecayedAttentionReference, GradientsMatchFiniteDifferences) {
   for (Decay d : kAllDecays) {
     Case c{1, 9, 2, 3, 4, d, 4, -2.0f, 0.5f};
     c.B = 2;
-    SCOPED_TRACE(describe(c));
-    const Problem p = make_problem(c, 7);
-    reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
-                      v = reference::to_double(p.v.view), dout = reference::to_double(p.dout.view), g;
-    if (gate_cols(c) > 0) g = reference::to_double(p.g.view);
-    std::vector<double> initial = widen(p.initial);
-    const std::vector<double> dfinal = widen(p.dfinal);
-    const DecayedAttentionOptions options = p.options();
-    reference::Tensor* gp = gate_cols(c) > 0 ? &g : nullptr;
-    auto loss = [&] {
-      const reference::DecayedOutput r = reference::decayed_attention_forward(q, k, v, gp, options, &initial);
-      return output_loss(r.out.data, dout.data, r.final_state, dfinal);
-    };
-    const reference::DecayedGradients grads =
-        reference::decayed_attention_backward(dout, &dfinal, q, k, v, gp, options, &initial);
-    for (double e : scaled_gradient_errors({{&q.data, &grads.dq.data},
-                                            {&k.data, &grads.dk.data},
-                                            {&v.data, &grads.dv.data},
-                                            {&initial, &grads.dinitial_state},
-                                            {gp ? &g.data : nullptr, &grads.dg.data}},
-                                           loss))
-      EXPECT_LT(e, 1e-7);
+    expect_oracle_gradients_match_finite_differences(c, 7);
   }
 }
 

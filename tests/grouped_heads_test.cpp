@@ -4,6 +4,8 @@
 // call with q and k repeated to HV heads (the copy the grouping replaces: equal bit for bit, the
 // gradients of q and k summed over each group), over thread counts, with packed sequences; the oracle
 // against finite differences; and the refusals.
+#include "support/grouped_heads.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,39 +46,6 @@ Case grouped(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, 
           .group = HV / H};
 }
 
-// x [B, T, H, D] with each head repeated HV / H times along the heads: head j is x's head j / (HV / H).
-Tensor32 repeat_heads(ConstTensorView x, int64_t HV, Layout layout) {
-  Tensor32 y = make_tensor({x.batch(), x.seq(), HV, x.dim()}, layout);
-  const int64_t group = HV / x.heads();
-  for (int64_t b = 0; b < x.batch(); ++b)
-    for (int64_t t = 0; t < x.seq(); ++t)
-      for (int64_t h = 0; h < HV; ++h)
-        for (int64_t d = 0; d < x.dim(); ++d) y.view(b, t, h, d) = x(b, t, h / group, d);
-  return y;
-}
-
-// The gradient of a repeated tensor summed back over each group, in the group's order (fp32).
-std::vector<float> sum_groups(ConstTensorView dy, int64_t H) {
-  const int64_t group = dy.heads() / H;
-  std::vector<float> dx(size_t(dy.batch() * dy.seq() * H * dy.dim()), 0.0f);
-  for (int64_t b = 0; b < dy.batch(); ++b)
-    for (int64_t t = 0; t < dy.seq(); ++t)
-      for (int64_t h = 0; h < dy.heads(); ++h)
-        for (int64_t d = 0; d < dy.dim(); ++d)
-          dx[size_t(((b * dy.seq() + t) * H + h / group) * dy.dim() + d)] += dy(b, t, h, d);
-  return dx;
-}
-
-// A view's elements in [B, T, H, D] order.
-std::vector<float> dense(ConstTensorView x) {
-  std::vector<float> out;
-  for (int64_t b = 0; b < x.batch(); ++b)
-    for (int64_t t = 0; t < x.seq(); ++t)
-      for (int64_t h = 0; h < x.heads(); ++h)
-        for (int64_t d = 0; d < x.dim(); ++d) out.push_back(x(b, t, h, d));
-  return out;
-}
-
 TEST(GroupedHeads, ChunkedMatchesOracleOverAwkwardShapes) {
   for (DeltaGate gate : kAllGates)
     for (int64_t T : {1, 63, 65, 97})
@@ -100,17 +69,8 @@ void expect_equals_the_repeated_call(const Problem& p) {
   const Case& c = p.c;
   SCOPED_TRACE(describe(c));
   const Tensor32 q = repeat_heads(p.q.view, c.HV(), c.layout), k = repeat_heads(p.k.view, c.HV(), c.layout);
-  const Fast grouped = run_fast(p, p.q.view, p.k.view), repeated = run_fast(p, q.view, k.view);
-  EXPECT_EQ(dense(grouped.out.view), dense(repeated.out.view));
-  EXPECT_EQ(grouped.final_state, repeated.final_state);
-  EXPECT_EQ(dense(grouped.dv.view), dense(repeated.dv.view));
-  EXPECT_EQ(dense(grouped.dbeta.view), dense(repeated.dbeta.view));
-  if (gate_cols(c) > 0) {
-    EXPECT_EQ(dense(grouped.dg.view), dense(repeated.dg.view));
-  }
-  EXPECT_EQ(grouped.dinitial, repeated.dinitial);
-  EXPECT_EQ(dense(grouped.dq.view), sum_groups(repeated.dq.view, c.H));
-  EXPECT_EQ(dense(grouped.dk.view), sum_groups(repeated.dk.view, c.H));
+  expect_grouped_equals_repeated(run_fast(p, p.q.view, p.k.view), run_fast(p, q.view, k.view), c.H, &Fast::out,
+                                 &Fast::final_state, &Fast::dv, &Fast::dbeta, &Fast::dg, &Fast::dinitial);
 }
 
 TEST(GroupedHeads, EqualsTheCallWithRepeatedQueriesAndKeys) {

@@ -6,6 +6,13 @@
 // chunked (forward and backward, the training path) and token by token (decoding). The layout is
 // flash-linear-attention's: q, k [B, T, H, K], v and out [B, T, H, V], states [N, H, K, V] (row-major,
 // N = B, or the number of packed sequences with cu_seqlens).
+//
+// Grouped value heads (Qwen3.5-style callers of simple GLA and GLA): v may have HV heads, a multiple of q's
+// H; then v, out, g, g_gamma and the states have HV heads where this file says H (retention's decay is that
+// of the value head), and value head j reads q and k at head j / (HV / H) (flash-linear-attention's
+// convention: q and k repeat_interleave'd), without a copy. The backward's dq and dk keep q's H heads, each
+// the sum over its group. HV is read from v's shape; every call below takes it, the decode step included
+// (RecurrentState(B, HV, K, V, decay_name(decay))).
 #include <cstdint>
 #include <optional>
 #include <span>

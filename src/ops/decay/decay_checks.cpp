@@ -31,6 +31,7 @@ double constant_log_decay(const DecayedAttentionOptions& options, int64_t h) {
 Signature decay_signature(ConstTensorView g, const DecayedAttentionOptions& o) {
   constexpr Gate gates[] = {Gate::none, Gate::head, Gate::head, Gate::token, Gate::key};  // in Decay's order
   return {.family = "the decayed family",
+          .grouped = true,
           .scale = o.scale,
           .cu_seqlens = o.cu_seqlens,
           .chunk_size = o.chunk_size,

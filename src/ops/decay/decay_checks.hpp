@@ -15,14 +15,15 @@ struct DecayProblem : RecurrenceProblem {
 
 // The decayed family's signature: g for the gates per token or key; its words in the messages.
 Signature decay_signature(ConstTensorView g, const DecayedAttentionOptions& options);
-// q, k [B, T, H, K] and v [B, T, H, V] agreeing; g shaped for options.decay ([B, T, H, 1] token,
-// [B, T, H, K] key, else an empty view); g_gamma [H] exactly for Decay::head (else empty); scale
+// q, k [B, T, H, K] and v [B, T, HV, V] agreeing, HV a multiple of H (grouped value heads: p.H counts HV);
+// g shaped for options.decay ([B, T, HV, 1] token, [B, T, HV, K] key, else an empty view); g_gamma [HV]
+// exactly for Decay::head (else empty); scale
 // finite; chunk_size in [1, kMaxDecayChunkSize] (limits.hpp); cu_seqlens empty or [N + 1] ascending
 // from 0 to T with B = 1.
 DecayProblem check_decay_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                    ConstTensorView g, const DecayedAttentionOptions& options);
 
-// The constant log decay of head h for the decays without a gate tensor (0 for none).
+// The constant log decay of value head h for the decays without a gate tensor (0 for none).
 double constant_log_decay(const DecayedAttentionOptions& options, int64_t h);
 
 }  // namespace linattn::detail

@@ -11,11 +11,12 @@
 #include "kernels/rows.hpp"
 #include "kernels/rows_ahead.hpp"
 #include "kernels/triangle.hpp"
+#include "ops/recurrence/group_rows.hpp"
 
 namespace linattn::detail {
 
 NextChunk next_chunk_rows(const RecurrenceHead& x, int64_t t0, int64_t n) {
-  return {kernels::head_rows_ahead(x.q, x.k, false, x.b, x.h, t0, n),
+  return {kernels::head_rows_ahead(x.q, x.k, false, x.b, x.qk(), t0, n),
           kernels::head_rows_ahead(x.v, x.g, false, x.b, x.h, t0, n)};
 }
 
@@ -65,7 +66,7 @@ int64_t DecayChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
     for (int64_t t = 0; t < n_; ++t) a_[size_t(t)] = p_.decay == Decay::token ? std::exp(g.at(t0 + t)[0]) : constant;
   }
   const int64_t rows = n_;
-  kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.h), t0, rows);
+  kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.qk()), t0, rows);
   kernels::pack_rows({V_.data(), Vp_, rows, V}, kernels::head_rows(x.v, x.b, x.h), t0, rows);
   if (sides == Sides::state) {
     // K ⊙ e^{b_n − b} alone: one exp per element (per row: per row), no division.
@@ -77,7 +78,7 @@ int64_t DecayChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
       row_factors(false);
     return n_;
   }
-  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.h), t0, rows, p_.scale);
+  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.qk()), t0, rows, p_.scale);
   if (per_key_) {
     // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}, Q ⊙ e^{b}, K ⊙ e^{b_n − b}: one exp per element.
     for (int64_t t = 0; t < rows; ++t) {
@@ -217,8 +218,10 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   // dS ← diag(e^{b_n}) dS + (Q ⊙ e^b)ᵀ dO.
   scale_state(dS);
   kernels::gemm({dS, Vp_, K, V}, kernels::transposed(Qe_.data(), Kp_), {dO_.data(), Vp_, n, V}, {.accumulate = true});
-  kernels::unpack_rows(kernels::head_rows(dq, x.b, x.h), t0, {dQ_.data(), Kp_, n, K}, n, p_.scale);
-  kernels::unpack_rows(kernels::head_rows(dk, x.b, x.h), t0, {dK_.data(), Kp_, n, K}, n);
+  // dq, dk: the group's first value head writes the rows, the others add (decayed_attention.cpp runs a
+  // group's value heads in order on one thread).
+  store_group_rows(dq, x, t0, dQ_.data(), Kp_, n, K, p_.scale);
+  store_group_rows(dk, x, t0, dK_.data(), Kp_, n, K);
   kernels::unpack_rows(kernels::head_rows(dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
 }
 

@@ -46,7 +46,8 @@ class DecayChunk {
   // S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V: the state after the chunk, without the outputs.
   void advance(float* S, const kernels::RowsAhead* ahead = nullptr);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
-  // rows of dq, dk, dv, adds each token's ∂L/∂b (cumulative, before the reverse sum) to gate_grad
+  // rows of dv, and of dq and dk (grouped value heads: adds to them, but for the group's first; see
+  // recurrence/group_rows.hpp), adds each token's ∂L/∂b (cumulative, before the reverse sum) to gate_grad
   // ([n, gate_cols]), and leaves in dS the gradient of the state before the chunk. final_chunk: the
   // sequence's last chunk, whose last token's pair with the final state the caller accounts for.
   void backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,

@@ -1,6 +1,8 @@
 // fp64 oracle of the decayed family, token by token from the recurrence (no chunks, no SIMD):
 //   S_t = diag(a_t) S_{t−1} + k_t v_tᵀ,  a_t = exp(g_t),  o_t = scale · S_tᵀ q_t,
-// and its reverse sweep for the gradients. Shares only the argument checks with the fast path.
+// and its reverse sweep for the gradients. With grouped value heads, value head h reads k_t (and q_t) of
+// head h / (HV / H), and the gradients of k (and q) sum over the heads of their group. Shares only the
+// argument checks with the fast path.
 #include <cmath>
 
 #include "core/validate.hpp"
@@ -21,13 +23,13 @@ detail::DecayProblem check(const char* op, const Tensor& q, const Tensor& k, con
   return p;
 }
 
-// S ← diag(a) S + k vᵀ for token t.
+// S ← diag(a) S + k vᵀ for token t of value head h (k's is p.qk_head(h)).
 void advance(std::vector<double>& S, const std::vector<double>& a, const detail::DecayProblem& p, const Tensor& k,
              const Tensor& v, int64_t b, int64_t t, int64_t h) {
   for (int64_t x = 0; x < p.K; ++x)
     for (int64_t y = 0; y < p.V; ++y) {
       double& s = S[size_t(x * p.V + y)];
-      s = a[size_t(x)] * s + k(b, t, h, x) * v(b, t, h, y);
+      s = a[size_t(x)] * s + k(b, t, p.qk_head(h), x) * v(b, t, h, y);
     }
 }
 
@@ -51,8 +53,8 @@ DecayedGradients decayed_attention_backward(const Tensor& dout, const std::vecto
                                             const std::vector<double>* initial_state) {
   const char* op = "reference::decayed_attention_backward";
   const detail::DecayProblem p = check(op, q, k, v, g, options, initial_state);
-  detail::check_output_shape(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
-                             detail::shape_only(q.extent), detail::shape_only(v.extent));
+  detail::check_recurrence_output(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
+                                  detail::shape_only(q.extent), detail::shape_only(v.extent));
   if (dfinal_state) detail::check_state_span(op, "dfinal_state", dfinal_state->size(), p);
   DecayedGradients r{Tensor(q.extent), Tensor(k.extent), Tensor(v.extent), g ? Tensor(g->extent) : Tensor(),
                      std::vector<double>(size_t(p.state_size()))};
@@ -65,20 +67,21 @@ DecayedGradients decayed_attention_backward(const Tensor& dout, const std::vecto
   const auto step_back = [&](std::vector<double>& dS, const double*, const double* Sprev, int64_t b, int64_t t,
                              int64_t h) {
     detail::reference_decay(a, p, g, b, t, h, detail::constant_log_decay(options, h));
+    const int64_t hk = p.qk_head(h);  // k's head; dk sums over the value heads of its group
     for (int64_t x = 0; x < p.K; ++x) {
       double dk = 0, da = 0;
       for (int64_t y = 0; y < p.V; ++y) {
         dk += dS[size_t(x * p.V + y)] * v(b, t, h, y);
         da += dS[size_t(x * p.V + y)] * Sprev[x * p.V + y];
       }
-      r.dk(b, t, h, x) = dk;
+      r.dk(b, t, hk, x) += dk;
       // d/dg of a·S_{t−1} with a = exp(g): a · S_{t−1}.
       if (p.decay == Decay::key) r.dg(b, t, h, x) = da * a[size_t(x)];
       if (p.decay == Decay::token) r.dg(b, t, h, 0) += da * a[size_t(x)];
     }
     for (int64_t y = 0; y < p.V; ++y) {
       double dv = 0;
-      for (int64_t x = 0; x < p.K; ++x) dv += dS[size_t(x * p.V + y)] * k(b, t, h, x);
+      for (int64_t x = 0; x < p.K; ++x) dv += dS[size_t(x * p.V + y)] * k(b, t, hk, x);
       r.dv(b, t, h, y) = dv;
     }
     for (int64_t x = 0; x < p.K; ++x)

@@ -2,7 +2,8 @@
 // chunks (decay_chunk.hpp). The forward carries the state S: [K, V] from chunk to chunk; the backward
 // runs the chunks forward once for the state before each, then in reverse with the state's gradient,
 // and forms dg from each token's ∂L/∂b by a reverse cumulative sum. Work is split over (sequence, head)
-// only, so every head's arithmetic is the same for any thread count.
+// only, so every head's arithmetic is the same for any thread count. With grouped value heads (v with HV
+// heads, q and k with HV / group) a head is a value head, reading q and k at its group's head.
 #include <omp.h>
 
 #include <algorithm>
@@ -77,13 +78,16 @@ detail::NextChunk next_in_lockstep(const std::vector<HeadRun>& runs, size_t i, i
 // Runs body(chunk, sequence, runs) for every group of heads of every sequence, over the threads. The
 // heads of a group advance in lockstep, window by window of C tokens, so that a window's rows of all
 // its heads ([T, H, K] storage) are read in memory order; a group takes a share of the heads only when
-// there are fewer sequences than threads. A head's arithmetic does not depend on its group.
+// there are fewer sequences than threads. A head's arithmetic does not depend on its group. The
+// backward's shares are whole groups of value heads (p.group of them reading one q/k head), in order:
+// their chunks add to the same rows of dq and dk (recurrence/group_rows.hpp).
 template <class Body>
 void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward, ConstTensorView q,
                     ConstTensorView k, ConstTensorView v, ConstTensorView g, Body body) {
   const int64_t sequences = int64_t(p.sequences.size()), threads = std::max(1, omp_get_max_threads());
-  const int64_t groups = std::clamp<int64_t>((threads + sequences - 1) / std::max<int64_t>(sequences, 1), 1, p.H);
-  const int64_t per_group = (p.H + groups - 1) / groups, tasks = sequences * groups;
+  const int64_t unit = backward ? p.group : 1, units = p.H / unit;  // heads that one task keeps together
+  const int64_t groups = std::clamp<int64_t>((threads + sequences - 1) / std::max<int64_t>(sequences, 1), 1, units);
+  const int64_t per_group = (units + groups - 1) / groups * unit, tasks = sequences * groups;
   detail::ParallelErrors errors;  // out of memory included: nothing may leave the region
 #pragma omp parallel if (tasks > 1)
   {
@@ -99,7 +103,7 @@ void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& option
         runs.resize(size_t(h1 - h0));
         for (int64_t h = h0; h < h1; ++h) {
           HeadRun& r = runs[size_t(h - h0)];
-          r.x = RecurrenceHead{q, k, v, g, {}, s.b, h}, r.index = s.n * p.H + h, r.t = s.begin;
+          r.x = RecurrenceHead{q, k, v, g, {}, s.b, h, p.group}, r.index = s.n * p.H + h, r.t = s.begin;
         }
         body(*chunk, s, runs);
       });
@@ -114,7 +118,7 @@ void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorVie
                                std::span<const float> initial_state, std::span<float> final_state) {
   const char* op = "decayed_attention_forward";
   const DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
-  detail::check_output_shape(op, "out", out, q, v);
+  detail::check_recurrence_output(op, "out", out, q, v);
   detail::check_state_span(op, "initial_state", initial_state.size(), p);
   detail::check_state_span(op, "final_state", final_state.size(), p);
   std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}});

@@ -2,6 +2,7 @@
 // o = (scale · q)ᵀ S. A decode step (and a call of sequences shorter than kScanMinTokens) sweeps S once a
 // token (kernels::rank1_update_readout); the forward over longer sequences (flash-linear-attention's
 // fused_recurrent_*) goes over blocks of tokens with their decays factored out (recurrent_blocks.hpp).
+// Heads are value heads; with grouped ones, q and k are read at head h / group (RecurrenceProblem).
 // Constant memory per token either way.
 #include <algorithm>
 #include <cmath>
@@ -33,7 +34,7 @@ void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, Vi
   detail::for_each_head_block(
       N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const detail::Sequence& s = p.sequences[size_t(n)];
-        detail::TokenRows rows(scratch, heads, K, V, cols);
+        detail::TokenRows rows(scratch, heads, K, V, cols, p.group);
         states.pass_empty(s, p.H, h0, heads, K * V);
         if (cols == 0)
           for (int64_t r = 0; r < heads; ++r)
@@ -41,8 +42,8 @@ void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, Vi
         for (int64_t t = s.begin; t < s.end; ++t) {
           rows.load(q, k, v, g, s.b, t, h0, p.scale, t + 1 < s.end ? t + 1 : -1);
           for (int64_t r = 0; r < heads; ++r)
-            kernels::rank1_update_readout(rows.o + r * V, states.at(s, p.H, h0 + r, K * V), rows.k + r * K,
-                                          rows.v + r * V, rows.q + r * K, K, V, decays ? rows.a + r * K : nullptr,
+            kernels::rank1_update_readout(rows.o + r * V, states.at(s, p.H, h0 + r, K * V), rows.k_row(r),
+                                          rows.v + r * V, rows.q_row(r), K, V, decays ? rows.a + r * K : nullptr,
                                           states.before(s, p.H, h0 + r, K * V, t));
           rows.store(out, s.b, t, h0);
         }
@@ -75,7 +76,7 @@ detail::DecayProblem check_call(const char* op, TensorView out, ConstTensorView 
                                 ConstTensorView g, size_t state_size, boundary::Region state,
                                 const DecayedAttentionOptions& options, std::span<const float> initial = {}) {
   const detail::DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
-  detail::check_output_shape(op, "out", out, q, v);
+  detail::check_recurrence_output(op, "out", out, q, v);
   detail::check_token_state(op, state_size, p, state.name);
   detail::check_state_span(op, "initial_state", initial.size(), p);
   const boundary::Region outputs[] = {boundary::region("out", out), state};
@@ -97,7 +98,7 @@ detail::DecayProblem check_call(const char* op, View4<H> out, HalfIn<H> q, HalfI
   using kernels::shape_view;
   const detail::DecayProblem p =
       detail::check_decay_arguments(op, shape_view(q), shape_view(k), shape_view(v), shape_view(g), options);
-  detail::check_output_shape(op, "out", shape_view(out), shape_view(q), shape_view(v));
+  detail::check_recurrence_output(op, "out", shape_view(out), shape_view(q), shape_view(v));
   detail::check_token_state(op, state_size, p);
   return p;
 }
@@ -109,7 +110,7 @@ void step(const char* op, View4<I> out, View4<const I> q, View4<const I> k, View
   using kernels::shape_view;
   detail::decode_step<I>(
       op, state, !options.cu_seqlens.empty(), decay_name(options.decay), "decay_name(options.decay)", shape_view(q),
-      shape_view(v), false,
+      shape_view(v), true,
       [&](const detail::DecodeState& S) { return check_call(op, out, q, k, v, g, S.size, S.region, options); },
       [&](const detail::DecayProblem& p, auto S) { recurrent(p, out, q, k, v, g, detail::TokenStates{S}, options); });
 }

@@ -82,15 +82,15 @@ void scan_heads(const DecayProblem& p, const Sequence& s, int64_t h0, int64_t he
   for (int64_t t = s.begin; t < s.end; t += C) {
     const int64_t n = std::min(C, s.end - t);
     for (int64_t j = 0; j < heads; ++j) {
-      const int64_t h = h0 + j;
-      const kernels::ConstTile qr = block_rows(q, s.b, h, t, n, K, x.q, Kp, false),
-                               kr = block_rows(k, s.b, h, t, n, K, x.k, Kp, false),
+      const int64_t h = h0 + j, hk = p.qk_head(h);  // the value head, and the q/k head it reads
+      const kernels::ConstTile qr = block_rows(q, s.b, hk, t, n, K, x.q, Kp, false),
+                               kr = block_rows(k, s.b, hk, t, n, K, x.k, Kp, false),
                                vr = block_rows(v, s.b, h, t, n, V, x.v, Vp, true);
       if (cols > 0) kernels::pack_rows({x.g, ld, n, cols}, kernels::head_rows(g, s.b, h), t, n);
       // The next block's rows of this head arrive while its scans run (fp32 views), its rows of out for writing.
       kernels::RowsAhead next[kernels::kScanAhead];
       if constexpr (std::is_same_v<I, float>)
-        next[0] = kernels::head_rows_ahead(q, k, false, s.b, h, t + C, C),
+        next[0] = kernels::head_rows_ahead(q, k, false, s.b, hk, t + C, C),
         next[1] = kernels::head_rows_ahead(v, out, true, s.b, h, t + C, C),
         next[2] = kernels::head_rows_ahead(g, {}, false, s.b, h, t + C, C);
       for (int64_t r = 0, m = 0; r < n; r += m) {

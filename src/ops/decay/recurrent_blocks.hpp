@@ -32,6 +32,7 @@ size_t scan_floats_shared(const DecayProblem& p);
 // together, a block at a time: a token's rows of the heads lie side by side ([B, T, H, K] storage), and a
 // head alone would read 256 bytes of each 4 KiB page in turn (a TLB miss every other token). I: the views'
 // element type (float, bf16 or f16: rows widened as they are packed, o rounded to nearest even as stored).
+// The heads are value heads: q and k are read at p.qk_head(h) (grouped value heads).
 template <class I>
 void scan_heads(const DecayProblem& p, const Sequence& s, int64_t h0, int64_t heads, View4<I> out, View4<const I> q,
                 View4<const I> k, View4<const I> v, View4<const I> g, std::span<float> state,

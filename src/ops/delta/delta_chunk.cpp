@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 
 #include "kernels/decay_factors.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/pack.hpp"
 #include "kernels/rows.hpp"
 #include "kernels/triangle.hpp"
+#include "ops/recurrence/group_rows.hpp"
 #include "ops/recurrence/sequences.hpp"
 
 namespace linattn::detail {
@@ -239,21 +239,10 @@ void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const
       gk[c] = rk_[size_t(t)] * (gk[c] - k[c] * float(dotk));
     }
   }
-  // dq, dk: written by the first value head of the q/k head's group, added to by the others (the driver
-  // runs a group's value heads in order on one thread: see delta_rule.cpp).
-  const bool first = x.h % x.group == 0;
-  const float qfactor = p_.qk_l2norm ? 1.0f : p_.scale;
-  for (const auto& [grad, rows, factor] : {std::tuple{d.dq, &dQ_, qfactor}, std::tuple{d.dk, &dK_, 1.0f}}) {
-    const kernels::HeadRows<float> dst = kernels::head_rows(grad, x.b, x.qk());
-    if (first) {
-      kernels::unpack_rows(dst, t0, {rows->data(), Kp_, n, K}, n, factor);
-      continue;
-    }
-    if (factor != 1.0f)
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t c = 0; c < K; ++c) (*rows)[size_t(t * Kp_ + c)] *= factor;
-    kernels::add_rows(dst, t0, {rows->data(), Kp_, n, K});
-  }
+  // dq, dk: the group's first value head writes the rows, the others add (the driver runs a group's value
+  // heads in order on one thread: see delta_rule.cpp).
+  detail::store_group_rows(d.dq, x, t0, dQ_.data(), Kp_, n, K, p_.qk_l2norm ? 1.0f : p_.scale);
+  detail::store_group_rows(d.dk, x, t0, dK_.data(), Kp_, n, K);
   kernels::unpack_rows(kernels::head_rows(d.dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
   kernels::unpack_rows(kernels::head_rows(d.dbeta, x.b, x.h), t0, {dB_.data(), 1, n, 1}, n);
 }
