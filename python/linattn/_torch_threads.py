@@ -7,25 +7,29 @@ with n > 0 is "told otherwise": linattn's calls from torch then run n threads, a
 put back after each call. set_num_threads(0) hands the choice back to torch.
 """
 
-import contextlib
-
 import torch
 
 from . import _linattn
 from ._threads import explicit
 
 
-@contextlib.contextmanager
-def torch_threads():
-    torch_count = torch.get_num_threads()
-    want = explicit[0] or torch_count
-    before = _linattn.num_threads()
-    if before == want:
-        yield
-        return
-    _linattn.set_num_threads(want)
-    try:
-        yield
-    finally:
-        if explicit[0]:
-            _linattn.set_num_threads(torch_count)  # the shared runtime's count is torch's again
+class torch_threads:
+    """with torch_threads(): a call of linattn's at the count above. A class rather than a
+    contextlib.contextmanager generator: it wraps every call, a decode step's included, and the generator's
+    machinery cost more than the two counts it compares."""
+
+    __slots__ = ("_restore",)
+
+    def __enter__(self):
+        torch_count = torch.get_num_threads()
+        want = explicit[0] or torch_count
+        self._restore = None
+        if _linattn.num_threads() != want:
+            _linattn.set_num_threads(want)
+            self._restore = torch_count
+        return self
+
+    def __exit__(self, *exc):
+        if self._restore is not None and explicit[0]:
+            _linattn.set_num_threads(self._restore)  # the shared runtime's count is torch's again
+        return False

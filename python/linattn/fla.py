@@ -208,7 +208,8 @@ def _sequences_and_state(q, heads, V, initial_state, cu_seqlens, state_v_first):
         if state_v_first:
             layout, want, got = "[N, H, V, K]", [N, heads, V, K], got[:-2] + got[:-3:-1]
         raise ValueError(f"initial_state: expected shape {layout} = {want}, got {got}")
-    return cu, initial_state.to(q.dtype)  # flash-linear-attention keeps float32 states
+    # flash-linear-attention keeps float32 states; .to is a call even where the dtype is already q's
+    return cu, initial_state if initial_state.dtype == q.dtype else initial_state.to(q.dtype)
 
 
 def _cu_tensor(cu):
