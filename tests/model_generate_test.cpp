@@ -1,7 +1,7 @@
-// Generation: the recurrent state (linear, favor; retnet and gla through decayed_step; deltanet,
-// gated_deltanet and kda through delta_rule_step) and the KV cache (softmax) give the logits of the
-// parallel forward, token by token, after a prompt block, and across block boundaries; greedy
-// generation writes the tokens of a full recompute.
+// Generation: the recurrent state (linear, favor; retnet, gla and mamba2 through decayed_step; deltanet,
+// gated_deltanet and kda through delta_rule_step; rwkv7 through dplr_delta_rule_step) and the KV cache
+// (softmax) give the logits of the parallel forward, token by token, after a prompt block, and across block boundaries;
+// greedy generation writes the tokens of a full recompute.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -131,7 +131,8 @@ TEST_P(ModelGenerate, GreedyTokensEqualFullRecompute) {
 INSTANTIATE_TEST_SUITE_P(Kinds, ModelGenerate,
                          ::testing::Values(AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor,
                                            AttentionKind::retnet, AttentionKind::gla, AttentionKind::deltanet,
-                                           AttentionKind::gated_deltanet, AttentionKind::kda),
+                                           AttentionKind::gated_deltanet, AttentionKind::kda, AttentionKind::mamba2,
+                                           AttentionKind::rwkv7),
                          [](const ::testing::TestParamInfo<AttentionKind>& p) {
                            return std::string(attention_name(p.param));
                          });

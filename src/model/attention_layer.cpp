@@ -1,6 +1,6 @@
 // The blocks' multi-head attention (causal in the decoder, not in the encoder classifier): q, k, v are strided views
 // into the fused qkv rows, so heads need no copies. float runs linattn's operators; double runs the fp64 reference. The
-// delta kinds are in delta_layers.cpp.
+// delta kinds are in delta_layers.cpp, mamba2 in mamba2_layers.cpp, rwkv7 in rwkv7_layers.cpp.
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -11,16 +11,12 @@
 #include "linattn/model/layers.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/softmax_attention.hpp"
+#include "model/head_views.hpp"
 
 namespace linattn::model {
 namespace {
 
-// Head view of part `part` (0 q, 1 k, 2 v) of rows of width row: [B, T, H, C/H].
-template <class T>
-View4<T> part_view(T* base, int64_t part, int64_t row, int64_t B, int64_t T_, int64_t H, int64_t C) {
-  const int64_t hd = C / H;
-  return {base + part * C, {B, T_, H, hd}, {T_ * row, row, hd, 1}};
-}
+using detail::part_view;
 
 LinearAttentionOptions linear_options(const AttentionSpec& spec) {
   LinearAttentionOptions options;
@@ -56,20 +52,10 @@ SoftmaxAttentionOptions softmax_options(const AttentionSpec& spec) {
 // The fp64 reference's tensor of one part of qkv, and back.
 reference::Tensor to_tensor(const double* base, int64_t part, int64_t row, int64_t B, int64_t T_, int64_t H,
                             int64_t C) {
-  const View4<const double> view = part_view(base, part, row, B, T_, H, C);
-  reference::Tensor t(view.extent);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t n = 0; n < T_; ++n)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t d = 0; d < C / H; ++d) t(b, n, h, d) = view(b, n, h, d);
-  return t;
+  return detail::to_tensor(part_view(base, part, row, B, T_, H, C));
 }
 void from_tensor(double* base, int64_t part, int64_t row, const reference::Tensor& t, int64_t H, int64_t C) {
-  const View4<double> view = part_view(base, part, row, t.extent[0], t.extent[1], H, C);
-  for (int64_t b = 0; b < t.extent[0]; ++b)
-    for (int64_t n = 0; n < t.extent[1]; ++n)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t d = 0; d < C / H; ++d) view(b, n, h, d) = t(b, n, h, d);
+  detail::from_tensor(part_view(base, part, row, t.extent[0], t.extent[1], H, C), t);
 }
 
 }  // namespace
@@ -90,6 +76,9 @@ void attention_forward<float>(float* out, float* lse, const float* qkv, const At
     return bidirectional_forward(out, qkv, spec, B, T_, C, gate, beta);
   }
   if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C, parallel);
+  if (spec.kind == AttentionKind::mamba2)
+    return mamba2_attention_forward(out, qkv, gate, beta, spec, B, T_, C, parallel);
+  if (spec.kind == AttentionKind::rwkv7) return rwkv7_attention_forward(out, qkv, gate, beta, spec, B, T_, C, parallel);
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
@@ -121,6 +110,10 @@ void attention_backward<float>(float* dqkv, const float* dout, const float* qkv,
   }
   if (is_delta(spec.kind))
     return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C, parallel);
+  if (spec.kind == AttentionKind::mamba2)
+    return mamba2_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C, parallel);
+  if (spec.kind == AttentionKind::rwkv7)
+    return rwkv7_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C, parallel);
   const int64_t H = spec.heads;
   const ConstTensorView q = part_view(qkv, 0, 3 * C, B, T_, H, C), k = part_view(qkv, 1, 3 * C, B, T_, H, C),
                         v = part_view(qkv, 2, 3 * C, B, T_, H, C);
@@ -156,6 +149,8 @@ void attention_forward<double>(double* out, double* lse, const double* qkv, cons
   require_single_process(parallel, "the fp64 attention");
   if (runs_both_directions(spec)) return bidirectional_forward(out, qkv, spec, B, T_, C, gate, beta);
   if (is_delta(spec.kind)) return delta_attention_forward(out, qkv, gate, beta, spec, B, T_, C);
+  if (spec.kind == AttentionKind::mamba2) return mamba2_attention_forward(out, qkv, gate, beta, spec, B, T_, C);
+  if (spec.kind == AttentionKind::rwkv7) return rwkv7_attention_forward(out, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
                           v = to_tensor(qkv, 2, 3 * C, B, T_, H, C);
@@ -187,6 +182,10 @@ void attention_backward<double>(double* dqkv, const double* dout, const double* 
   if (runs_both_directions(spec))
     return bidirectional_backward(dqkv, dout, qkv, spec, B, T_, C, gate, dgate, beta, dbeta);
   if (is_delta(spec.kind)) return delta_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C);
+  if (spec.kind == AttentionKind::mamba2)
+    return mamba2_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C);
+  if (spec.kind == AttentionKind::rwkv7)
+    return rwkv7_attention_backward(dqkv, dgate, dbeta, dout, qkv, gate, beta, spec, B, T_, C);
   const int64_t H = spec.heads;
   const reference::Tensor q = to_tensor(qkv, 0, 3 * C, B, T_, H, C), k = to_tensor(qkv, 1, 3 * C, B, T_, H, C),
                           v = to_tensor(qkv, 2, 3 * C, B, T_, H, C), dy = to_tensor(dout, 0, C, B, T_, H, C);

@@ -20,15 +20,19 @@ struct BlockActivations {
   T* residual3;                  // [N, C]
   T* scratch;                    // [N, C]
   T* gate = nullptr;       // [N, G]: the log decay, G = gate_width: gla's g = logsigmoid(ln1 · gatew + gateb) / 16;
-                           // gated_deltanet (G = H), kda (G = C): g = −exp(alog) · softplus(ln1 · gatew + gateb)
+                           // gated_deltanet, mamba2 (G = H), kda, rwkv7 (G = C): g = −exp(alog) · softplus(ln1 ·
+                           // gatew + gateb)
   T* attn = nullptr;       // [N, C]: the decayed and delta kinds: the attention before the head norm
   T* head_rstd = nullptr;  // [N, H]: the decayed and delta kinds: the head norm's saved 1/σ
-  T* beta = nullptr;       // [N, H]: the delta kinds' β = sigmoid(ln1 · betaw + betab)
+  T* beta = nullptr;       // [N, beta_width]: the delta kinds' β = sigmoid(ln1 · betaw + betab) ([N, H]);
+                           // mamba2's dt = softplus(ln1 · gatew + gateb) = g / −exp(alog) ([N, H]); rwkv7's
+                           // ā = sigmoid(ln1 · betaw + betab) ([N, C])
   AttentionKind kind = AttentionKind::linear;  // which gate the block computes
 };
 
 // residual3 = residual2 + mlp(ln2(residual2)), residual2 = residual + attproj(attend(qkv(ln1(residual))))
-// (the decayed and delta kinds: attproj(head_norm(attend(...)))). attend(out, qkv, gate, beta) writes
+// (the decayed and delta kinds, rwkv7: attproj(head_norm(attend(...))); mamba2: attproj(head_norm(attend(...) + D ·
+// x))). attend(out, qkv, gate, beta) writes
 // the heads' attention outputs of the N rows; gate is a.gate and beta a.beta (null for the kinds
 // without them).
 template <class T, class Attend>
@@ -44,14 +48,19 @@ void block_forward(const BlockActivations<T>& a, const T* residual, const ParamP
     else
       delta_gate_forward(a.gate, static_cast<const T*>(a.gate), p.alog + l * H, N, H, G / H);
   }
-  if (a.beta) {
-    matmul_forward(a.beta, a.ln1, p.betaw + l * C * H, p.betab + l * H, N, C, H);
-    delta_beta_forward(a.beta, static_cast<const T*>(a.beta), N * H);
+  if (a.beta && a.kind == AttentionKind::mamba2) {
+    mamba2_dt_forward(a.beta, static_cast<const T*>(a.gate), p.alog + l * H, N, H);
+  } else if (a.beta) {
+    const int64_t W = beta_width(a.kind, C, H);
+    matmul_forward(a.beta, a.ln1, p.betaw + l * C * W, p.betab + l * W, N, C, W);
+    delta_beta_forward(a.beta, static_cast<const T*>(a.beta), N * W);
   }
   const T* gate = a.gate;
   const T* beta = a.beta;
   if (a.attn) {
     attend(a.attn, static_cast<const T*>(a.qkv), gate, beta);
+    if (a.kind == AttentionKind::mamba2)
+      mamba2_skip_forward(a.attn, static_cast<const T*>(a.qkv), p.dskip + l * H, N, C, H);
     head_norm_forward(a.atty, a.head_rstd, static_cast<const T*>(a.attn), N * H, C / H);
   } else {
     attend(a.atty, static_cast<const T*>(a.qkv), gate, beta);

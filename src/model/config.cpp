@@ -34,18 +34,22 @@ const char* attention_name(AttentionKind kind) {
       return "kda";
     case AttentionKind::linformer:
       return "linformer";
+    case AttentionKind::mamba2:
+      return "mamba2";
+    case AttentionKind::rwkv7:
+      return "rwkv7";
   }
   return "?";
 }
 
 AttentionKind attention_by_name(std::string_view name) {
-  for (AttentionKind kind :
-       {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor, AttentionKind::retnet, AttentionKind::gla,
-        AttentionKind::deltanet, AttentionKind::gated_deltanet, AttentionKind::kda, AttentionKind::linformer})
+  for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::linear, AttentionKind::favor, AttentionKind::retnet,
+                             AttentionKind::gla, AttentionKind::deltanet, AttentionKind::gated_deltanet,
+                             AttentionKind::kda, AttentionKind::linformer, AttentionKind::mamba2, AttentionKind::rwkv7})
     if (name == attention_name(kind)) return kind;
   throw Error("linattn::model: attention is \"" + detail::printable(name) +
               "\", expected one of \"softmax\", \"linear\", \"favor\", \"retnet\", \"gla\", \"deltanet\", "
-              "\"gated_deltanet\", \"kda\", \"linformer\"");
+              "\"gated_deltanet\", \"kda\", \"linformer\", \"mamba2\", \"rwkv7\"");
 }
 
 bool is_decayed(AttentionKind kind) { return kind == AttentionKind::retnet || kind == AttentionKind::gla; }
@@ -69,11 +73,21 @@ DeltaGate delta_gate_of(AttentionKind kind) {
               "\", expected a delta kind (\"deltanet\", \"gated_deltanet\" or \"kda\")");
 }
 
-bool has_head_norm(AttentionKind kind) { return is_decayed(kind) || is_delta(kind); }
+bool has_head_norm(AttentionKind kind) {
+  return is_decayed(kind) || is_delta(kind) || kind == AttentionKind::mamba2 || kind == AttentionKind::rwkv7;
+}
 
 int64_t gate_width(AttentionKind kind, int64_t d_model, int64_t heads) {
-  if (kind == AttentionKind::gla || kind == AttentionKind::kda) return d_model;
-  if (kind == AttentionKind::gated_deltanet) return heads;
+  if (kind == AttentionKind::gla || kind == AttentionKind::kda || kind == AttentionKind::rwkv7) return d_model;
+  if (kind == AttentionKind::gated_deltanet || kind == AttentionKind::mamba2) return heads;
+  return 0;
+}
+
+bool has_alog(AttentionKind kind) { return gate_width(kind, 1, 1) > 0 && kind != AttentionKind::gla; }
+
+int64_t beta_width(AttentionKind kind, int64_t d_model, int64_t heads) {
+  if (is_delta(kind) || kind == AttentionKind::mamba2) return heads;
+  if (kind == AttentionKind::rwkv7) return d_model;
   return 0;
 }
 
@@ -98,10 +112,14 @@ void check_config(const ModelConfig& c) {
   check_bounded("linattn::model", "favor_features", c.favor_features, 1, limits::kMaxFavorFeatures);
   // The decayed and delta kinds' chunk scratch is quadratic in it: their operators' bound, checked here so
   // that a model file or checkpoint saying more is refused on load, not at its first forward.
-  const int64_t max_chunk = is_decayed(c.attention) ? limits::kMaxDecayChunkSize
-                            : is_delta(c.attention) ? limits::kMaxDeltaChunkSize
-                                                    : limits::kMaxChunkSize;
+  const int64_t max_chunk = is_decayed(c.attention) || c.attention == AttentionKind::mamba2 ? limits::kMaxDecayChunkSize
+                            : is_delta(c.attention)                                         ? limits::kMaxDeltaChunkSize
+                                                                                            : limits::kMaxChunkSize;
   check_bounded("linattn::model", "chunk_size", c.chunk_size, 1, max_chunk);
+  if ((c.attention == AttentionKind::mamba2 || c.attention == AttentionKind::rwkv7) && c.classes > 0)
+    throw Error(std::string("linattn::model: attention ") + attention_name(c.attention) +
+                " is the decoder's only (classes 0), got the encoder classifier (classes " + std::to_string(c.classes) +
+                "): train it on a next-token task, or pick retnet, gla or a delta kind, which run in both directions");
   if (c.attention == AttentionKind::linformer) {
     if (c.classes == 0)
       throw Error(
@@ -150,6 +168,8 @@ FeatureMapPtr feature_map_for(const ModelConfig& config, int64_t layer) {
     case AttentionKind::gated_deltanet:
     case AttentionKind::kda:
     case AttentionKind::linformer:
+    case AttentionKind::mamba2:
+    case AttentionKind::rwkv7:
       return nullptr;
     case AttentionKind::linear:
       return elu_feature_map();

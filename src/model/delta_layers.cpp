@@ -8,9 +8,13 @@
 #include "linattn/delta.hpp"
 #include "linattn/model/layers.hpp"
 #include "linattn/reference.hpp"
+#include "model/head_views.hpp"
 
 namespace linattn::model {
 namespace {
+
+using detail::from_tensor;
+using detail::to_tensor;
 
 // softplus(x) = log(1 + eˣ) = max(x, 0) + log1p(e^−|x|): no overflow for large |x|.
 template <class T>
@@ -43,21 +47,6 @@ DeltaViews<T> delta_views(T* qkv, T* gate, T* beta, const AttentionSpec& spec, i
   if (kind == DeltaGate::token) views.g = {gate, {B, T_, H, 1}, {T_ * H, H, 1, 1}};
   if (kind == DeltaGate::key) views.g = {gate, {B, T_, H, hd}, {T_ * C, C, hd, 1}};
   return views;
-}
-
-reference::Tensor to_tensor(View4<const double> view) {
-  reference::Tensor t(view.extent);
-  for (int64_t b = 0; b < view.extent[0]; ++b)
-    for (int64_t n = 0; n < view.extent[1]; ++n)
-      for (int64_t h = 0; h < view.extent[2]; ++h)
-        for (int64_t d = 0; d < view.extent[3]; ++d) t(b, n, h, d) = view(b, n, h, d);
-  return t;
-}
-void from_tensor(View4<double> view, const reference::Tensor& t) {
-  for (int64_t b = 0; b < view.extent[0]; ++b)
-    for (int64_t n = 0; n < view.extent[1]; ++n)
-      for (int64_t h = 0; h < view.extent[2]; ++h)
-        for (int64_t d = 0; d < view.extent[3]; ++d) view(b, n, h, d) = t(b, n, h, d);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Generation: KV cache (softmax) or recurrent state (linear, favor; retnet and gla: a decaying one;
-// the delta kinds: the delta rule's), one block of tokens at a time.
+// Generation: KV cache (softmax) or recurrent state (linear, favor; retnet, gla and mamba2: a decaying one;
+// the delta kinds: the delta rule's; rwkv7: the DPLR delta rule's), one block of tokens at a time.
 #include "linattn/model/generate.hpp"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
+#include "linattn/dplr.hpp"
 #include "linattn/error.hpp"
 #include "linattn/linear_attention.hpp"
 #include "linattn/softmax_attention.hpp"
@@ -41,10 +42,12 @@ void Generator::reset() {
       states_.emplace_back(1, c.heads, c.head_dim(), c.head_dim(), decay_name(decay_of(c.attention)));
     return;
   }
-  if (is_delta(c.attention)) {
-    // S: [1, H, hd, hd] per layer, named by its recurrence so that delta_rule_step refuses another.
-    for (int64_t l = 0; l < c.layers; ++l)
-      states_.emplace_back(1, c.heads, c.head_dim(), c.head_dim(), delta_name(delta_gate_of(c.attention)));
+  if (is_delta(c.attention) || c.attention == AttentionKind::mamba2 || c.attention == AttentionKind::rwkv7) {
+    // S: [1, H, hd, hd] per layer, named by its recurrence so that its step refuses another.
+    const std::string name = c.attention == AttentionKind::mamba2  ? decay_name(Decay::token)
+                             : c.attention == AttentionKind::rwkv7 ? std::string(kDplrName)
+                                                                   : delta_name(delta_gate_of(c.attention));
+    for (int64_t l = 0; l < c.layers; ++l) states_.emplace_back(1, c.heads, c.head_dim(), c.head_dim(), name);
     return;
   }
   for (int64_t l = 0; l < c.layers; ++l) {
@@ -95,10 +98,14 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
   const int64_t C = c.d_model, F = c.mlp_hidden, V = c.vocab_size, H = c.heads, hd = c.head_dim();
   const ParamPointers<const float> p = param_pointers<const float>(model_.params().data(), c);
   // One set of block buffers reused by every layer: [n, ·] each (17–20: the gate, the pre-norm
-  // attention and head-norm statistics, β), then the logits, last (feed copies them from the end).
+  // attention and head-norm statistics, β; 21, 22: mamba2's value, rwkv7's a; 23: rwkv7's b), then the logits,
+  // last (feed copies them from the end).
   const bool gated = gate_width(c.attention, C, H) > 0, normed = has_head_norm(c.attention);
   const bool gla = c.attention == AttentionKind::gla, decayed = is_decayed(c.attention), delta = is_delta(c.attention);
-  const int64_t sizes[] = {C, 1, 1, 3 * C, C, C, C, 1, 1, F, F, C, C, C, C, 1, 1, C, C, H, H, V};
+  const bool mamba2 = c.attention == AttentionKind::mamba2, rwkv7 = c.attention == AttentionKind::rwkv7;
+  const int64_t W = beta_width(c.attention, C, H);
+  const int64_t sizes[] = {
+      C, 1, 1, 3 * C, C, C, C, 1, 1, F, F, C, C, C, C, 1, 1, C, C, H, W, mamba2 || rwkv7 ? C : 0, rwkv7 ? C : 0, V};
   constexpr int kBuffers = int(std::size(sizes));
   int64_t total = 0;
   for (int64_t s : sizes) total += s * n;
@@ -125,7 +132,7 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
                                     gated ? ptr[17] : nullptr,
                                     normed ? ptr[18] : nullptr,
                                     normed ? ptr[19] : nullptr,
-                                    delta ? ptr[20] : nullptr,
+                                    W > 0 ? ptr[20] : nullptr,
                                     c.attention};
   float* residual = ptr[13];
   embedding_forward(residual, tokens, p.wte, 1, n, C, position_);
@@ -167,6 +174,23 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
             decayed_step(out, q, k, v, g, states_[l], decayed_options(model_.attention(l)));
             return;
           }
+          if (mamba2) {
+            // S ← exp(g) S + k (dt · x)ᵀ per head, g = dt · A: the decayed step on the value dt · x; the block adds
+            // D · x.
+            mamba2_value(ptr[21], qkv, beta, n, C, H);
+            const ConstTensorView g{gate, {1, n, H, 1}, {n * H, H, 1, 1}};
+            decayed_step(out, q, k, bnhd(static_cast<const float*>(ptr[21]), 1, n, H, hd), g, states_[l],
+                         mamba2_options(model_.attention(l)));
+            return;
+          }
+          if (rwkv7) {
+            // The DPLR step with a = −κ̂, b = κ̂ ⊙ ā of these tokens and gk per key dimension.
+            rwkv7_removal(ptr[21], ptr[22], qkv, beta, n, C, H);
+            dplr_delta_rule_step(out, q, k, v, bnhd(static_cast<const float*>(ptr[21]), 1, n, H, hd),
+                                 bnhd(static_cast<const float*>(ptr[22]), 1, n, H, hd), bnhd(gate, 1, n, H, hd),
+                                 states_[l], rwkv7_options());
+            return;
+          }
           if (delta) {
             // Every token, a prompt's too, steps the delta rule's state (constant memory): β: [1, n, H, 1];
             // g: [1, n, H, 1] (gated_deltanet), [1, n, H, hd] (kda), none for deltanet.
@@ -192,7 +216,7 @@ void Generator::feed_block(const int32_t* tokens, int64_t n) {
     std::copy(a.residual3, a.residual3 + n * C, residual);
   }
   layernorm_forward(ptr[14], ptr[15], ptr[16], residual, p.lnfw, p.lnfb, n, C);
-  matmul_forward(ptr[21], ptr[14], p.headw, p.headb, n, C, V);
+  matmul_forward(ptr[23], ptr[14], p.headw, p.headb, n, C, V);
   position_ += n;
 }
 

@@ -20,7 +20,9 @@ int64_t linformer_layer_size(const ModelConfig& c) { return 2 * c.heads * c.linf
 std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
   const int64_t V = c.vocab_size, C = c.d_model, L = c.layers, F = c.mlp_hidden, H = c.heads;
   const int64_t G = gate_width(c.attention, C, H), O = head_width(c);
-  const bool delta = is_delta(c.attention), decay_a = G > 0 && delta;
+  const int64_t W =
+      c.attention == AttentionKind::mamba2 ? 0 : beta_width(c.attention, C, H);  // mamba2: dt from the gate
+  const bool decay_a = has_alog(c.attention), mamba2 = c.attention == AttentionKind::mamba2;
   const int64_t linproj = c.attention == AttentionKind::linformer ? L * linformer_layer_size(c) : 0;
   const std::pair<const char*, std::pair<int64_t, bool>> shapes[] = {{"wte", {V * C, true}},
                                                                      {"ln1w", {L * C, false}},
@@ -30,8 +32,9 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
                                                                      {"gatew", {L * C * G, true}},
                                                                      {"gateb", {L * G, false}},
                                                                      {"alog", {decay_a ? L * H : 0, false}},
-                                                                     {"betaw", {delta ? L * C * H : 0, true}},
-                                                                     {"betab", {delta ? L * H : 0, false}},
+                                                                     {"betaw", {L * C * W, true}},
+                                                                     {"betab", {L * W, false}},
+                                                                     {"dskip", {mamba2 ? L * H : 0, false}},
                                                                      {"linproj", {linproj, true}},
                                                                      {"attprojw", {L * C * C, true}},
                                                                      {"attprojb", {L * C, false}},
@@ -63,12 +66,12 @@ int64_t param_count(const ModelConfig& config) {
 template <class P>
 ParamPointers<P> param_pointers(P* base, const ModelConfig& config) {
   ParamPointers<P> p{};
-  P** slots[] = {&p.wte,   &p.ln1w,    &p.ln1b,    &p.qkvw,     &p.qkvb,     &p.gatew, &p.gateb, &p.alog,
-                 &p.betaw, &p.betab,   &p.linproj, &p.attprojw, &p.attprojb, &p.ln2w,  &p.ln2b,  &p.fcw,
-                 &p.fcb,   &p.fcprojw, &p.fcprojb, &p.lnfw,     &p.lnfb,     &p.headw, &p.headb};
-  const char* names[] = {"wte",   "ln1w",    "ln1b",    "qkvw",     "qkvb",     "gatew", "gateb", "alog",
-                         "betaw", "betab",   "linproj", "attprojw", "attprojb", "ln2w",  "ln2b",  "fcw",
-                         "fcb",   "fcprojw", "fcprojb", "lnfw",     "lnfb",     "headw", "headb"};
+  P** slots[] = {&p.wte,   &p.ln1w,  &p.ln1b,    &p.qkvw,    &p.qkvb,     &p.gatew,    &p.gateb, &p.alog,
+                 &p.betaw, &p.betab, &p.dskip,   &p.linproj, &p.attprojw, &p.attprojb, &p.ln2w,  &p.ln2b,
+                 &p.fcw,   &p.fcb,   &p.fcprojw, &p.fcprojb, &p.lnfw,     &p.lnfb,     &p.headw, &p.headb};
+  const char* names[] = {"wte",   "ln1w",  "ln1b",    "qkvw",    "qkvb",     "gatew",    "gateb", "alog",
+                         "betaw", "betab", "dskip",   "linproj", "attprojw", "attprojb", "ln2w",  "ln2b",
+                         "fcw",   "fcb",   "fcprojw", "fcprojb", "lnfw",     "lnfb",     "headw", "headb"};
   static_assert(std::size(slots) == std::size(names));
   for (const ParamTensor& t : param_tensors(config))
     for (size_t i = 0; i < std::size(names); ++i)
@@ -130,7 +133,8 @@ Transformer<T>::Transformer(const ModelConfig& config) : config_(config) {
     const double std =
         t.name == "wte" ? 1.0 : 0.02 * (t.name.find("projw") != std::string::npos ? residual_scale : 1.0);
     for (int64_t i = 0; i < t.size; ++i) p[i] = norm_gain ? T(1) : t.decay ? T(std * rng.normal_cosine()) : T(0);
-    if (is_delta(config.attention)) init_delta_gate(p, t.name, config);
+    if (has_alog(config.attention)) init_delta_gate(p, t.name, config);
+    if (t.name == "dskip") std::fill(p, p + t.size, T(1));  // Mamba-2's D starts at 1: the input passes
   }
 }
 
@@ -142,14 +146,14 @@ void Transformer<T>::zero_grad() {
 // Per token, the buffers resize allocates below (keep the two in step).
 int64_t activation_floats_per_token(const ModelConfig& config) {
   const int64_t C = config.d_model, L = config.layers, F = config.mlp_hidden, V = config.vocab_size, H = config.heads;
-  const bool normed = has_head_norm(config.attention), delta = is_delta(config.attention);
-  const int64_t G = gate_width(config.attention, C, H);
+  const bool normed = has_head_norm(config.attention);
+  const int64_t G = gate_width(config.attention, C, H), W = beta_width(config.attention, C, H);
   // Per layer: ln1, atty, residual2, ln2, residual3, qkv; the norms' statistics; lse; gate; attn,
   // head_rstd; beta; fch, fch_gelu.
-  const int64_t per_layer = 8 * C + 4 + H + G + (normed ? C + H : 0) + (delta ? H : 0) + 2 * F;
+  const int64_t per_layer = 8 * C + 4 + H + G + (normed ? C + H : 0) + W + 2 * F;
   // The step's single buffers: dattn, dgate, dbeta; lnf and its statistics; logits, probs, dlogits;
   // scratch, dres, dln, datty; dbig; dfch.
-  const int64_t once = (normed ? C : 0) + G + (delta ? H : 0) + C + 2 + 3 * V + 4 * C + std::max(F, 3 * C) + F;
+  const int64_t once = (normed ? C : 0) + G + W + C + 2 + 3 * V + 4 * C + std::max(F, 3 * C) + F;
   return C /* encoded */ + L * per_layer + once;
 }
 
@@ -164,15 +168,15 @@ void Transformer<T>::resize(int64_t B, int64_t T_len) {
   for (auto* v : {&ln1_mean_, &ln1_rstd_, &ln2_mean_, &ln2_rstd_}) v->assign(L * BT, 0);
   qkv_.assign(L * BT * 3 * C, 0);
   lse_.assign(L * B * H * T_len, 0);
-  const bool normed = has_head_norm(config_.attention), delta = is_delta(config_.attention);
-  const int64_t G = gate_width(config_.attention, C, H);
+  const bool normed = has_head_norm(config_.attention);
+  const int64_t G = gate_width(config_.attention, C, H), W = beta_width(config_.attention, C, H);
   gate_.assign(L * BT * G, 0);
   attn_.assign(normed ? L * BT * C : 0, 0);
   head_rstd_.assign(normed ? L * BT * H : 0, 0);
-  beta_.assign(delta ? L * BT * H : 0, 0);
+  beta_.assign(L * BT * W, 0);
   dattn_.assign(normed ? BT * C : 0, 0);
   dgate_.assign(BT * G, 0);
-  dbeta_.assign(delta ? BT * H : 0, 0);
+  dbeta_.assign(BT * W, 0);
   fch_.assign(L * BT * F, 0);
   fch_gelu_.assign(L * BT * F, 0);
   lnf_.assign(BT * C, 0);
@@ -212,7 +216,7 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
   else
     weights_.clear();
   const ParamPointers<const T> p = param_pointers<const T>(params_.data(), config_);
-  const int64_t G = gate_width(config_.attention, C, H);
+  const int64_t G = gate_width(config_.attention, C, H), W = beta_width(config_.attention, C, H);
 
   embedding_forward(encoded_.data(), tokens, p.wte, B, T_len, C, position0_);
   const T* residual = encoded_.data();
@@ -233,7 +237,7 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
                                         at_layer(gate_, l, BT * G),
                                         at_layer(attn_, l, BT * C),
                                         at_layer(head_rstd_, l, BT * H),
-                                        at_layer(beta_, l, BT * H),
+                                        at_layer(beta_, l, BT * W),
                                         config_.attention};
     T* lse = lse_.data() + l * B * H * T_len;
     const T* projections = p.linproj ? p.linproj + l * linformer_layer_size(config_) : nullptr;
@@ -277,7 +281,9 @@ template <class T>
 void Transformer<T>::backward() {
   if (!has_targets_) throw std::logic_error("linattn::model::Transformer::backward: the last forward had no targets");
   const int64_t B = B_, T_len = T_, BT = B * T_len, C = config_.d_model, L = config_.layers, F = config_.mlp_hidden,
-                V = config_.vocab_size, H = config_.heads, G = gate_width(config_.attention, C, H);
+                V = config_.vocab_size, H = config_.heads, G = gate_width(config_.attention, C, H),
+                W = beta_width(config_.attention, C, H);
+  const bool mamba2 = config_.attention == AttentionKind::mamba2;
   const ParamPointers<const T> p = param_pointers<const T>(params_.data(), config_);
   const ParamPointers<T> g = param_pointers<T>(grads_.data(), config_);
   // Gradient buffers kept between steps (no allocation per step); dres accumulates, so it starts at 0.
@@ -319,11 +325,13 @@ void Transformer<T>::backward() {
                     BT, C, C);
     const T* lse = lse_.data() + l * B * H * T_len;
     const T* gate = at_layer(gate_, l, BT * G);
-    const T* beta = at_layer(beta_, l, BT * H);
+    const T* beta = at_layer(beta_, l, BT * W);
     if (has_head_norm(config_.attention)) {
       head_norm_backward(dattn_.data(), datty.data(), atty, at_layer(head_rstd_, l, BT * H), BT * H, C / H);
       attention_backward(dbig.data(), dattn_.data(), qkv, at_layer(attn_, l, BT * C), lse, specs_[l], B, T_len, C, gate,
                          gate ? dgate_.data() : nullptr, beta, beta ? dbeta_.data() : nullptr, *parallel_);
+      // mamba2: attention + D · x, x the v part of qkv
+      if (mamba2) mamba2_skip_backward(dbig.data(), g.dskip + l * H, dattn_.data(), qkv, p.dskip + l * H, BT, C, H);
     } else {
       // linformer's E and F take the gate's place; their gradient goes straight to the weights' (each
       // layer's projections are used once per forward, so it is written, not added).
@@ -335,21 +343,23 @@ void Transformer<T>::backward() {
     matmul_backward(dln.data(), g.qkvw + l * C * 3 * C, g.qkvb + l * 3 * C, dbig.data(), ln1, p.qkvw + l * C * 3 * C,
                     BT, C, 3 * C);
     if (gate) {
-      // gla: g = logsigmoid(ln1 · gatew + gateb) / 16; gated_deltanet, kda: g = −exp(alog) ·
+      // gla: g = logsigmoid(ln1 · gatew + gateb) / 16; gated_deltanet, kda, mamba2, rwkv7: g = −exp(alog) ·
       // softplus(ln1 · gatew + gateb). Its input gradient joins dln (datty is free by now).
       if (config_.attention == AttentionKind::gla)
         log_sigmoid_gate_backward(dgate_.data(), dgate_.data(), gate, BT * C);
       else
         delta_gate_backward(dgate_.data(), g.alog + l * H, dgate_.data(), gate, p.alog + l * H, BT, H, G / H);
+      // mamba2's dt = softplus of the same pre-activation: its share joins g's
+      if (mamba2) mamba2_dt_backward(dgate_.data(), static_cast<const T*>(dbeta_.data()), beta, BT * H);
       matmul_backward(datty.data(), g.gatew + l * C * G, g.gateb + l * G, dgate_.data(), ln1, p.gatew + l * C * G, BT,
                       C, G);
       for (int64_t i = 0; i < BT * C; ++i) dln[i] += datty[i];
     }
-    if (beta) {
-      // β = sigmoid(ln1 · betaw + betab)
-      delta_beta_backward(dbeta_.data(), dbeta_.data(), beta, BT * H);
-      matmul_backward(datty.data(), g.betaw + l * C * H, g.betab + l * H, dbeta_.data(), ln1, p.betaw + l * C * H, BT,
-                      C, H);
+    if (beta && !mamba2) {
+      // β = sigmoid(ln1 · betaw + betab) (rwkv7: ā, one per channel)
+      delta_beta_backward(dbeta_.data(), dbeta_.data(), beta, BT * W);
+      matmul_backward(datty.data(), g.betaw + l * C * W, g.betab + l * W, dbeta_.data(), ln1, p.betaw + l * C * W, BT,
+                      C, W);
       for (int64_t i = 0; i < BT * C; ++i) dln[i] += datty[i];
     }
     layernorm_backward(dres.data(), g.ln1w + l * C, g.ln1b + l * C, dln.data(), residual, p.ln1w + l * C,

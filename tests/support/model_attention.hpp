@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "linattn/model/layers.hpp"
+#include "support/finite_difference.hpp"
 #include "support/tensors.hpp"
 
 namespace linattn::testing {
@@ -53,6 +55,30 @@ inline void expect_fp32_matches_fp64(const model::AttentionSpec& spec, int64_t B
   if (!in.gate.empty()) {
     EXPECT_LT(relative_error(got.dgate, want.dgate), 5e-5) << where;
   }
+}
+
+// The fp64 layer's gradients of <out, dout> against central finite differences (step 1e-5): {"qkv", error}, then
+// {"gate", error} and {"beta", error} where the inputs have them. Softmax's lse is not kept (the kinds checked
+// here have none).
+inline std::vector<std::pair<std::string, double>> attention_gradient_errors(const model::AttentionSpec& spec,
+                                                                             int64_t B, int64_t T_, int64_t C,
+                                                                             AttentionLayerInputs in) {
+  const AttentionLayerRun<double> analytic = run_attention_layer<double>(spec, B, T_, C, in, false);
+  std::vector<double> out(in.dout.size());
+  auto loss = [&] {
+    model::attention_forward(out.data(), static_cast<double*>(nullptr), in.qkv.data(), spec, B, T_, C,
+                             in.gate.empty() ? nullptr : in.gate.data(), in.beta.empty() ? nullptr : in.beta.data());
+    double s = 0;
+    for (size_t i = 0; i < out.size(); ++i) s += out[i] * in.dout[i];
+    return s;
+  };
+  std::vector<std::pair<std::string, double>> errors = {
+      {"qkv", finite_difference_relative_error(in.qkv, analytic.dqkv, loss, 1e-5)}};
+  if (!in.gate.empty())
+    errors.emplace_back("gate", finite_difference_relative_error(in.gate, analytic.dgate, loss, 1e-5));
+  if (!in.beta.empty())
+    errors.emplace_back("beta", finite_difference_relative_error(in.beta, analytic.dbeta, loss, 1e-5));
+  return errors;
 }
 
 }  // namespace linattn::testing

@@ -146,9 +146,9 @@ const Registrar registrar{
        app.add_option("--model", a->model, "Model or checkpoint file from linattn train")->required();
        app.add_option("--attention", a->attention,
                       "The attention the model must have (softmax, linear, favor, retnet, gla, deltanet, "
-                      "gated_deltanet, kda; the model file records it): refuse a model of another kind")
-           ->transform(
-               flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda"}));
+                      "gated_deltanet, kda, mamba2, rwkv7; the model file records it): refuse a model of another kind")
+           ->transform(flags::one_of({"softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet",
+                                      "kda", "mamba2", "rwkv7"}));
        app.add_option("--prompt", a->prompt, "Text to start from (characters of the model's vocabulary)");
        app.add_option("--tokens", a->tokens, "Tokens to generate")
            ->check(flags::bounded(1, limits::kMaxGenerateTokens))

@@ -1,6 +1,7 @@
 // linattn train: trains the small decoder-only transformer (src/model/) on the copy task, MQAR or a
 // text file, or its encoder classifier on ListOps, Pathfinder or a dataset file (images, speech), with softmax,
-// linear, favor, retnet, gla, deltanet, gated_deltanet or kda attention (and linformer in the encoder); prints
+// linear, favor, retnet, gla, deltanet, gated_deltanet, kda, mamba2 or rwkv7 attention (and linformer in the
+// encoder); prints
 // progress (a bar on a terminal), writes checkpoints, the final model and optionally the loss curve as CSV and the
 // accuracy curve as a PNG. Under
 // `mpirun -np P ... --seq-parallel` every sequence is split over the P ranks (linattn_mpi's
@@ -167,6 +168,11 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
                      " trains the decoder, whose attention is causal, and Linformer has no causal form (each "
                      "projected key mixes every position, later ones included); it trains the encoder of "
                      "--task listops, pathfinder, image or speech");
+  if (!resuming && (a.attention == "mamba2" || a.attention == "rwkv7") && model::is_classification_task(a.options.task))
+    throw UsageError("--attention " + a.attention + ": task " + a.options.task +
+                     " trains the encoder classifier, and " + a.attention +
+                     " runs in the decoder only (a next-token task: copy, mqar, text); for the encoder pick retnet, "
+                     "gla or a delta kind, which run in both directions");
   if (!resuming && app.count("--projected") > 0 && a.attention != "linformer")
     throw UsageError("--projected applies to --attention linformer only: drop it");
   if (resuming) {
@@ -364,8 +370,8 @@ int train_command(const CLI::App& app, TrainArgs& a) {
 
 const Registrar registrar{
     {"train",
-     "Train the small transformer (softmax, linear, favor, retnet, gla, deltanet, gated_deltanet or kda attention) "
-     "on the copy task, MQAR or a text, or its encoder classifier on ListOps",
+     "Train the small transformer (softmax, linear, favor, retnet, gla, deltanet, gated_deltanet, kda, mamba2 or "
+     "rwkv7 attention) on the copy task, MQAR or a text, or its encoder classifier on ListOps",
      50, [](CLI::App& app) {
        auto a = std::make_shared<TrainArgs>();
        model::TrainOptions& o = a->options;
@@ -397,12 +403,14 @@ const Registrar registrar{
                       "softmax, linear (elu+1), favor or performer (Performer), retnet (retention, a fixed decay per "
                       "head), gla (gated linear attention, a learned decay per key dimension), deltanet (the delta "
                       "rule), gated_deltanet (the delta rule with a learned decay per head), kda (Kimi Delta "
-                      "Attention: a learned decay per key dimension), or linformer (the encoder only: keys and values "
+                      "Attention: a learned decay per key dimension), mamba2 (the decoder only: Mamba-2's SSD mixer, "
+                      "a decay dt·A per head and token, a D skip), rwkv7 (the decoder only: RWKV-7's generalized "
+                      "delta rule, a decay per key dimension), or linformer (the encoder only: keys and values "
                       "projected to --projected positions, then softmax). In the encoder (the classification "
                       "tasks) the recurrent kinds, retnet, gla and the delta kinds, run in both directions and add "
                       "the two outputs; softmax, linear, favor and linformer attend non-causally")
            ->transform(flags::one_of({"softmax", "linear", "favor", "performer", "linformer", "retnet", "gla",
-                                      "deltanet", "gated_deltanet", "kda"}))
+                                      "deltanet", "gated_deltanet", "kda", "mamba2", "rwkv7"}))
            ->capture_default_str();
        app.add_option("--steps", o.steps, "Optimizer steps")
            ->check(flags::bounded(1, limits::kMaxSteps))

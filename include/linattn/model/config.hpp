@@ -17,10 +17,27 @@ namespace linattn::model {
 // delta rule (delta.hpp) on l2-normalised q, k: DeltaNet, Gated DeltaNet (a learned decay per head) or
 // Kimi Delta Attention (a learned decay per key dimension). linformer (the encoder only): keys and values
 // projected along the sequence by learned E, F ∈ R^{P × N_max} per layer and head, then exact softmax.
-enum class AttentionKind { softmax, linear, favor, retnet, gla, deltanet, gated_deltanet, kda, linformer };
+// mamba2 (the decoder only): Mamba-2's SSD mixer, C and B as q and k (one group per head, N = P = the head
+// dim), the decay dt·A per head and token, x·dt as the value and a D skip (mamba2_layers.cpp). rwkv7 (the
+// decoder only): RWKV-7's generalized delta rule (dplr.hpp), a decay per key dimension and the removal
+// a = −κ̂, b = κ̂ ⊙ ā with κ̂ the unit key and ā a learned sigmoid gate per channel (rwkv7_layers.cpp).
+enum class AttentionKind {
+  softmax,
+  linear,
+  favor,
+  retnet,
+  gla,
+  deltanet,
+  gated_deltanet,
+  kda,
+  linformer,
+  mamba2,
+  rwkv7
+};
 
 const char* attention_name(AttentionKind kind);
-// "softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda" or "linformer"; throws
+// "softmax", "linear", "favor", "retnet", "gla", "deltanet", "gated_deltanet", "kda", "linformer", "mamba2" or
+// "rwkv7"; throws
 // linattn::Error naming the choices otherwise.
 AttentionKind attention_by_name(std::string_view name);
 
@@ -33,11 +50,18 @@ Decay decay_of(AttentionKind kind);
 bool is_delta(AttentionKind kind);
 // The recurrence of a delta kind: DeltaGate::none (deltanet), token (gated_deltanet) or key (kda).
 DeltaGate delta_gate_of(AttentionKind kind);
-// The kinds whose attention output goes through the per-head norm: the decayed and the delta kinds.
+// The kinds whose attention output goes through the per-head norm: the decayed and the delta kinds, mamba2
+// and rwkv7.
 bool has_head_norm(AttentionKind kind);
-// Log-decay values per token of a block's gate: C (gla, kda: one per key dimension of each head), H
-// (gated_deltanet: one per head) or 0 (no gate).
+// Log-decay values per token of a block's gate: C (gla, kda, rwkv7: one per key dimension of each head), H
+// (gated_deltanet, mamba2: one per head) or 0 (no gate).
 int64_t gate_width(AttentionKind kind, int64_t d_model, int64_t heads);
+// The kinds whose gate is g = −exp(alog[h]) · softplus(ln1 · gatew + gateb), with a learned alog per head:
+// gated_deltanet, kda, mamba2 and rwkv7.
+bool has_alog(AttentionKind kind);
+// Values per token of a block's β buffer: H (the delta kinds' β; mamba2's dt = softplus(·), from the gate's
+// projection), C (rwkv7's removal gate ā, one per channel) or 0 (none).
+int64_t beta_width(AttentionKind kind, int64_t d_model, int64_t heads);
 
 // GLA's log decay is logsigmoid(x W_g + b_g) / kGlaGateNormalizer (flash-linear-attention's
 // gate_logit_normalizer): at initialisation about −0.043 per token, a memory of some 20 tokens.

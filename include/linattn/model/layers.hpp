@@ -5,7 +5,9 @@
 // and every backward adds (+=) into its parameter gradients, which the caller zeroes per step.
 #include <cstdint>
 
+#include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
+#include "linattn/dplr.hpp"
 #include "linattn/feature_map.hpp"
 #include "linattn/model/config.hpp"
 #include "linattn/model/sequence_parallel.hpp"
@@ -162,6 +164,62 @@ void delta_attention_backward(T* dqkv, T* dgate, T* dbeta, const T* dout, const 
 
 // The options of a delta kind's operator: its gate, qk_l2norm, the default scale K^−1/2, the spec's chunk.
 DeltaRuleOptions delta_options(const AttentionSpec& spec);
+
+// Mamba-2's SSD mixer (mamba2_layers.cpp), per head h of head dim P with q = C_t, k = B_t (one group per head,
+// state size N = P), x_t the v part of qkv, g_t = dt_t · A_h (the gate, A_h = −exp(alog[h])) and
+// dt_t = softplus(ln1 · gatew + gateb) (the β buffer): h_t = exp(g_t) h_{t−1} + B_t (dt_t x_t)ᵀ, y_t = C_tᵀ h_t
+// (scale 1, as Mamba-2), then the block adds D_h · x_t (mamba2_skip_forward).
+// dt: [rows, H] = g / −exp(a_log[h]), i.e. softplus(x) from the gate the block computed; dt may not alias g.
+template <class T>
+void mamba2_dt_forward(T* dt, const T* g, const T* a_log, int64_t rows, int64_t H);
+// dx: [n] += ddt · sigmoid(x), with sigmoid(x) = −expm1(−dt) from the saved dt: dt's share of the gradient of
+// the gate's pre-activation x (delta_gate_backward gives g's).
+template <class T>
+void mamba2_dt_backward(T* dx, const T* ddt, const T* dt, int64_t n);
+// attn: [rows, C] += D[h] · x, x the v part of the qkv rows [rows, 3C]: Mamba-2's skip.
+template <class T>
+void mamba2_skip_forward(T* attn, const T* qkv, const T* d, int64_t rows, int64_t C, int64_t H);
+// dqkv's v part += D[h] · dattn; dd: [H] += Σ dattn · x.
+template <class T>
+void mamba2_skip_backward(T* dqkv, T* dd, const T* dattn, const T* qkv, const T* d, int64_t rows, int64_t C, int64_t H);
+// The chunked decayed operator's options for mamba2: Decay::token, scale 1, the spec's chunk.
+DecayedAttentionOptions mamba2_options(const AttentionSpec& spec);
+// value: [rows, C] = dt[h] · x, x the v part of the qkv rows: the value the SSD recurrence writes.
+template <class T>
+void mamba2_value(T* value, const T* qkv, const T* dt, int64_t rows, int64_t C, int64_t H);
+// The recurrence without the skip, on the q, k, v parts of qkv, gate g [B, T, H] and beta dt [B, T, H]. float
+// runs the chunked decayed operator (decay.hpp) through `parallel`; double the fp64 reference.
+template <class T>
+void mamba2_attention_forward(T* out, const T* qkv, const T* gate, const T* beta, const AttentionSpec& spec, int64_t B,
+                              int64_t T_, int64_t C, const SequenceParallel& parallel = single_process());
+// dqkv: [B, T, 3C], dgate (∂/∂g) and dbeta (∂/∂dt, through the value) overwritten.
+template <class T>
+void mamba2_attention_backward(T* dqkv, T* dgate, T* dbeta, const T* dout, const T* qkv, const T* gate, const T* beta,
+                               const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
+                               const SequenceParallel& parallel = single_process());
+
+// RWKV-7's generalized delta rule (rwkv7_layers.cpp) on q = r, k, v of qkv, the log decay gk (the gate, per key
+// dimension, −exp(alog) · softplus(·) as kda's) and the removal a = −κ̂, b = κ̂ ⊙ ā, κ̂ = k / √(‖k‖² + 1e−6)
+// per head and ā = sigmoid(ln1 · betaw + betab) per channel (the β buffer, [rows, C]): RWKV-7's
+// state · (diag(w) − κ̂ᵀ(κ̂ ⊙ ā)) + vᵀk, with the written key k as projected.
+// a, b: [rows, C] from the k part of the qkv rows [rows, 3C] and abar [rows, C].
+template <class T>
+void rwkv7_removal(T* a, T* b, const T* qkv, const T* abar, int64_t rows, int64_t C, int64_t H);
+// The backward of rwkv7_removal: dqkv's k part += ∂/∂k; dabar: [rows, C] overwritten.
+template <class T>
+void rwkv7_removal_backward(T* dqkv, T* dabar, const T* da, const T* db, const T* qkv, const T* abar, int64_t rows,
+                            int64_t C, int64_t H);
+// The operator's options: scale 1, as chunk_rwkv7.
+DplrOptions rwkv7_options();
+// float runs the token-by-token DPLR operator (dplr.hpp, one process only); double the fp64 reference.
+template <class T>
+void rwkv7_attention_forward(T* out, const T* qkv, const T* gate, const T* beta, const AttentionSpec& spec, int64_t B,
+                             int64_t T_, int64_t C, const SequenceParallel& parallel = single_process());
+// dqkv, dgate (∂/∂gk) and dbeta (∂/∂ā) overwritten.
+template <class T>
+void rwkv7_attention_backward(T* dqkv, T* dgate, T* dbeta, const T* dout, const T* qkv, const T* gate, const T* beta,
+                              const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,
+                              const SequenceParallel& parallel = single_process());
 
 // The options of a decayed kind's operator: its Decay, the default scale K^−1/2, the spec's chunk.
 DecayedAttentionOptions decayed_options(const AttentionSpec& spec);

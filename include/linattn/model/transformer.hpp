@@ -27,8 +27,10 @@ struct ParamPointers {
   P *ln1w, *ln1b;          // [L, C]
   P *qkvw, *qkvb;          // [L, C, 3C], [L, 3C]
   P *gatew, *gateb;        // [L, C, G], [L, G]: the log-decay projection, G = gate_width (gla, gated_deltanet, kda)
-  P* alog;                 // [L, H]: log A of g = −A · softplus(·) (gated_deltanet, kda)
-  P *betaw, *betab;        // [L, C, H], [L, H]: β's projection (deltanet, gated_deltanet, kda)
+  P* alog;                 // [L, H]: log A of g = −A · softplus(·) (gated_deltanet, kda, mamba2, rwkv7)
+  P *betaw, *betab;        // [L, C, W], [L, W]: β's projection, W = beta_width (deltanet, gated_deltanet, kda:
+                           // H; rwkv7: C, its ā)
+  P* dskip;                // [L, H]: Mamba-2's D (mamba2)
   P* linproj;              // [L, 2, H, P, N_max]: linformer's E then F of each layer
   P *attprojw, *attprojb;  // [L, C, C], [L, C]
   P *ln2w, *ln2b;          // [L, C]
@@ -39,8 +41,8 @@ struct ParamPointers {
 };
 
 // The parameter tensors of a config, in array order (after qkvb: gla adds gatew and gateb;
-// gated_deltanet and kda gatew, gateb, alog, betaw and betab; deltanet betaw and betab; the other
-// kinds' layout is the one model files have always had).
+// gated_deltanet, kda and rwkv7 gatew, gateb, alog, betaw and betab; deltanet betaw and betab; mamba2 gatew,
+// gateb, alog and dskip; the other kinds' layout is the one model files have always had).
 std::vector<ParamTensor> param_tensors(const ModelConfig& config);
 // The head's outputs: config.classes for the encoder classifier, else the vocabulary.
 int64_t head_width(const ModelConfig& config);
