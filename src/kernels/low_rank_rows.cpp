@@ -37,7 +37,7 @@ HWY_INLINE void Unroll(const F& f) {
 // Columns [e, e + NV·L) of the token. Sweep 1: s = Sᵀa as two chains, even rows and odd rows, added at the
 // end (one chain a column waited on the FMA's latency for most of the sweep). Sweep 2: each row updated,
 // stored and read out in turn while the panel is in L1 (four readout chains a panel on the wide targets).
-template <int NV>
+template <int NV, bool kReadout>
 HWY_INLINE void Panel(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT a,
                       const float* HWY_RESTRICT b, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
                       const float* HWY_RESTRICT q, const float* HWY_RESTRICT w, int64_t M, int64_t E, int64_t e) {
@@ -63,38 +63,51 @@ HWY_INLINE void Panel(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const floa
     Pick<decltype(j)::value>(u0, u1, u2, u3) = hn::LoadU(d, v + e + j * L);
   });
   for (m = 0; m < M; ++m) {
-    const V wm = hn::Set(d, w[m]), bm = hn::Set(d, b[m]), km = hn::Set(d, k[m]), qm = hn::Set(d, q[m]);
+    const V wm = hn::Set(d, w[m]), bm = hn::Set(d, b[m]), km = hn::Set(d, k[m]);
+    const V qm = kReadout ? hn::Set(d, q[m]) : wm;
     float* row = S + m * E + e;
     Unroll<NV>([&](auto j) {
       const V x =
           hn::MulAdd(km, Pick<decltype(j)::value>(u0, u1, u2, u3),
                      hn::MulAdd(bm, Pick<decltype(j)::value>(s0, s1, s2, s3), hn::Mul(wm, hn::LoadU(d, row + j * L))));
       hn::StoreU(x, d, row + j * L);
-      V& o = Pick<decltype(j)::value>(o0, o1, o2, o3);
-      o = hn::MulAdd(qm, x, o);
+      if constexpr (kReadout) {
+        V& o = Pick<decltype(j)::value>(o0, o1, o2, o3);
+        o = hn::MulAdd(qm, x, o);
+      }
     });
   }
-  Unroll<NV>([&](auto j) { hn::StoreU(Pick<decltype(j)::value>(o0, o1, o2, o3), d, out + e + j * L); });
+  if constexpr (kReadout)
+    Unroll<NV>([&](auto j) { hn::StoreU(Pick<decltype(j)::value>(o0, o1, o2, o3), d, out + e + j * L); });
 }
 
-// Panels of four vector columns, then single vectors, then the scalar columns (one chain each).
-void Rank2UpdateReadout(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT a,
-                        const float* HWY_RESTRICT b, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                        const float* HWY_RESTRICT q, const float* HWY_RESTRICT w, int64_t M, int64_t E) {
+// Panels of four vector columns, then single vectors, then the scalar columns (one chain each). The
+// update's arithmetic is the same with or without the read-out, so states agree bit for bit either way.
+template <bool kReadout>
+void Columns(float* HWY_RESTRICT out, float* HWY_RESTRICT S, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
+             const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, const float* HWY_RESTRICT q,
+             const float* HWY_RESTRICT w, int64_t M, int64_t E) {
   const int64_t L = int64_t(hn::Lanes(D()));
   int64_t e = 0;
-  for (; e + 4 * L <= E; e += 4 * L) Panel<4>(out, S, a, b, k, v, q, w, M, E, e);
-  for (; e + L <= E; e += L) Panel<1>(out, S, a, b, k, v, q, w, M, E, e);
+  for (; e + 4 * L <= E; e += 4 * L) Panel<4, kReadout>(out, S, a, b, k, v, q, w, M, E, e);
+  for (; e + L <= E; e += L) Panel<1, kReadout>(out, S, a, b, k, v, q, w, M, E, e);
   for (; e < E; ++e) {
     float s = 0, o = 0;
     for (int64_t m = 0; m < M; ++m) s = std::fma(a[m], S[m * E + e], s);
     for (int64_t m = 0; m < M; ++m) {
       float& x = S[m * E + e];
       x = std::fma(k[m], v[e], std::fma(b[m], s, w[m] * x));
-      o = std::fma(q[m], x, o);
+      if constexpr (kReadout) o = std::fma(q[m], x, o);
     }
-    out[e] = o;
+    if constexpr (kReadout) out[e] = o;
   }
+}
+void Rank2UpdateReadout(float* out, float* S, const float* a, const float* b, const float* k, const float* v,
+                        const float* q, const float* w, int64_t M, int64_t E) {
+  if (out)
+    Columns<true>(out, S, a, b, k, v, q, w, M, E);
+  else
+    Columns<false>(out, S, a, b, k, v, q, w, M, E);
 }
 
 }  // namespace HWY_NAMESPACE

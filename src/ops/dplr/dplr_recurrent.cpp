@@ -73,15 +73,14 @@ void forward_tokens(const DplrProblem& p, TensorView out, ConstTensorView q, Con
 // The packed rows of one token of one head, and the gradients the reverse sweep forms for it.
 struct HeadToken {
   int64_t K, V;
-  float *q, *k, *a, *b, *gk, *w, *ones, *v, *dout, *s, *ds, *junk;  // inputs and scratch
-  float *dq, *dk, *da, *db, *dgk, *dv;                              // this token's gradients
+  float *q, *k, *a, *b, *gk, *w, *ones, *v, *dout, *s, *ds;  // inputs and scratch
+  float *dq, *dk, *da, *db, *dgk, *dv;                       // this token's gradients
   static size_t floats(int64_t K, int64_t V) { return size_t(12 * K + 5 * V); }
   HeadToken(float* f, int64_t K_, int64_t V_) : K(K_), V(V_) {
     float** ks[] = {&q, &k, &a, &b, &gk, &w, &ones, &dq, &dk, &da, &db, &dgk};
     for (float** x : ks) *x = f, f += K;
-    float** vs[] = {&v, &dout, &s, &ds, &junk};
+    float** vs[] = {&v, &dout, &s, &ds, &dv};
     for (float** x : vs) *x = f, f += V;
-    dv = junk;  // the readout of dS's first update is dv; the second update's readout is not read
     std::fill_n(ones, K, 1.0f);
   }
   // Token t of batch row bi, head h: q (times scale), k, a, b, w = exp(gk), v and (when given) dout.
@@ -163,7 +162,7 @@ void backward_tokens(const DplrProblem& p, const Grads& g, std::span<float> dini
           };
           const auto replay = [&](float* S, int64_t i) {  // S ← the state after token i of the sequence
             x.load(q, k, v, a, b, gk, {}, seq.b, seq.begin + i, h, 1.0f);
-            kernels::rank2_update_readout(x.junk, S, x.a, x.b, x.k, x.v, x.q, x.w, K, V);
+            kernels::rank2_update_readout(nullptr, S, x.a, x.b, x.k, x.v, nullptr, x.w, K, V);
           };
           // Sweep 1: the checkpoints.
           load_state(stretch, initial_state);
