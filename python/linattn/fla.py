@@ -2,10 +2,11 @@
 by linattn.
 
 The names, arguments, defaults and layout are flash-linear-attention's, so that a model ports by
-changing one import: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H] (simple GLA, gated delta rule)
-or [B, T, H, K] (GLA, KDA), log-space; beta [B, T, H]; states [N, H, K, V] (N = B, or the number of
-sequences packed with cu_seqlens). Each function returns (o [B, T, H, V], final_state), final_state
-None unless output_final_state.
+changing one import: q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV] (simple GLA, gated delta rule)
+or [B, T, HV, K] (GLA, KDA), log-space; g_gamma [HV]; beta [B, T, HV]; states [N, HV, K, V] (N = B, or the
+number of sequences packed with cu_seqlens). HV is v's number of heads, H or a multiple of it (grouped
+value attention: value head j reads q/k head j // (HV / H), without a copy of q and k). Each function
+returns (o [B, T, HV, V], final_state), final_state None unless output_final_state.
 
 - chunk_linear_attn, chunk_retention, chunk_simple_gla, chunk_gla, chunk_lightning_attn: the chunked
   engine (training); fused_chunk_linear_attn, fused_chunk_retention, fused_chunk_simple_gla,
@@ -177,6 +178,18 @@ def _extents(q, v):
     return B, T, H, K
 
 
+def _value_heads(q, k, v):
+    """HV, v's number of heads: k has q's H heads and HV is a multiple of H (grouped value attention,
+    value head j reading q/k head j // (HV / H)), or the call is refused naming the argument."""
+    H, HV = q.shape[2], v.shape[2]
+    if k.shape[2] != H:
+        raise ValueError(f"k: expected q's {H} heads, got {k.shape[2]} (shape {list(k.shape)})")
+    if HV % H != 0:
+        raise ValueError(f"v: expected a multiple of q's {H} heads (grouped value attention), got {HV} "
+                         f"(shape {list(v.shape)})")
+    return HV
+
+
 def _scale(scale, K):
     """scale as a float: K^-1/2 when None."""
     if scale is None:
@@ -234,7 +247,8 @@ def _reverse_index(T, cu):
 
 def _normalize(o, q, k, scale, z_init, B, T, cu):
     """chunk_linear_attn's normalize=True, in torch ops (autograd covers it): o_t / (scale·q_t·z_t + 1e-10)
-    with z_t = z_init + Σ_{s ≤ t} k_s within each sequence. Returns (o, z_state [N, 1, H, K])."""
+    with z_t = z_init + Σ_{s ≤ t} k_s within each sequence; value heads HV = G·H share their q/k head's
+    denominator. Returns (o, z_state [N, 1, H, K])."""
     if cu is None:
         k_cum = k.cumsum(1)
         if z_init is not None:
@@ -252,16 +266,19 @@ def _normalize(o, q, k, scale, z_init, B, T, cu):
             ends.append(part[:, -1:] if end > begin else (z0 if z0 is not None else k.new_zeros(1, 1, *k.shape[2:])))
         k_cum = torch.cat(parts, 1)
         z_state = torch.cat(ends, 0)
-    denom = (q * scale * k_cum).sum(-1, keepdim=True) + _NORMALIZE_EPS
-    return o / denom, z_state
+    denom = (q * scale * k_cum).sum(-1, keepdim=True) + _NORMALIZE_EPS  # [B, T, H, 1]
+    return (o.unflatten(2, (q.shape[2], -1)) / denom.unsqueeze(3)).flatten(2, 3), z_state
 
 
 @_half_through_float32
 def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
              output_final_state=False, reverse=False, cu_seqlens=None, chunk_size=None, normalize=False,
              state_v_first=False):
-    """The one entry point of every function: checks, then the recurrence, in the layout of fla.ops
-    (states [N, H, K, V], or [N, H, V, K] with state_v_first)."""
+    """The one entry point of the decayed functions: checks, then the recurrence, in the layout of fla.ops
+    (states [N, HV, K, V], or [N, HV, V, K] with state_v_first). With v's heads HV a multiple of q's H
+    (grouped value attention), value head j reads query and key head j // (HV / H), and g, g_gamma and the
+    states have HV heads; q and k go to the operators as they are (no copy), and the backward returns dq,
+    dk of H heads, summed over each group."""
     initial_state = _k_first(initial_state, state_v_first)
     _check_tensor("q", q)
     for name, x in (("k", k), ("v", v), ("g", g)):
@@ -269,19 +286,24 @@ def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial
             _check_tensor(name, x, q.dtype)
     _check_dims("q", q, 4, "[B, T, H, K]")
     _check_dims("k", k, 4, "[B, T, H, K]")
-    _check_dims("v", v, 4, "[B, T, H, V]")
+    _check_dims("v", v, 4, "[B, T, HV, V]")
     B, T, H, K = _extents(q, v)
+    HV = _value_heads(q, k, v)
     if decay == "simple_gla" and g is not None:
-        _check_dims("g", g, 3, "[B, T, H] (one log decay per head and token)")
+        _check_dims("g", g, 3, "[B, T, HV] (one log decay per head and token)")
+        if g.shape != (B, T, HV):
+            raise ValueError(f"g: expected shape [B, T, HV] = {[B, T, HV]} (one log decay per head and token), "
+                             f"got {list(g.shape)}")
     if decay == "gla":
         if g is None:
-            raise ValueError(f"g: {op} needs the log decay g [B, T, H, K]")
-        if g.shape != q.shape:
-            raise ValueError(f"g: expected q's shape [B, T, H, K] = {list(q.shape)}, got {list(g.shape)}")
+            raise ValueError(f"g: {op} needs the log decay g [B, T, HV, K]")
+        if g.shape != (B, T, HV, K):
+            raise ValueError(f"g: expected q's shape with v's heads, [B, T, HV, K] = {[B, T, HV, K]}, got "
+                             f"{list(g.shape)}")
     z_init = None
     if normalize and isinstance(initial_state, tuple):
         initial_state, z_init = initial_state
-    cu, initial_state = _sequences_and_state(q, H, v.shape[3], initial_state, cu_seqlens, state_v_first)
+    cu, initial_state = _sequences_and_state(q, HV, v.shape[3], initial_state, cu_seqlens, state_v_first)
     if z_init is not None:
         _check_tensor("initial_state[1] (z)", z_init)
         z_init = z_init.to(q.dtype)
@@ -297,11 +319,12 @@ def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial
         if g_gamma.device.type != "cpu":
             raise TypeError(f"g_gamma: expected a CPU tensor, got device {g_gamma.device}")
         gamma = g_gamma.detach()  # a fixed decay: no gradient, as in flash-linear-attention
-        if gamma.shape != (H,):
-            raise ValueError(f"g_gamma: expected shape [H] = [{H}], got {list(gamma.shape)}")
+        if gamma.shape != (HV,):
+            raise ValueError(f"g_gamma: expected shape [HV] = [{HV}] (one decay per value head), got "
+                             f"{list(gamma.shape)}")
         if g is not None or fp64:
             # Folded into a per-token g: with g both decays apply; in fp64 this keeps it out of float32.
-            per_token = gamma.to(q.dtype).view(1, 1, H).expand(B, T, H)
+            per_token = gamma.to(q.dtype).view(1, 1, HV).expand(B, T, HV)
             g, gamma, decay = (per_token if g is None else g + per_token), None, "simple_gla"
         else:
             decay = "lightning"
@@ -377,7 +400,7 @@ def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=
 
 def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, output_final_state=False,
                      state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, **kwargs):
-    """S_t = exp(g_t) S_{t−1} + k_t v_tᵀ, g [B, T, H] a log decay per head and token, or g_gamma [H] a
+    """S_t = exp(g_t) S_{t−1} + k_t v_tᵀ, g [B, T, HV] a log decay per head and token, or g_gamma [HV] a
     constant one per head (lightning attention); neither: no decay. cu_seqlens_cpu is accepted and
     unused (cu_seqlens is on the CPU already)."""
     _no_head_first(kwargs)
@@ -391,7 +414,7 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=No
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
               cu_seqlens=None, cu_seqlens_cpu=None):
-    """GLA: S_t = diag(exp(g_t)) S_{t−1} + k_t v_tᵀ, g [B, T, H, K] a log decay per key dimension."""
+    """GLA: S_t = diag(exp(g_t)) S_{t−1} + k_t v_tᵀ, g [B, T, HV, K] a log decay per key dimension."""
     state_v_first = _state_v_first(state_v_first, {})
     return _decayed("chunk_gla", "chunk", "gla", q, k, v, g=g, scale=scale, initial_state=initial_state,
                     output_final_state=output_final_state, cu_seqlens=cu_seqlens, state_v_first=state_v_first)
@@ -427,7 +450,7 @@ def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initia
 
 def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None, output_final_state=False,
                         reverse=False, state_v_first=False, cu_seqlens=None, **kwargs):
-    """chunk_gla token by token; gk [B, T, H, K] (None: no decay). gv, a decay per value dimension, is
+    """chunk_gla token by token; gk [B, T, HV, K] (None: no decay). gv, a decay per value dimension, is
     not supported."""
     if gv is not None:
         raise NotImplementedError("gv: a log decay per value dimension is not supported by linattn (give gk only)")
@@ -519,27 +542,29 @@ def parallel_retention(q, k, v, scale=None, output_attentions=False, cu_seqlens=
                      lambda: chunk_retention(q, k, v, scale=scale, cu_seqlens=cu_seqlens))
 
 
-def _lightning_decays(q, layer_idx, num_layers):
-    """Lightning attention's constant log decay per head, flash-linear-attention's rule:
-    −8/H · (1 − layer_idx / num_layers) · h for head h (float32 [H])."""
+def _lightning_decays(q, v, layer_idx, num_layers):
+    """Lightning attention's constant log decay per value head, flash-linear-attention's rule:
+    −8/HV · (1 − layer_idx / num_layers) · h for head h (float32 [HV]); with grouped value heads, what
+    the call with q and k repeated to HV heads has."""
     _check_tensor("q", q)
+    _check_tensor("v", v)
     _check_dims("q", q, 4, "[B, T, H, K]")
+    _check_dims("v", v, 4, "[B, T, HV, V]")
     for name, x in (("layer_idx", layer_idx), ("num_layers", num_layers)):
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
             raise TypeError(f"{name}: expected an integer, got {x!r}")
     if num_layers < 1:
         raise ValueError(f"num_layers: expected at least 1 (the model's number of layers), got {num_layers}")
-    H = q.shape[2]
-    if H == 0:
-        raise ValueError(f"q: the number of heads H is 0 (shape {list(q.shape)}); expected at least 1")
-    return -(8 / H * (1 - layer_idx / num_layers)) * torch.arange(H, dtype=torch.float32)
+    _extents(q, v)  # no heads refused by name
+    HV = v.shape[2]
+    return -(8 / HV * (1 - layer_idx / num_layers)) * torch.arange(HV, dtype=torch.float32)
 
 
 def chunk_lightning_attn(q, k, v, layer_idx, num_layers, scale=None, initial_state=None, output_final_state=False,
                          cu_seqlens=None, **kwargs):
     """Lightning attention: chunk_simple_gla with g_gamma the constant decays of layer layer_idx of num_layers."""
     _no_head_first(kwargs)
-    return chunk_simple_gla(q, k, v, g_gamma=_lightning_decays(q, layer_idx, num_layers), scale=scale,
+    return chunk_simple_gla(q, k, v, g_gamma=_lightning_decays(q, v, layer_idx, num_layers), scale=scale,
                             initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                             chunk_size=_chunk_size(kwargs))
 
@@ -548,7 +573,7 @@ def fused_recurrent_lightning_attn(q, k, v, layer_idx, num_layers, scale=None, i
                                    output_final_state=False, reverse=False, cu_seqlens=None, **kwargs):
     """chunk_lightning_attn token by token; reverse=True scans each sequence backwards."""
     _no_head_first(kwargs)
-    return fused_recurrent_simple_gla(q, k, v, g_gamma=_lightning_decays(q, layer_idx, num_layers), scale=scale,
+    return fused_recurrent_simple_gla(q, k, v, g_gamma=_lightning_decays(q, v, layer_idx, num_layers), scale=scale,
                                       initial_state=initial_state, output_final_state=output_final_state,
                                       reverse=reverse, cu_seqlens=cu_seqlens)
 
@@ -574,12 +599,7 @@ def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None
     _check_dims("k", k, 4, "[B, T, H, K]")
     _check_dims("v", v, 4, "[B, T, HV, V]")
     B, T, H, K = _extents(q, v)
-    HV = v.shape[2]
-    if k.shape[2] != H:
-        raise ValueError(f"k: expected q's {H} heads, got {k.shape[2]} (shape {list(k.shape)})")
-    if HV % H != 0:
-        raise ValueError(f"v: expected a multiple of q's {H} heads (grouped value attention), got {HV} "
-                         f"(shape {list(v.shape)})")
+    HV = _value_heads(q, k, v)
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
     if beta is None:

@@ -10,10 +10,11 @@ G groups of B and C, each read by H/G consecutive heads (head h reads group h //
     y_t  = C_tᵀ h_t + D_h·x_t, then y_t·silu(z_t) if z is given
 
 This is simple GLA (linattn.fla.chunk_simple_gla) with q = C, k = B, v = dt·x, g = dt·A (a log decay
-per head and token), scale 1, K = N and V = P; mamba_ssm's states [batch, H, P, N] are flash-linear-
+per head and token), scale 1, K = N and V = P, the G groups being fla's grouped value heads (q and k with
+G heads, v with H: B and C are never copied out per head); mamba_ssm's states [batch, H, P, N] are flash-linear-
 attention's [N, H, K, V] transposed, which fla's state_v_first=True takes and gives. mamba_chunk_scan_combined
 runs the recurrence in linattn.fla (its token-by-token forward, the faster one on the CPU, and its
-chunked backward); the time step, the group broadcast, D and the z gate are torch ops, so autograd
+chunked backward); the time step, D and the z gate are torch ops, so autograd
 reaches x, dt, A, B, C, D, z, dt_bias and initial_states. selective_state_update advances mamba_ssm's
 [P, N] state in place with torch's batched products (the decode step, where the transposes to fla's
 layout would cost more than the step).
@@ -108,25 +109,19 @@ def _time_steps(dt, dt_bias, dt_softplus, dt_limit, work):
     return dt
 
 
-def _per_head(t, H, work):
-    """B or C [batch, L, G, N] as [batch, L, H, N]: head h reads group h // (H / G)."""
-    batch, L, G, N = t.shape
-    return t.to(work).unsqueeze(3).expand(batch, L, G, H // G, N).reshape(batch, L, H, N)
-
-
 def _recurrence(x, dt, A, B, C, initial, cu_seqlens, want_final, work):
     """(y [batch, L, H, P], final states [S, H, P, N] or None) of h_t = exp(dt_t·A)·h_{t−1} + dt_t·B_t x_tᵀ,
     y_t = C_tᵀ h_t, through linattn.fla's simple GLA; dt is the time step after bias, softplus and clamp.
     The forward runs token by token (fused_recurrent_simple_gla, the faster forward on the CPU:
     docs/decayed-attention.md, "Speed"); its gradient is the chunked backward, which fla's autograd runs
     for either forward."""
-    H = x.shape[2]
-    # dt scales x rather than B (k vᵀ = B (dt·x)ᵀ): x is the smaller of the two when P < N, as in the models,
-    # and B and C stay views of the caller's memory when there is one group or one per head.
+    # dt scales x rather than B (k vᵀ = B (dt·x)ᵀ): x is the smaller of the two when P < N, as in the models.
+    # The G groups are fla's grouped value heads (q = C and k = B with G heads, v with H, head h reading
+    # group h // (H / G)): B and C stay the caller's memory, never copied out to H heads.
     v = x.to(work) * dt.unsqueeze(-1)
     g = dt * A.to(work)
     initial = None if initial is None else initial.to(work)
-    return fla.fused_recurrent_simple_gla(_per_head(C, H, work), _per_head(B, H, work), v, g=g, scale=1.0,
+    return fla.fused_recurrent_simple_gla(C.to(work), B.to(work), v, g=g, scale=1.0,
                                           initial_state=initial, output_final_state=want_final,
                                           state_v_first=True, cu_seqlens=cu_seqlens)
 
@@ -384,10 +379,11 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
         in_place = slots is None and state4.dtype == work and state4.is_contiguous()
         S = state4 if in_place else (state4 if slots is None else state4[slots]).to(work).contiguous()
         S.mul_(torch.exp(step.unsqueeze(-1) * A.to(work)))
-        rows = S.view(batch * H, P, N)
-        rows.baddbmm_((step * x.to(work)).reshape(batch * H, P, 1), _per_head(B.unsqueeze(1), H, work).reshape(
-            batch * H, 1, N))
-        y = torch.bmm(rows, _per_head(C.unsqueeze(1), H, work).reshape(batch * H, N, 1)).view(batch, H, P)
+        # The H / G heads of a group are adjacent: their rows form one [H / G · P, N] block per group, which
+        # takes the group's B and C as they are (no copy to H heads).
+        rows = S.view(batch * G, H // G * P, N)
+        rows.baddbmm_((step * x.to(work)).reshape(batch * G, H // G * P, 1), B.to(work).reshape(batch * G, 1, N))
+        y = torch.bmm(rows, C.to(work).reshape(batch * G, N, 1)).view(batch, H, P)
         if not in_place:
             if slots is None:
                 state4.copy_(S)

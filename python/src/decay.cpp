@@ -36,7 +36,7 @@ struct DecayArgs {
 };
 DecayArgs decay_args(const std::string& decay, const py::object& g_gamma, std::optional<float> scale,
                      const py::object& cu_seqlens, int64_t chunk_size) {
-  return {decay_arg(decay), vector_arg<float>(g_gamma, "g_gamma", "[H]"),
+  return {decay_arg(decay), vector_arg<float>(g_gamma, "g_gamma", "[HV]"),
           vector_arg<int64_t>(cu_seqlens, "cu_seqlens", "[N + 1]"), scale, chunk_size};
 }
 
@@ -98,9 +98,10 @@ void def_decayed(py::module_& m, const char* dtype) {
       arg("scale") = py::none(), arg("initial_state") = py::none(), arg("output_final_state") = false,
       arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
       with_dtype(
-          "(o [B, T, H, V], final_state [N, H, K, V] or None) of S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ, "
-          "o_t = scale · S_tᵀ q_t; decay: \"linear\", \"retention\", \"lightning\" (g_gamma [H]), \"simple_gla\" "
-          "(g [B, T, H] or [B, T, H, 1]), \"gla\" (g [B, T, H, K])",
+          "(o [B, T, HV, V], final_state [N, HV, K, V] or None) of S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ, "
+          "o_t = scale · S_tᵀ q_t (q, k [B, T, H, K], v [B, T, HV, V], HV a multiple of H: value head j reads "
+          "q/k head j / (HV / H)); decay: \"linear\", \"retention\", \"lightning\" (g_gamma [HV]), \"simple_gla\" "
+          "(g [B, T, HV] or [B, T, HV, 1]), \"gla\" (g [B, T, HV, K])",
           dtype)
           .c_str());
   m.def(
