@@ -23,6 +23,7 @@ LinearAttentionOptions linear_options(const AttentionSpec& spec) {
   options.feature_map = spec.feature_map;
   options.causal = spec.causal;
   options.chunk_size = spec.chunk_size;
+  options.key_lengths = spec.key_lengths;  // the encoder's padding enters no sum
   return options;
 }
 
@@ -38,6 +39,7 @@ LinformerOptions linformer_options(const AttentionSpec& spec) {
   LinformerOptions options;
   options.projected_length = spec.linformer_length;
   options.max_length = spec.max_length;
+  options.key_lengths = spec.key_lengths;
   return options;
 }
 // The size of E (and of F) in the projections [2, H, P, N_max] that linformer takes in the gate's place.
@@ -46,6 +48,7 @@ int64_t projection_size(const AttentionSpec& spec) { return spec.heads * spec.li
 SoftmaxAttentionOptions softmax_options(const AttentionSpec& spec) {
   SoftmaxAttentionOptions options;
   options.causal = spec.causal;
+  options.key_lengths = spec.key_lengths;
   return options;
 }
 

@@ -139,6 +139,13 @@ Transformer<T>::Transformer(const ModelConfig& config) : config_(config) {
 }
 
 template <class T>
+AttentionSpec Transformer<T>::layer_spec(int64_t l) const {
+  AttentionSpec spec = specs_[size_t(l)];
+  spec.key_lengths = lengths_;
+  return spec;
+}
+
+template <class T>
 void Transformer<T>::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), T(0));
 }
@@ -215,6 +222,13 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
     weights_.assign(weights, weights + BT);
   else
     weights_.clear();
+  lengths_.clear();
+  if (classifier && weights)
+    for (int64_t b = 0; b < B; ++b) {  // the real tokens end at the last one with weight; the rest is padding
+      int64_t n = T_len;
+      while (n > 0 && weights[b * T_len + n - 1] == 0) --n;
+      lengths_.push_back(n);
+    }
   const ParamPointers<const T> p = param_pointers<const T>(params_.data(), config_);
   const int64_t G = gate_width(config_.attention, C, H), W = beta_width(config_.attention, C, H);
 
@@ -242,7 +256,7 @@ T Transformer<T>::forward(const int32_t* tokens, const int32_t* targets, const T
     T* lse = lse_.data() + l * B * H * T_len;
     const T* projections = p.linproj ? p.linproj + l * linformer_layer_size(config_) : nullptr;
     detail::block_forward(a, residual, p, l, BT, C, F, H, [&](T* out, const T* qkv, const T* gate, const T* beta) {
-      attention_forward(out, lse, qkv, specs_[l], B, T_len, C, projections ? projections : gate, beta, *parallel_);
+      attention_forward(out, lse, qkv, layer_spec(l), B, T_len, C, projections ? projections : gate, beta, *parallel_);
     });
     residual = a.residual3;
   }
@@ -328,15 +342,15 @@ void Transformer<T>::backward() {
     const T* beta = at_layer(beta_, l, BT * W);
     if (has_head_norm(config_.attention)) {
       head_norm_backward(dattn_.data(), datty.data(), atty, at_layer(head_rstd_, l, BT * H), BT * H, C / H);
-      attention_backward(dbig.data(), dattn_.data(), qkv, at_layer(attn_, l, BT * C), lse, specs_[l], B, T_len, C, gate,
-                         gate ? dgate_.data() : nullptr, beta, beta ? dbeta_.data() : nullptr, *parallel_);
+      attention_backward(dbig.data(), dattn_.data(), qkv, at_layer(attn_, l, BT * C), lse, layer_spec(l), B, T_len, C,
+                         gate, gate ? dgate_.data() : nullptr, beta, beta ? dbeta_.data() : nullptr, *parallel_);
       // mamba2: attention + D · x, x the v part of qkv
       if (mamba2) mamba2_skip_backward(dbig.data(), g.dskip + l * H, dattn_.data(), qkv, p.dskip + l * H, BT, C, H);
     } else {
       // linformer's E and F take the gate's place; their gradient goes straight to the weights' (each
       // layer's projections are used once per forward, so it is written, not added).
       const int64_t P = p.linproj ? linformer_layer_size(config_) : 0;
-      attention_backward<T>(dbig.data(), datty.data(), qkv, atty, lse, specs_[l], B, T_len, C,
+      attention_backward<T>(dbig.data(), datty.data(), qkv, atty, lse, layer_spec(l), B, T_len, C,
                             P ? p.linproj + l * P : nullptr, P ? g.linproj + l * P : nullptr, nullptr, nullptr,
                             *parallel_);
     }

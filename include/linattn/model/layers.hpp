@@ -4,6 +4,7 @@
 // Rows are tokens: N = B·T. Unless a comment says "+=", a backward overwrites its input gradient,
 // and every backward adds (+=) into its parameter gradients, which the caller zeroes per step.
 #include <cstdint>
+#include <span>
 
 #include "linattn/decay.hpp"
 #include "linattn/delta.hpp"
@@ -109,6 +110,10 @@ struct AttentionSpec {
   int64_t chunk_size = 64;
   bool causal = true;  // false: the encoder classifier's attention (every token sees every token)
   int64_t linformer_length = 0, max_length = 0;  // linformer: P and N_max of its projections
+  // The encoder's per-sequence real lengths [B]: tokens t ≥ key_lengths[b] are padding, which no real
+  // token's output sees (the non-causal kinds mask them as keys; the recurrent kinds keep them after every
+  // real token in both directions). Empty: every token is real. Set per batch, not stored with the model.
+  std::span<const int64_t> key_lengths{};
 };
 
 // The encoder's mean pool (pool_layers.cpp): out: [B, C] = Σ_t w[b, t] · inp[b, t, :] / Σ_t w[b, t],
@@ -121,8 +126,10 @@ void mean_pool_backward(T* dinp, const T* dout, const T* weights, int64_t B, int
 
 // The recurrent kinds (retnet, gla and the delta kinds) have a causal operator only; non-causal, as the
 // encoder asks, they run both directions (bidirectional.cpp): out = A(x) + flip(A(flip(x))), where A is
-// the causal attention of the same kind and flip reverses the T axis of q, k, v, the gate and β. Softmax,
-// linear and favor have a non-causal operator of their own and run it.
+// the causal attention of the same kind and flip reverses the T axis of q, k, v, the gate and β: each
+// sequence's real tokens t < spec.key_lengths[b] only, the padding left at the end, so that neither
+// direction's real outputs see it. Softmax, linear, favor and linformer have a non-causal operator of their
+// own and run it, with the key lengths.
 bool runs_both_directions(const AttentionSpec& spec);
 template <class T>
 void bidirectional_forward(T* out, const T* qkv, const AttentionSpec& spec, int64_t B, int64_t T_, int64_t C,

@@ -73,7 +73,9 @@ class Transformer {
   // is given (weights: [B, T] or null), else 0. Keeps what backward needs.
   // The encoder classifier (config.classes > 0): logits: [B, classes] of the mean over each sequence's
   // tokens with weight (weights: [B, T], the real-token mask; null: every token); targets: [B], the
-  // classes; the loss is the mean cross-entropy over the B sequences. Single process only.
+  // classes; the loss is the mean cross-entropy over the B sequences. Single process only. The tokens
+  // after a sequence's last one with weight are its padding: attention keeps them from every real token,
+  // so the logits and gradients do not depend on the padded length or the padding's tokens.
   T forward(const int32_t* tokens, const int32_t* targets, const T* weights, int64_t B, int64_t T_);
   // grads += ∂loss/∂params of the last forward, which must have had targets.
   void backward();
@@ -97,6 +99,7 @@ class Transformer {
   bool has_targets_ = false;
   std::vector<int32_t> tokens_, targets_;
   std::vector<T> weights_;
+  std::vector<int64_t> lengths_;  // the classifier's real lengths [B] (attention's key_lengths); empty: all real
   // Activations, llm.c style: per layer where marked [L, ...].
   std::vector<T> encoded_;                    // [B, T, C]
   std::vector<T> ln1_, ln1_mean_, ln1_rstd_;  // [L, B, T, C], [L, B, T]
@@ -116,6 +119,8 @@ class Transformer {
   std::vector<T> dattn_, dgate_, dbeta_;                       // [B, T, C], [B, T, G], [B, T, H]
 
   void resize(int64_t B, int64_t T_);
+  // Layer l's attention for the current batch: its spec with the batch's key lengths.
+  AttentionSpec layer_spec(int64_t l) const;
 };
 
 }  // namespace linattn::model
