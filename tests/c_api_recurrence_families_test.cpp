@@ -1,7 +1,8 @@
 // The C API's recurrence families beyond the decayed family and the delta rule (issue 40): the DPLR delta
 // rule (RWKV-7: linattn_dplr_forward, _backward, _recurrent_forward, _step) against the fp64 oracle and the
 // C++ calls, and Mamba-2 as linattn_decayed_forward/backward's token-decay call with its groups as head
-// stride 0 descriptors (linattn.h) against the operator table's mamba2 oracle; and the refusals. Linked to
+// stride 0 descriptors (linattn.h) against the operator table's mamba2 oracle; grouped value heads (issue 38)
+// through every decayed and delta-rule entry point against the C++ calls; and the refusals. Linked to
 // liblinattn_c (the C symbols) beside liblinattn (the oracles).
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "linattn/decay.hpp"
+#include "linattn/delta.hpp"
 #include "linattn/dplr.hpp"
 #include "linattn/linattn.h"
 #include "operator_table.hpp"
@@ -278,6 +280,203 @@ TEST(CApiMamba2, IsTheDecayedCallPerGroup) {
   EXPECT_LT(relative_error(dCsum, want.dq), 1e-5);
   EXPECT_LT(relative_error(dBsum, want.dk), 1e-5);
 }
+
+// Grouped value heads (linattn.h): q, k [B, T, H, K] against v, out, g, beta [B, T, HV, ·] and states
+// [N, HV, K, V], HV = 3·H, value head j reading q/k head j / 3. One decayed gate (GLA: g per key dimension)
+// and one delta gate (Gated DeltaNet: g per token) through the chunked forward and backward, the token-by-
+// token forward and the decode step; each equals the C++ call bit for bit (the C layer sizes nothing by q's
+// heads). The padded layout gives every tensor strides that differ from its extents.
+struct Grouped {
+  static constexpr int64_t B = 2, T = 65, H = 2, K = 5, V = 7;
+  bool delta;
+  int64_t HV;
+  std::mt19937_64 rng{38};
+  Tensor32 q = random_tensor({B, T, H, K}, Layout::padded, rng), k = random_tensor({B, T, H, K}, Layout::padded, rng),
+           v = random_tensor({B, T, HV, V}, Layout::padded, rng),
+           beta = random_tensor({B, T, HV, 1}, Layout::padded, rng, 0.1f, 1.0f),
+           g = random_tensor({B, T, HV, delta ? 1 : K}, Layout::padded, rng, -1.0f, -0.0f),
+           dout = random_tensor({B, T, HV, V}, Layout::padded, rng);
+  std::vector<float> initial, dfinal;
+  linattn_decay_options decay{};
+  linattn_delta_options gate{};
+  int64_t n_state = 0;  // the state buffers' count the C calls are told: [N, HV, K, V]
+  explicit Grouped(bool is_delta, int64_t value_heads = 6) : delta(is_delta), HV(value_heads) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int i = 0; i < B * HV * K * V; ++i) initial.push_back(u(rng)), dfinal.push_back(u(rng));
+    n_state = int64_t(initial.size());
+    linattn_decay_options_init(&decay);
+    decay.decay = LINATTN_DECAY_KEY;
+    linattn_delta_options_init(&gate);
+    gate.gate = LINATTN_DELTA_TOKEN, gate.chunk_size = 16;
+  }
+  DecayedAttentionOptions cpp_decay() const { return {Decay::key, std::nullopt, {}, {}, decay.chunk_size}; }
+  DeltaRuleOptions cpp_gate() const {
+    DeltaRuleOptions o;
+    o.gate = DeltaGate::token, o.chunk_size = gate.chunk_size;
+    return o;
+  }
+  const char* name() const { return delta ? linattn_delta_name(gate.gate) : linattn_decay_name(decay.decay); }
+  int64_t n() const { return n_state; }
+
+  // The C entry points on this problem's tensors.
+  linattn_status c_forward(TensorView out, float* final_state) const {
+    linattn_tensor o = desc(out), cq = desc(q.view), ck = desc(k.view), cv = desc(v.view), cb = desc(beta.view),
+                   cg = desc(g.view);
+    return delta ? linattn_delta_forward(&o, &cq, &ck, &cv, &cb, &cg, &gate, initial.data(), final_state, n())
+                 : linattn_decayed_forward(&o, &cq, &ck, &cv, &cg, &decay, initial.data(), final_state, n());
+  }
+  linattn_status c_backward(std::vector<Tensor32>& d, float* dinitial) const {
+    linattn_tensor dq = desc(d[0].view), dk = desc(d[1].view), dv = desc(d[2].view), db = desc(d[3].view),
+                   dg = desc(d[4].view), dy = desc(dout.view), cq = desc(q.view), ck = desc(k.view), cv = desc(v.view),
+                   cb = desc(beta.view), cg = desc(g.view);
+    return delta ? linattn_delta_backward(&dq, &dk, &dv, &db, &dg, dinitial, &dy, dfinal.data(), &cq, &ck, &cv, &cb,
+                                          &cg, &gate, initial.data(), n())
+                 : linattn_decayed_backward(&dq, &dk, &dv, &dg, dinitial, &dy, dfinal.data(), &cq, &ck, &cv, &cg,
+                                            &decay, initial.data(), n());
+  }
+  linattn_status c_recurrent(TensorView out, std::vector<float>& state) const {
+    linattn_tensor o = desc(out), cq = desc(q.view), ck = desc(k.view), cv = desc(v.view), cb = desc(beta.view),
+                   cg = desc(g.view);
+    return delta ? linattn_delta_recurrent_forward(&o, &cq, &ck, &cv, &cb, &cg, state.data(), n(), &gate)
+                 : linattn_decayed_recurrent_forward(&o, &cq, &ck, &cv, &cg, state.data(), n(), &decay);
+  }
+  // Tokens [t0, t0 + count) of every operand.
+  linattn_status c_step(TensorView out, int64_t t0, int64_t count, linattn_state* state) const {
+    linattn_tensor o = desc(tokens(out, t0, count)), cq = desc(tokens(q.view, t0, count)),
+                   ck = desc(tokens(k.view, t0, count)), cv = desc(tokens(v.view, t0, count)),
+                   cb = desc(tokens(beta.view, t0, count)), cg = desc(tokens(g.view, t0, count));
+    return delta ? linattn_delta_step(&o, &cq, &ck, &cv, &cb, &cg, state, &gate)
+                 : linattn_decayed_step(&o, &cq, &ck, &cv, &cg, state, &decay);
+  }
+  static TensorView tokens(TensorView x, int64_t t0, int64_t count) {
+    x.data += t0 * x.stride[1];
+    x.extent[1] = count;
+    return x;
+  }
+
+  // The same through C++.
+  void cpp_forward(TensorView out, std::span<float> final_state) const {
+    if (delta)
+      delta_rule_forward(out, q.view, k.view, v.view, beta.view, g.view, cpp_gate(), initial, final_state);
+    else
+      decayed_attention_forward(out, q.view, k.view, v.view, g.view, cpp_decay(), initial, final_state);
+  }
+  void cpp_backward(std::vector<Tensor32>& d, std::span<float> dinitial) const {
+    if (delta)
+      delta_rule_backward(d[0].view, d[1].view, d[2].view, d[3].view, d[4].view, dinitial, dout.view, dfinal, q.view,
+                          k.view, v.view, beta.view, g.view, cpp_gate(), initial);
+    else
+      decayed_attention_backward(d[0].view, d[1].view, d[2].view, d[4].view, dinitial, dout.view, dfinal, q.view,
+                                 k.view, v.view, g.view, cpp_decay(), initial);
+  }
+  void cpp_recurrent(TensorView out, std::span<float> state) const {
+    if (delta)
+      delta_rule_recurrent_forward(out, q.view, k.view, v.view, beta.view, g.view, state, cpp_gate());
+    else
+      decayed_recurrent_forward(out, q.view, k.view, v.view, g.view, state, cpp_decay());
+  }
+  void cpp_step(TensorView out, int64_t t0, int64_t count, RecurrentState& state) const {
+    const auto at = [&](TensorView x) { return tokens(x, t0, count); };
+    if (delta)
+      delta_rule_step(at(out), at(q.view), at(k.view), at(v.view), at(beta.view), at(g.view), state, cpp_gate());
+    else
+      decayed_step(at(out), at(q.view), at(k.view), at(v.view), at(g.view), state, cpp_decay());
+  }
+
+  Tensor32 output() const { return testing::make_tensor({B, T, HV, V}, Layout::bnhd); }
+  // dq, dk [B, T, H, K] (the sums over each group), dv, dbeta, dg with v's heads.
+  std::vector<Tensor32> gradients() const {
+    std::vector<Tensor32> d;
+    for (auto e : std::vector<std::array<int64_t, 4>>{
+             {B, T, H, K}, {B, T, H, K}, {B, T, HV, V}, {B, T, HV, 1}, {B, T, HV, delta ? 1 : K}})
+      d.push_back(testing::make_tensor(e, Layout::bnhd));
+    return d;
+  }
+};
+
+bool same(const Tensor32& a, const Tensor32& b) { return relative_error(a.view, reference::to_double(b.view)) == 0.0; }
+
+class CApiGroupedHeads : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CApiGroupedHeads, EveryEntryPointEqualsTheCppCall) {
+  const Grouped p(GetParam());
+  SCOPED_TRACE(p.name());
+  // Chunked forward with an initial and a final state.
+  Tensor32 out = p.output(), cpp = p.output();
+  std::vector<float> final_state(p.initial.size()), cpp_final(p.initial.size());
+  ASSERT_EQ(p.c_forward(out.view, final_state.data()), LINATTN_OK) << linattn_last_error();
+  p.cpp_forward(cpp.view, cpp_final);
+  EXPECT_TRUE(same(out, cpp));
+  EXPECT_EQ(final_state, cpp_final);
+
+  // Chunked backward: dq, dk of q's heads, every gradient and dinitial_state as the C++ call's.
+  std::vector<Tensor32> d = p.gradients(), cpp_d = p.gradients();
+  std::vector<float> dinitial(p.initial.size()), cpp_dinitial(p.initial.size());
+  ASSERT_EQ(p.c_backward(d, dinitial.data()), LINATTN_OK) << linattn_last_error();
+  p.cpp_backward(cpp_d, cpp_dinitial);
+  for (size_t i = 0; i < d.size(); ++i)
+    if (p.delta || i != 3) {  // the decayed family has no beta
+      EXPECT_TRUE(same(d[i], cpp_d[i])) << "gradient " << i;
+    }
+  EXPECT_EQ(dinitial, cpp_dinitial);
+
+  // Token by token, the state in place.
+  std::vector<float> state = p.initial, cpp_state = p.initial;
+  ASSERT_EQ(p.c_recurrent(out.view, state), LINATTN_OK) << linattn_last_error();
+  p.cpp_recurrent(cpp.view, cpp_state);
+  EXPECT_TRUE(same(out, cpp));
+  EXPECT_EQ(state, cpp_state);
+
+  // Decoding a linattn_state made with v's heads: one token, then the other 64 in one call.
+  linattn_state* decoder = nullptr;
+  ASSERT_EQ(linattn_state_create(p.B, p.HV, p.K, p.V, p.name(), &decoder), LINATTN_OK) << linattn_last_error();
+  float* S = nullptr;
+  int64_t size = 0;
+  ASSERT_EQ(linattn_state_data(decoder, &S, &size, nullptr, nullptr), LINATTN_OK);
+  ASSERT_EQ(size, p.n());
+  std::copy(p.initial.begin(), p.initial.end(), S);
+  RecurrentState cpp_decoder(p.B, p.HV, p.K, p.V, p.name());
+  std::copy(p.initial.begin(), p.initial.end(), cpp_decoder.S().begin());
+  for (auto [t0, count] : {std::pair<int64_t, int64_t>{0, 1}, {1, p.T - 1}}) {
+    ASSERT_EQ(p.c_step(out.view, t0, count, decoder), LINATTN_OK) << linattn_last_error();
+    p.cpp_step(cpp.view, t0, count, cpp_decoder);
+  }
+  EXPECT_TRUE(same(out, cpp));
+  EXPECT_EQ(std::vector<float>(S, S + size), std::vector<float>(cpp_decoder.S().begin(), cpp_decoder.S().end()));
+  linattn_state_free(decoder);
+}
+
+// Every entry point of p refused with why (the decode step with step_why, on a state of decoder_heads).
+void expect_every_entry_point_refused(const Grouped& p, const char* why, int64_t decoder_heads, const char* step_why) {
+  SCOPED_TRACE(p.name());
+  Tensor32 out = p.output();
+  std::vector<float> state(size_t(p.n_state));
+  expect_refused(p.c_forward(out.view, state.data()), LINATTN_ERROR_INVALID_ARGUMENT, why);
+  std::vector<Tensor32> d = p.gradients();
+  expect_refused(p.c_backward(d, state.data()), LINATTN_ERROR_INVALID_ARGUMENT, why);
+  expect_refused(p.c_recurrent(out.view, state), LINATTN_ERROR_INVALID_ARGUMENT, why);
+  linattn_state* decoder = nullptr;
+  ASSERT_EQ(linattn_state_create(p.B, decoder_heads, p.K, p.V, p.name(), &decoder), LINATTN_OK) << linattn_last_error();
+  expect_refused(p.c_step(out.view, 0, 1, decoder), LINATTN_ERROR_INVALID_ARGUMENT, step_why);
+  linattn_state_free(decoder);
+}
+
+TEST_P(CApiGroupedHeads, RefusesValueHeadsNotAMultipleOfTheQueryHeads) {
+  // v, out, g, beta and the states with 5 heads against q's 2: every entry point names v's heads and q's.
+  const char* why = "v.extent[2] (heads) is 5, expected a multiple of 2 (q's heads";
+  expect_every_entry_point_refused(Grouped(GetParam(), 5), why, 5, why);
+}
+
+TEST_P(CApiGroupedHeads, RefusesStatesOfTheQueryHeads) {
+  // States sized by q's heads where a grouped call's have v's HV: refused naming v's heads and the extents.
+  Grouped p(GetParam());
+  p.n_state = p.B * p.H * p.K * p.V;
+  expect_every_entry_point_refused(p, "has 140 elements, expected 420 ([N, HV, K, V] = [2, 6, 5, 7], HV v's heads)",
+                                   p.H, "state.heads() is 2, expected 6 (v's heads)");
+}
+
+INSTANTIATE_TEST_SUITE_P(DecayedAndDelta, CApiGroupedHeads, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "delta" : "decayed"; });
 
 }  // namespace
 }  // namespace linattn

@@ -794,6 +794,8 @@ static int refuses_gigabytes_under_4_gib(void) {
   static float zero = 0;
   const linattn_tensor wide = {&zero, LINATTN_F32, {1, 1, 1, 32768}, {0, 0, 0, 0}};
   const linattn_tensor beta = {&zero, LINATTN_F32, {1, 1, 1, 1}, {0, 0, 0, 0}};
+  const linattn_tensor narrow = {&zero, LINATTN_F32, {1, 1, 1, 8192}, {0, 0, 0, 0}};
+  const linattn_tensor grouped = {&zero, LINATTN_F32, {1, 1, 32, 8192}, {0, 0, 0, 0}};
   linattn_state* state = NULL;
   int ok = 1;
   if (setrlimit(RLIMIT_AS, &limit) != 0) return 2;
@@ -806,6 +808,12 @@ static int refuses_gigabytes_under_4_gib(void) {
   ok &= refused_out_of_memory(linattn_delta_forward(&wide, &wide, &wide, &wide, &beta, NULL, NULL, NULL, NULL, 0),
                               "delta K = V = 2^15",
                               "linattn_delta_forward: the chunked scratch of q [1, 1, 1, 32768] with 32768");
+  /* Grouped value heads (issue 38): one q/k head and 32 value heads of K = V = 2^13, a 256 MiB state each.
+   * The scratch holds the value heads' states (8 GiB), not q's one head's. */
+  ok &= refused_out_of_memory(linattn_decayed_forward(&grouped, &narrow, &narrow, &grouped, NULL, NULL, NULL, NULL, 0),
+                              "decayed 32 value heads of K = V = 2^13",
+                              "linattn_decayed_forward: the chunked scratch of q [1, 1, 1, 8192] with 8192 value "
+                              "columns in 32 value heads");
   return ok ? 0 : 1;
 }
 

@@ -256,7 +256,9 @@ LINATTN_C_API void linattn_decay_options_init(linattn_decay_options* options);
 /* The recurrence's name ("linear", "retention", "lightning", "simple_gla", "gla"), for
  * linattn_state_create; NULL for an unknown value. */
 LINATTN_C_API const char* linattn_decay_name(int32_t decay);
-/* States are [N, H, K, V] contiguous f32 with n_state floats, or NULL (zero initial / not wanted); a
+/* Grouped value heads: v may have HV heads, a multiple of q's H (value head j reads q/k head j / (HV / H));
+ * then out, g, g_gamma, beta and the states have HV heads where these comments say H (docs/c-api.md).
+ * States are [N, H, K, V] contiguous f32 with n_state floats, or NULL (zero initial / not wanted); a
  * state pointer with n_state = 0 is LINATTN_ERROR_INVALID_ARGUMENT, as is any pointer whose count is 0
  * (cu_seqlens with n_cu_seqlens = 0: pass NULL for none). g: NULL for the decays without a gate tensor. */
 LINATTN_C_API linattn_status linattn_decayed_forward(const linattn_tensor* out, const linattn_tensor* q,

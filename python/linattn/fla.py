@@ -494,51 +494,65 @@ def fused_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_sta
     return chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens=cu_seqlens)
 
 
-def _attention_scores(q, k, g, scale):
-    """The parallel forms' scores [B, H, T, T] in q's dtype: scale·q_i·k_j·exp(Σ_{j<s≤i} g_s) for j ≤ i,
-    zero above the diagonal (one sequence per batch row); g [B, T, H] log decays, or None."""
+def _attention_scores(q, k, g, scale, heads):
+    """The parallel forms' scores [B, HV, T, T] in q's dtype: scale·q_i·k_j·exp(Σ_{j<s≤i} g_s) for j ≤ i,
+    zero above the diagonal (one sequence per batch row); g [B, T, HV] log decays, or None. HV = heads, a
+    multiple of q's H: value head j scores with q/k head j // (HV / H) (the call with q and k repeated)."""
     wide = torch.float64 if q.dtype == torch.float64 else torch.float32
     scores = torch.einsum("bihk,bjhk->bhij", q.to(wide), k.to(wide)) * scale
-    T = q.shape[1]
+    B, T, H = q.shape[:3]
+    if heads != H:  # each q/k head's products computed once, shared by its group's value heads
+        scores = scores.unsqueeze(2).expand(B, H, heads // H, T, T).reshape(B, heads, T, T)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     if g is not None:
-        G = g.to(wide).cumsum(1).transpose(1, 2)  # [B, H, T]
+        G = g.to(wide).cumsum(1).transpose(1, 2)  # [B, HV, T]
         # Above the diagonal the exponent would grow with the distance: masked before exp, not after.
         decay = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
         scores = scores * decay
     return scores.masked_fill(~causal, 0).to(q.dtype)
 
 
-def _parallel(op, q, k, g, scale, output_attentions, cu_seqlens, forward):
-    """(o, scores or None): o from forward(), which also checks the arguments."""
+def _parallel(op, q, k, v, g, scale, output_attentions, cu_seqlens, forward):
+    """(o, scores or None): o from forward(), which also checks the arguments (grouped value heads
+    included); the scores have v's heads. g: the log decays [B, T, HV], None, or a function making them
+    (called after forward's checks, so that it may read the shapes)."""
     if output_attentions and cu_seqlens is not None:
         raise ValueError(f"output_attentions: {op} returns the attention scores only without cu_seqlens (one "
                          "sequence per batch row), as flash-linear-attention does")
     o, _ = forward()
-    return o, (_attention_scores(q, k, g, _scale(scale, q.shape[-1])) if output_attentions else None)
+    if not output_attentions:
+        return o, None
+    return o, _attention_scores(q, k, g() if callable(g) else g, _scale(scale, q.shape[-1]), v.shape[2])
 
 
 def parallel_simple_gla(q, k, v, g=None, scale=None, output_attentions=False, cu_seqlens=None, cu_seqlens_cpu=None,
                         **kwargs):
-    """chunk_simple_gla's outputs without states, and with output_attentions the scores [B, H, T, T]
-    scale·q_i·k_j·exp(g_{j+1} + … + g_i) for j ≤ i (zero above the diagonal). Returns (o, scores or None)."""
+    """chunk_simple_gla's outputs without states, and with output_attentions the scores [B, HV, T, T]
+    scale·q_i·k_j·exp(g_{j+1} + … + g_i) for j ≤ i (zero above the diagonal). q, k [B, T, H, K], v
+    [B, T, HV, V] and g [B, T, HV] with HV a multiple of H (grouped value heads, as chunk_simple_gla).
+    Returns (o, scores or None)."""
     _no_head_first(kwargs)
-    return _parallel("parallel_simple_gla", q, k, g, scale, output_attentions, cu_seqlens,
+    return _parallel("parallel_simple_gla", q, k, v, g, scale, output_attentions, cu_seqlens,
                      lambda: chunk_simple_gla(q, k, v, g=g, scale=scale, cu_seqlens=cu_seqlens))
 
 
-def _retention_log_decays(q):
-    """log γ_h = log(1 − 2^(−5−h)) of RetNet's heads, [B, T, H] (float64, rounded to q's dtype by the user)."""
-    heads = torch.arange(q.shape[2], dtype=torch.float64)
-    return torch.log1p(-torch.exp2(-5.0 - heads)).view(1, 1, -1).expand(q.shape[0], q.shape[1], -1)
+def _retention_log_decays(B, T, HV):
+    """log γ_h = log(1 − 2^(−5−h)) of RetNet's value heads, [B, T, HV] (float64, rounded to q's dtype by the
+    user)."""
+    heads = torch.arange(HV, dtype=torch.float64)
+    return torch.log1p(-torch.exp2(-5.0 - heads)).view(1, 1, -1).expand(B, T, -1)
 
 
 def parallel_retention(q, k, v, scale=None, output_attentions=False, cu_seqlens=None, **kwargs):
-    """chunk_retention's outputs without states, and with output_attentions the scores
-    scale·q_i·k_j·γ_h^(i−j) for j ≤ i. Returns (o, scores or None)."""
+    """chunk_retention's outputs without states, and with output_attentions the scores [B, HV, T, T]
+    scale·q_i·k_j·γ_h^(i−j) for j ≤ i, γ_h that of value head h (grouped value heads: v's HV a multiple of
+    q's H, as chunk_retention). Returns (o, scores or None)."""
     _no_head_first(kwargs)
-    decays = _retention_log_decays(q) if output_attentions else None
-    return _parallel("parallel_retention", q, k, decays, scale, output_attentions, cu_seqlens,
+
+    def decays():  # made after the forward's checks, which the shapes read here need
+        return _retention_log_decays(q.shape[0], q.shape[1], v.shape[2])
+
+    return _parallel("parallel_retention", q, k, v, decays, scale, output_attentions, cu_seqlens,
                      lambda: chunk_retention(q, k, v, scale=scale, cu_seqlens=cu_seqlens))
 
 

@@ -161,3 +161,50 @@ def test_refusals_name_the_argument():
         fla.chunk_simple_gla(q, k, v, g_gamma=gamma[:2])
     with pytest.raises(ValueError, match=r"initial_state: expected shape \[N, H, K, V\] = \[1, 4, 3, 3\]"):
         fla.fused_recurrent_gla(q, k, v, gk, initial_state=h[:, :2])
+
+
+@pytest.mark.parametrize("name", ["parallel_simple_gla", "parallel_retention"])
+@pytest.mark.parametrize("T, group", [(1, 2), (63, 3), (65, 2)])
+def test_parallel_forms_take_grouped_heads(name, T, group):
+    """parallel_simple_gla and parallel_retention with v [B, T, HV, V] (and g [B, T, HV]): o and the scores
+    [B, HV, T, T] equal the call with q and k repeated to HV heads; dq, dk of H heads are autograd's sums
+    over each group, dv and dg as the repeated call's."""
+    H, HV = 2, 2 * group
+    tensors = inputs(2, T, H, HV, 7, 5, N=1, seed=T + 10 * group)[:4]  # q, k, v, g
+    if name == "parallel_retention":
+        tensors = tensors[:3]
+    runs = []
+    for repeat in (False, True):
+        leaves = [x.clone().requires_grad_() for x in tensors]
+        q, k = repeated(*leaves[:2], HV) if repeat else leaves[:2]
+        o, scores = getattr(fla, name)(q, k, *leaves[2:], scale=0.4, output_attentions=True)
+        (o.sum() + o.square().sum()).backward()
+        runs.append((o, scores, leaves))
+    (o, scores, leaves), (want_o, want_scores, rep) = runs
+    assert o.shape == (2, T, HV, 5) and scores.shape == (2, HV, T, T)
+    assert_close(o, want_o, 1e-6, f"{name} o")
+    assert_close(scores, want_scores, 1e-6, f"{name} scores")
+    for i, what in enumerate("q k v g".split()[:len(tensors)]):
+        assert leaves[i].grad.shape == tensors[i].shape, f"d{what}"
+        assert_close(leaves[i].grad, rep[i].grad, 2e-5, f"{name} d{what}")
+
+
+def test_parallel_retention_scores_decay_by_value_head():
+    """With one q/k head and three value heads, value head h's scores decay by γ_h = 1 − 2^(−5−h): the
+    scores of a group differ only by their decays (fp64, from the formula)."""
+    q, k, v = inputs(1, 6, 1, 3, 4, 2, N=1, seed=4, dtype=torch.float64)[:3]
+    _, scores = fla.parallel_retention(q, k, v, scale=1.0, output_attentions=True)
+    dot = torch.einsum("ik,jk->ij", q[0, :, 0], k[0, :, 0])
+    i, j = torch.meshgrid(torch.arange(6), torch.arange(6), indexing="ij")
+    for h in range(3):
+        gamma = 1 - 2.0 ** (-5 - h)
+        want = torch.where(j <= i, dot * gamma ** (i - j).double(), torch.zeros((), dtype=torch.float64))
+        assert_close(scores[0, h], want, 1e-12, f"head {h}")
+
+
+def test_parallel_forms_refuse_value_heads_not_a_multiple():
+    q, k, v, g, _, _, _ = inputs(1, 4, 2, 4, 3, 3, N=1, seed=3)
+    with pytest.raises(ValueError, match=r"v: expected a multiple of q's 2 heads .*got 3"):
+        fla.parallel_simple_gla(q, k, v[:, :, :3], g[:, :, :3], output_attentions=True)
+    with pytest.raises(ValueError, match=r"v: expected a multiple of q's 2 heads .*got 3"):
+        fla.parallel_retention(q, k, v[:, :, :3], output_attentions=True)

@@ -60,11 +60,14 @@ linattn::DeltaRuleOptions delta_options(const char* function, const linattn_delt
 }
 
 // The operator's chunked scratch, refused before it is allocated: a C caller's tensor extents are size
-// arguments too (K = V = 2^15 is a 4 GiB state per thread). Shapes the operator refuses count nothing.
+// arguments too (K = V = 2^15 is a 4 GiB state per thread). Its states are per value head: v's heads, which
+// grouped value heads make a multiple of q's. Shapes the operator refuses count nothing.
 void check_scratch(const char* function, bool delta, const linattn_tensor* q, const linattn_tensor* v,
                    std::span<const int64_t> cu_seqlens, int64_t chunk_size, bool backward) {
-  if (q == nullptr || v == nullptr) return;  // the operator's checks name them
+  // The operator's checks name a missing tensor, and value heads not a multiple of q's.
+  if (q == nullptr || v == nullptr || q->extent[2] < 1 || v->extent[2] % q->extent[2] != 0) return;
   const int64_t N = cu_seqlens.empty() ? q->extent[0] : int64_t(cu_seqlens.size()) - 1;
+  const int64_t HV = v->extent[2];
   std::string what(function);
   what += ": the chunked scratch of q [";
   for (int i = 0; i < 4; ++i) {
@@ -73,10 +76,13 @@ void check_scratch(const char* function, bool delta, const linattn_tensor* q, co
   }
   what += "] with ";
   what += std::to_string(v->extent[3]);
-  what += " value columns and chunk_size ";
+  what += " value columns in ";
+  what += std::to_string(HV);
+  what += HV == 1 ? " value head" : " value heads";
+  what += " and chunk_size ";
   what += std::to_string(chunk_size);
-  linattn::check_allocation(what, linattn::chunked_scratch_bytes({delta, N, q->extent[1], q->extent[2], q->extent[3],
-                                                                  v->extent[3], chunk_size, backward}));
+  linattn::check_allocation(what, linattn::chunked_scratch_bytes(
+                                      {delta, N, q->extent[1], HV, q->extent[3], v->extent[3], chunk_size, backward}));
 }
 
 // An optional state buffer of n_state floats: NULL is none.

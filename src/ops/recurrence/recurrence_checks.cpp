@@ -103,13 +103,23 @@ void check_recurrence_output(const char* op, const char* name, ConstTensorView x
   for (int axis = 0; axis < 4; ++axis) check_extent(op, name, x, axis, want[axis], because[axis]);
 }
 
+namespace {
+// The states' shape with its extents, for the messages: grouped value heads size a state by v's heads, and a
+// state sized by q's is then told so.
+std::string state_shape(const RecurrenceProblem& p) {
+  return std::string(p.group > 1 ? "[N, HV, K, V] = [" : "[N, H, K, V] = [") + std::to_string(p.N) + ", " +
+         std::to_string(p.H) + ", " + std::to_string(p.K) + ", " + std::to_string(p.V) + "]" +
+         (p.group > 1 ? ", HV v's heads" : "");
+}
+}  // namespace
+
 void check_state_span(const char* op, const char* name, size_t size, const RecurrenceProblem& p) {
   if (size == 0) return;
-  check_size(op, name, int64_t(size), p.state_size(), "[N, H, K, V]");
+  check_size(op, name, int64_t(size), p.state_size(), state_shape(p).c_str());
 }
 
 void check_token_state(const char* op, size_t size, const RecurrenceProblem& p, const char* name) {
-  if (size == 0) fail_with(op, name, " is empty, expected [N, H, K, V] = ", p.state_size(), " values");
+  if (size == 0) fail_with(op, name, " is empty, expected ", state_shape(p), " = ", p.state_size(), " values");
   check_state_span(op, name, size, p);
 }
 
