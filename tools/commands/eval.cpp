@@ -82,6 +82,9 @@ Source source_of(const CLI::App& app, const EvalArgs& a, const model::ModelFile&
   if (model::is_dataset_task(s.task) && a.data.empty())
     throw UsageError("--data: " + a.model + " is a classifier of task \"" + s.task +
                      "\", expected its dataset file (--data FILE): a model never chooses a file to read");
+  if (!model::is_dataset_task(s.task) && !a.data.empty())
+    throw UsageError("--data: " + a.model + " is a classifier of task \"" + s.task +
+                     "\", whose data is generated (from --seed), not read from a file: drop --data");
   return s;
 }
 

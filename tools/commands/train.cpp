@@ -182,8 +182,13 @@ int train(const CLI::App& app, TrainArgs& a, std::shared_ptr<const model::Sequen
       throw UsageError("--checkpoint-every/--eval-every/--eval-batches: a resumed run keeps the checkpoint's");
   } else {
     a.config.attention = model::attention_by_name(a.attention);
-    if ((a.options.task == "text" || model::is_dataset_task(a.options.task)) && a.options.data.empty())
-      throw UsageError("--task " + a.options.task + " needs --data FILE");
+    const bool reads_file = a.options.task == "text" || model::is_dataset_task(a.options.task);
+    if (reads_file && a.options.data.empty()) throw UsageError("--task " + a.options.task + " needs --data FILE");
+    // A generated task given a file would train on its generator while the user believes it read the file.
+    if (!reads_file && !a.options.data.empty())
+      throw UsageError("--data: --task " + a.options.task +
+                       " generates its data (from --seed), it reads no file: drop --data, or pick the task of the "
+                       "file (text, image or speech)");
     sequence_length(app, a);
     // The default --min-lr follows a smaller --lr down; one given is never changed behind the user's back.
     if (a.options.min_lr > a.options.lr) {

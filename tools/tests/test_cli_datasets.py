@@ -116,6 +116,23 @@ def test_refuses_another_dataset_or_task(tmp_path):
     assert "wide.ds" in line and "vocab is 300" in line
 
 
+def test_a_generated_task_refuses_a_data_file(tmp_path):
+    """ListOps, Pathfinder, copy and MQAR make their data from --seed: a --data file given to them would be
+    ignored while the user believes it was read, so train and eval refuse it by name."""
+    data = dataset(tmp_path)
+    for task in ("listops", "pathfinder", "copy"):
+        out = tmp_path / f"{task}.model"
+        line = assert_one_line_error(run_cli("train", "--task", task, "--data", data, "--steps", 1, "--out", out), 2)
+        assert "--data" in line and task in line
+        assert not out.exists() and not (tmp_path / f"{task}.model.ckpt").exists()
+    out = tmp_path / "listops.model"
+    proc = run_cli("train", "--task", "listops", "--seq-len", 64, "--steps", 1, "--out", out, *MODEL)
+    assert proc.returncode == 0, proc.stderr
+    line = assert_one_line_error(run_cli("eval", str(out) + ".ckpt", "--data", data, "--examples", 4), 2)
+    assert "--data" in line and '"listops"' in line
+    assert run_cli("eval", str(out) + ".ckpt", "--examples", 4).returncode == 0
+
+
 def test_truncated_or_corrupted_file_is_refused_and_nothing_written(tmp_path):
     good = dataset(tmp_path).read_bytes()
     out = tmp_path / "bad.model"
