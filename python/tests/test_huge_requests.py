@@ -54,6 +54,22 @@ def test_defect9_final_state_of_many_heads_is_counted(name):
         call(name, 1, 1, 1 << 20, 1024, 1024, output_final_state=True)
 
 
+@pytest.mark.parametrize("name", OPS)
+def test_grouped_value_heads_states_are_counted_by_v_heads(name):
+    # One q/k head and 2^20 value heads (grouped value heads): the final state [1, 2^20, 1024, 1024] is 4 TiB,
+    # which a count by q's one head put at 4 MiB and let through to numpy's allocation.
+    B, T, H, HV, K = 1, 1, 1, 1 << 20, 1024
+    q, v, beta = huge(B, T, H, K), huge(B, T, HV, K), huge(B, T, HV)
+    states = r"\(its outputs, 1 × \[1, 1048576, 1024, 1024\] states and the chunked scratch"
+    with pytest.raises(MemoryError, match=states):
+        if name == "chunk_gla":
+            fla.chunk_gla(q, q, v, huge(B, T, HV, K), output_final_state=True)
+        elif name == "chunk_kda":
+            fla.chunk_kda(q, q, v, huge(B, T, HV, K), beta, output_final_state=True)
+        else:
+            fla.chunk_delta_rule(q, q, v, beta, output_final_state=True)
+
+
 def address_space_in_use():
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
