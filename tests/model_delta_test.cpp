@@ -150,10 +150,11 @@ TEST_P(ModelDelta, ModelBackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(5);
   Transformer<double> model(small_config(GetParam()));
   // Step 1e-6: through two l2norms and the decays, the 1e-5 step's truncation error reaches 2e-6 on kda's
-  // qkvw (and falls 100-fold at 1e-6, as truncation does; every tensor is below 2e-7 there). mamba2 takes 1e-5:
+  // qkvw (and falls 100-fold at 1e-6, as truncation does; every tensor is below 2e-7 there). mamba2 takes 1e-4:
   // its gate's gradients are small (dt from 0.001, sigmoid(x) ≈ dt), so rounding dominates below that (gateb's
-  // error 1.3e-5 at 1e-6, 5.8e-5 at 1e-7, rising as the step falls; every tensor below 1e-6 at 1e-5 and 1e-4).
-  const auto errors = testing::model_gradient_errors(model, rng, GetParam() == AttentionKind::mamba2 ? 1e-5 : 1e-6);
+  // error 1.3e-5 at 1e-6, 5.8e-5 at 1e-7, rising as the step falls; at 1e-5 it is 0.9e-6 in the Release build
+  // and 1.07e-6 in the sanitizer build, whose rounding differs, so 1e-5 sits on the tolerance).
+  const auto errors = testing::model_gradient_errors(model, rng, GetParam() == AttentionKind::mamba2 ? 1e-4 : 1e-6);
   for (const auto& [name, error] : errors) EXPECT_LT(error, kTol) << attention_name(GetParam()) << " " << name;
   const size_t tensors = errors.size();
   // The 17 of every kind and betaw, betab; the gated kinds also gatew, gateb, alog; mamba2 gatew, gateb, alog,
