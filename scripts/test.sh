@@ -17,9 +17,10 @@ jobs=$(nproc)
 venv="$PWD/build/venv"
 [[ -x "$venv/bin/python" ]] || { mkdir -p build && /usr/bin/python3 -m venv "$venv"; }
 # triton and flash-linear-attention (with fla-core and einops): python/tests/test_fla_integration.py runs
-# fla's operators and layers on the CPU through linattn (Triton: a 286 MB download).
+# fla's operators and layers on the CPU through linattn (Triton: a 286 MB download). onnx: its reference
+# LinearAttention (opset 27) checks the query groups in python/tests/test_query_groups.py.
 "$venv/bin/pip" install -q torch==2.13.0 numpy pytest scikit-build-core transformers==5.25.0 triton==3.9.0 \
-  flash-linear-attention==0.6.0 scikit-learn==1.9.1
+  flash-linear-attention==0.6.0 scikit-learn==1.9.1 onnx==1.23.2
 stage "setup and the venv"
 python="$venv/bin/python"
 # Test processes run side by side on few cores: OpenMP threads that spin while they wait would steal

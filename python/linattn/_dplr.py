@@ -70,9 +70,16 @@ class _Dplr(torch.autograd.Function):
         return dq, dk, dv, da, db, dgk, dinit, None, None, None
 
 
-def _dplr(q, k, v, a, b, gk, scale, initial_state, output_final_state, reverse, cu_seqlens):
-    """The one entry point: flash-linear-attention's checks, then the recurrence (each sequence walked
-    backwards with reverse)."""
+def _dplr(q, k, v, a, b, gk, *, scale, initial_state, output_final_state, reverse, cu_seqlens):
+    """The one entry point: query groups (q's heads R times k's: linattn.fla._by_query_groups), then
+    flash-linear-attention's checks and the recurrence (each sequence walked backwards with reverse)."""
+    return _fla()._by_query_groups(_dplr_heads, q_at=0)(q, k, v, a, b, gk, scale=scale, initial_state=initial_state,
+                                                        output_final_state=output_final_state, reverse=reverse,
+                                                        cu_seqlens=cu_seqlens)
+
+
+def _dplr_heads(q, k, v, a, b, gk, *, scale, initial_state, output_final_state, reverse, cu_seqlens):
+    """_dplr with k, a, b and gk of q's shape."""
     fla = _fla()
     fla._check_tensor("q", q)
     wide = q.dtype in fla._HALF
@@ -114,7 +121,8 @@ def fused_recurrent_dplr_delta_rule(q, k, v, a, b, gk, scale=None, initial_state
     token. q, k, a, b, gk [B, T, H, K] (gk the log decay), v [B, T, H, V]; scale default K^-1/2;
     initial_state [N, H, K, V]; reverse=True walks each sequence from its end. Returns (o [B, T, H, V],
     final_state [N, H, K, V] or None). Differentiable (flash-linear-attention's is inference only)."""
-    return _dplr(q, k, v, a, b, gk, scale, initial_state, output_final_state, reverse, cu_seqlens)
+    return _dplr(q, k, v, a, b, gk, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+                 reverse=reverse, cu_seqlens=cu_seqlens)
 
 
 def chunk_dplr_delta_rule(q, k, v, a, b, gk, scale=None, initial_state=None, output_final_state=False,
@@ -127,7 +135,8 @@ def chunk_dplr_delta_rule(q, k, v, a, b, gk, scale=None, initial_state=None, out
     negative when given. Returns (o [B, T, H, V], final_state [N, H, K, V] or None)."""
     _fla()._no_head_first(kwargs)
     _context_parallel_and_bound(cp_context, lower_bound)
-    return _dplr(q, k, v, a, b, gk, scale, initial_state, output_final_state, False, cu_seqlens)
+    return _dplr(q, k, v, a, b, gk, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+                 reverse=False, cu_seqlens=cu_seqlens)
 
 
 def chunk_rwkv7(r, w, k, v, a, b, scale=1.0, initial_state=None, output_final_state=False, cu_seqlens=None,

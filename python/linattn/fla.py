@@ -8,6 +8,13 @@ number of sequences packed with cu_seqlens). HV is v's number of heads, H or a m
 value attention: value head j reads q/k head j // (HV / H), without a copy of q and k). Each function
 returns (o [B, T, HV, V], final_state), final_state None unless output_final_state.
 
+Query heads may also be a multiple R of the key/value heads (ONNX LinearAttention's grouped-query attention,
+opset 27): q [B, T, R·H, K] over k [B, T, H, K] and v [B, T, H, V], query head i reading key/value head
+i // R and its state; o [B, T, R·H, V], and g, g_gamma, beta, a, b, gk and the states have the H key/value
+heads. Every function here takes them, forward and backward, chunked, token by token and in the decode
+step (R calls over the shared k, v and gates, each with a strided view of q: no copy, R times the state
+work). Query groups and grouped value heads together are refused.
+
 - chunk_linear_attn, chunk_retention, chunk_simple_gla, chunk_gla, chunk_lightning_attn: the chunked
   engine (training); fused_chunk_linear_attn, fused_chunk_retention, fused_chunk_simple_gla,
   fused_chunk_gla: flash-linear-attention's fused chunked forms, the same recurrences.
@@ -183,11 +190,56 @@ def _value_heads(q, k, v):
     value head j reading q/k head j // (HV / H)), or the call is refused naming the argument."""
     H, HV = q.shape[2], v.shape[2]
     if k.shape[2] != H:
-        raise ValueError(f"k: expected q's {H} heads, got {k.shape[2]} (shape {list(k.shape)})")
+        raise ValueError(f"k: expected q's {H} heads, got {k.shape[2]} (shape {list(k.shape)}); or a divisor of "
+                         "them equal to v's heads (query heads grouped over key/value heads)")
     if HV % H != 0:
         raise ValueError(f"v: expected a multiple of q's {H} heads (grouped value attention), got {HV} "
                          f"(shape {list(v.shape)})")
     return HV
+
+
+def _query_groups(q, k, v):
+    """R, the query heads per key/value head: q [B, T, R·H, K] over k [B, T, H, K] and v [B, T, H, V]
+    (ONNX LinearAttention's grouped-query attention, opset 27); 1 where q and k have the same heads, or
+    where the arguments are not such tensors (the entry point's own checks then name what is wrong)."""
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k, v)):
+        return 1
+    HQ, H = q.shape[2], k.shape[2]
+    if HQ == H or H == 0 or HQ % H != 0:
+        return 1
+    if v.shape[2] != H:
+        raise ValueError(f"v: with q's {HQ} heads grouped over k's {H} (query groups), expected k's {H} heads, "
+                         f"got {v.shape[2]} (shape {list(v.shape)}); query groups and grouped value heads "
+                         "together are not supported")
+    return HQ // H
+
+
+def _by_query_groups(entry, q_at=3):
+    """Query heads a multiple R of the key/value heads for an entry point whose arguments q, k, v stand at
+    q_at (the decayed and delta ones: op, mode, kind, q, k, v, ...; the DPLR one: q, k, v, ...) and which
+    takes output_final_state by keyword: query head i reads key/value head i // R and its state; o
+    [B, T, R·H, V], the gates, beta and the states have the H key/value heads. The states do not involve
+    q, so the call is R calls over the same k, v and gates, the r-th with query heads r, R + r, 2R + r, ...
+    (a strided view of q, no copy), the outputs interleaved back into q's head order; the final state is the
+    first call's, and autograd sums the R calls' gradients to k, v, the gates and the initial state. Each
+    call runs the state pass again: R times the state work of a native shared pass (docs/decisions.md)."""
+
+    @functools.wraps(entry)
+    def run(*args, **options):
+        q, k, v = args[q_at:q_at + 3]
+        R = _query_groups(q, k, v)
+        if R == 1:
+            return entry(*args, **options)
+        want_state = options.pop("output_final_state", False)
+        outputs, final = [], None
+        for r in range(R):
+            sliced = args[:q_at] + (q[:, :, r::R],) + args[q_at + 1:]
+            o, state = entry(*sliced, output_final_state=want_state and r == 0, **options)
+            outputs.append(o)
+            final = state if r == 0 else final
+        return torch.stack(outputs, 3).flatten(2, 3), final
+
+    return run
 
 
 def _scale(scale, K):
@@ -271,6 +323,7 @@ def _normalize(o, q, k, scale, z_init, B, T, cu):
 
 
 @_half_through_float32
+@_by_query_groups
 def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
              output_final_state=False, reverse=False, cu_seqlens=None, chunk_size=None, normalize=False,
              state_v_first=False):
@@ -497,10 +550,14 @@ def fused_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_sta
 def _attention_scores(q, k, g, scale, heads):
     """The parallel forms' scores [B, HV, T, T] in q's dtype: scale·q_i·k_j·exp(Σ_{j<s≤i} g_s) for j ≤ i,
     zero above the diagonal (one sequence per batch row); g [B, T, HV] log decays, or None. HV = heads, a
-    multiple of q's H: value head j scores with q/k head j // (HV / H) (the call with q and k repeated)."""
+    multiple of q's H: value head j scores with q/k head j // (HV / H) (the call with q and k repeated); or,
+    with q's heads R times k's (query groups), HV = q's heads, query head i scoring with key head i // R and
+    its decays."""
     wide = torch.float64 if q.dtype == torch.float64 else torch.float32
-    scores = torch.einsum("bihk,bjhk->bhij", q.to(wide), k.to(wide)) * scale
     B, T, H = q.shape[:3]
+    R = H // k.shape[2]  # query heads per key head (query groups), 1 otherwise
+    scores = torch.einsum("bihrk,bjhk->bhrij", q.to(wide).unflatten(2, (H // R, R)), k.to(wide)) * scale
+    scores = scores.reshape(B, H, T, T)
     if heads != H:  # each q/k head's products computed once, shared by its group's value heads
         scores = scores.unsqueeze(2).expand(B, H, heads // H, T, T).reshape(B, heads, T, T)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
@@ -508,6 +565,8 @@ def _attention_scores(q, k, g, scale, heads):
         G = g.to(wide).cumsum(1).transpose(1, 2)  # [B, HV, T]
         # Above the diagonal the exponent would grow with the distance: masked before exp, not after.
         decay = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
+        if R > 1:  # a key/value head's decays, shared by its query heads
+            decay = decay.unsqueeze(2).expand(B, H // R, R, T, T).reshape(B, H, T, T)
         scores = scores * decay
     return scores.masked_fill(~causal, 0).to(q.dtype)
 
@@ -522,7 +581,8 @@ def _parallel(op, q, k, v, g, scale, output_attentions, cu_seqlens, forward):
     o, _ = forward()
     if not output_attentions:
         return o, None
-    return o, _attention_scores(q, k, g() if callable(g) else g, _scale(scale, q.shape[-1]), v.shape[2])
+    return o, _attention_scores(q, k, g() if callable(g) else g, _scale(scale, q.shape[-1]),
+                                max(q.shape[2], v.shape[2]))
 
 
 def parallel_simple_gla(q, k, v, g=None, scale=None, output_attentions=False, cu_seqlens=None, cu_seqlens_cpu=None,
@@ -598,6 +658,7 @@ def fused_recurrent_lightning_attn(q, k, v, layer_idx, num_layers, scale=None, i
 
 
 @_half_through_float32
+@_by_query_groups
 def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
            use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=None, use_beta_sigmoid_in_kernel=False,
            allow_neg_eigval=False, state_v_first=False):
