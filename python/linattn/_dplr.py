@@ -21,6 +21,7 @@ float32). Tensors on the CPU only; context parallelism (cp_context) is refused b
 
 import torch
 
+from ._query_groups import by_query_groups
 from ._tensor_arrays import array as _array, backend as _backend
 from ._torch_threads import torch_threads
 
@@ -71,9 +72,9 @@ class _Dplr(torch.autograd.Function):
 
 
 def _dplr(q, k, v, a, b, gk, *, scale, initial_state, output_final_state, reverse, cu_seqlens):
-    """The one entry point: query groups (q's heads R times k's: linattn.fla._by_query_groups), then
+    """The one entry point: query groups (q's heads R times k's: linattn._query_groups), then
     flash-linear-attention's checks and the recurrence (each sequence walked backwards with reverse)."""
-    return _fla()._by_query_groups(_dplr_heads, q_at=0)(q, k, v, a, b, gk, scale=scale, initial_state=initial_state,
+    return by_query_groups(_dplr_heads, q_at=0)(q, k, v, a, b, gk, scale=scale, initial_state=initial_state,
                                                         output_final_state=output_final_state, reverse=reverse,
                                                         cu_seqlens=cu_seqlens)
 

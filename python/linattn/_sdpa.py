@@ -36,7 +36,8 @@ def _check(query, key, value, enable_gqa):
 
 
 def _repeat_heads(query, key, value, enable_gqa):
-    """GQA: each of the key/value heads serves query.shape[-3] / key.shape[-3] consecutive query heads."""
+    """GQA for the formula: each of the key/value heads serves query.shape[-3] / key.shape[-3] consecutive
+    query heads. linattn's kernels take the grouped heads as they are (linattn._query_groups: no copy)."""
     if not enable_gqa or query.dim() < 3 or key.shape[-3] == query.shape[-3]:
         return key, value
     groups = query.shape[-3] // key.shape[-3]
@@ -113,8 +114,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p: expected a probability in [0, 1], got {dropout_p}")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    key, value = _repeat_heads(query, key, value, enable_gqa)
     if not _kernel_ok(query, key, value, attn_mask, dropout_p):
+        key, value = _repeat_heads(query, key, value, enable_gqa)
         return _math(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
     def run(q, k, v, causal):
@@ -132,7 +133,6 @@ def linear_dot_product_attention(query, key, value, is_causal=False, enable_gqa=
     scaled_dot_product_attention. feature_map, eps, n_features, seed: as linattn.torch.linear_attention.
     """
     _check(query, key, value, enable_gqa)
-    key, value = _repeat_heads(query, key, value, enable_gqa)
     if not (query.dim() == key.dim() == value.dim() and query.dim() in (3, 4)):
         raise ValueError(f"query: expected 3 or 4 dims [B, H, N, D], got shape {list(query.shape)}")
 

@@ -57,6 +57,7 @@ import warnings
 import numpy as np
 import torch
 from . import _fla_ops
+from ._query_groups import by_query_groups as _by_query_groups
 
 __all__ = [
     "chunk_linear_attn",
@@ -196,50 +197,6 @@ def _value_heads(q, k, v):
         raise ValueError(f"v: expected a multiple of q's {H} heads (grouped value attention), got {HV} "
                          f"(shape {list(v.shape)})")
     return HV
-
-
-def _query_groups(q, k, v):
-    """R, the query heads per key/value head: q [B, T, R·H, K] over k [B, T, H, K] and v [B, T, H, V]
-    (ONNX LinearAttention's grouped-query attention, opset 27); 1 where q and k have the same heads, or
-    where the arguments are not such tensors (the entry point's own checks then name what is wrong)."""
-    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k, v)):
-        return 1
-    HQ, H = q.shape[2], k.shape[2]
-    if HQ == H or H == 0 or HQ % H != 0:
-        return 1
-    if v.shape[2] != H:
-        raise ValueError(f"v: with q's {HQ} heads grouped over k's {H} (query groups), expected k's {H} heads, "
-                         f"got {v.shape[2]} (shape {list(v.shape)}); query groups and grouped value heads "
-                         "together are not supported")
-    return HQ // H
-
-
-def _by_query_groups(entry, q_at=3):
-    """Query heads a multiple R of the key/value heads for an entry point whose arguments q, k, v stand at
-    q_at (the decayed and delta ones: op, mode, kind, q, k, v, ...; the DPLR one: q, k, v, ...) and which
-    takes output_final_state by keyword: query head i reads key/value head i // R and its state; o
-    [B, T, R·H, V], the gates, beta and the states have the H key/value heads. The states do not involve
-    q, so the call is R calls over the same k, v and gates, the r-th with query heads r, R + r, 2R + r, ...
-    (a strided view of q, no copy), the outputs interleaved back into q's head order; the final state is the
-    first call's, and autograd sums the R calls' gradients to k, v, the gates and the initial state. Each
-    call runs the state pass again: R times the state work of a native shared pass (docs/decisions.md)."""
-
-    @functools.wraps(entry)
-    def run(*args, **options):
-        q, k, v = args[q_at:q_at + 3]
-        R = _query_groups(q, k, v)
-        if R == 1:
-            return entry(*args, **options)
-        want_state = options.pop("output_final_state", False)
-        outputs, final = [], None
-        for r in range(R):
-            sliced = args[:q_at] + (q[:, :, r::R],) + args[q_at + 1:]
-            o, state = entry(*sliced, output_final_state=want_state and r == 0, **options)
-            outputs.append(o)
-            final = state if r == 0 else final
-        return torch.stack(outputs, 3).flatten(2, 3), final
-
-    return run
 
 
 def _scale(scale, K):

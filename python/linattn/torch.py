@@ -18,6 +18,8 @@ O(N²), slow) so that torch.autograd.gradcheck works at fp64 tolerances; they ar
 float32. Other dtypes, or q, k, v of different dtypes, raise TypeError.
 """
 
+import functools
+
 import numpy as np
 import torch
 from torch import nn
@@ -25,6 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _half, _linattn
 from ._layout import check_layout, from_bnhd, to_bnhd
+from ._query_groups import by_query_groups
 from ._torch_threads import torch_threads
 
 _OPS = None
@@ -151,8 +154,10 @@ class _Operator(torch.autograd.Function):
         return (None, None, *(None if g is None else _tensor(ctx.backend, g) for g in grads))
 
 
+@functools.partial(by_query_groups, q_at=0)
 def _softmax_bnhd(q, k, v, causal, key_lengths, scale, cu_seqlens=None):
-    """softmax attention on [B, N, H, D] tensors (views of any strides), bottom-right causal."""
+    """softmax attention on [B, N, H, D] tensors (views of any strides), bottom-right causal; q may have R
+    times k's and v's heads (query head i reading key/value head i // R)."""
     if _OPS is not None:
         _backend((q, k, v), half=True)
         out, _ = _OPS.softmax_forward(q, k, v, bool(causal), None if scale is None else float(scale),
@@ -164,8 +169,10 @@ def _softmax_bnhd(q, k, v, causal, key_lengths, scale, cu_seqlens=None):
     return _Operator.apply("softmax_attention", options, q, k, v)
 
 
+@functools.partial(by_query_groups, q_at=0)
 def _linear_bnhd(q, k, v, causal, key_lengths, feature_map, eps, n_features, seed, cu_seqlens=None):
-    """linear attention on [B, N, H, D] tensors (views of any strides), bottom-right causal."""
+    """linear attention on [B, N, H, D] tensors (views of any strides), bottom-right causal; q may have R
+    times k's and v's heads (query head i reading key/value head i // R)."""
     if _OPS is not None:
         _backend((q, k, v), half=True)
         return _OPS.linear_forward(q, k, v, str(feature_map), bool(causal), float(eps), n_features, int(seed),

@@ -327,3 +327,49 @@ def test_against_onnx_reference_prefill_then_decode(rule, R):
         o_onnx, state_onnx = _onnx_linear_attention(onnx_rules[rule], *sl, state_onnx, R)
         torch.testing.assert_close(o, o_onnx, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(state_fla, state_onnx, rtol=1e-4, atol=1e-4)
+
+
+# ---- linattn.torch: softmax and linear attention, and the scaled_dot_product_attention drop-ins ---------
+
+
+@pytest.mark.parametrize("name, options", [("softmax_attention", {}), ("softmax_attention", {"causal": True}),
+                                           ("linear_attention", {}), ("linear_attention", {"causal": True}),
+                                           ("linear_attention", {"feature_map": "favor", "n_features": 16})])
+def test_torch_attention_equals_the_repeated_call(name, options):
+    """q [B, N, R·H, D] over k, v [B, N, H, D]: the call with k and v repeated per query head, forward and
+    gradients (dk, dv summed over each group)."""
+    import linattn.torch as lt
+
+    B, Nq, Nk, H, R, D, E = 2, 33, 40, 2, 3, 8, 5
+    gen = torch.Generator().manual_seed(41)
+    q, k, v = (torch.randn(B, n, h, d, generator=gen) for n, h, d in ((Nq, R * H, D), (Nk, H, D), (Nk, H, E)))
+    do = torch.randn(B, Nq, R * H, E, generator=gen)
+    run = getattr(lt, name)
+    grouped = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = run(*grouped, layout="bnhd", **options)
+    (o * do).sum().backward()
+    repeated = [x.clone().requires_grad_() for x in (q, k, v)]
+    o_rep = run(repeated[0], _repeat(repeated[1], R), _repeat(repeated[2], R), layout="bnhd", **options)
+    (o_rep * do).sum().backward()
+    assert o.shape == (B, Nq, R * H, E)
+    torch.testing.assert_close(o, o_rep, rtol=1e-6, atol=1e-6)
+    for x, y in zip(grouped, repeated):
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_scaled_dot_product_attention_gqa_against_torch_without_repeating(is_causal, monkeypatch):
+    """linattn.torch.scaled_dot_product_attention(enable_gqa=True) on the kernel path: torch's own result, and
+    key and value go to the kernel unrepeated (repeat_interleave is not called)."""
+    import linattn.torch as lt
+
+    gen = torch.Generator().manual_seed(43)
+    query, key, value = (torch.randn(2, h, n, 8, generator=gen) for h, n in ((6, 17), (2, 23), (2, 23)))
+    want = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=is_causal, enable_gqa=True)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("key/value repeated per query head")
+
+    monkeypatch.setattr(torch.Tensor, "repeat_interleave", refuse)
+    got = lt.scaled_dot_product_attention(query, key, value, is_causal=is_causal, enable_gqa=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
