@@ -103,8 +103,9 @@ Shard shard_args(const py::object& q, const py::object& k, const py::object& v) 
           input_view<float>(v, "v", 4, "[B, n, H, E]")};
 }
 
+// o [B, n, HV, E]: v's heads (q's, but for the recurrences' grouped value heads, HV a multiple of q's H).
 std::array<int64_t, 4> out_shape(const Shard& s) {
-  return {s.q.view.extent[0], s.q.view.extent[1], s.q.view.extent[2], s.v.view.extent[3]};
+  return {s.q.view.extent[0], s.q.view.extent[1], s.v.view.extent[2], s.v.view.extent[3]};
 }
 
 // Linear attention's options, from linattn.distributed's keywords.

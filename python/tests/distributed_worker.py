@@ -129,17 +129,25 @@ def check_local_failures(comm, lengths):
 
 def check_families(comm, lengths, begin, end):
     """GLA (a decay per key) and Gated DeltaNet (a decay per token), through torch's autograd, against
-    the single-process numpy forward and backward of the whole sequence."""
+    the single-process numpy forward and backward of the whole sequence; each also with two value heads per
+    q/k head (grouped value heads: v, the gates, beta and dout with 2H heads)."""
+    for group in (1, 2):
+        _check_families(comm, lengths, begin, end, group)
+
+
+def _check_families(comm, lengths, begin, end, group):
     rank = comm.Get_rank()
     B, H, K, V = 1, 2, 8, 8
+    HV = H * group
     N = sum(lengths)
-    r = np.random.default_rng(99)
-    q, k, v, dout = (r.standard_normal((B, N, H, d)).astype(np.float32) for d in (K, K, V, V))
-    gla_g = (np.log(1 / (1 + np.exp(-r.standard_normal((B, N, H, K))))) / 16).astype(np.float32)
+    r = np.random.default_rng(99 + group)
+    q, k = (r.standard_normal((B, N, H, K)).astype(np.float32) for _ in range(2))
+    v, dout = (r.standard_normal((B, N, HV, V)).astype(np.float32) for _ in range(2))
+    gla_g = (np.log(1 / (1 + np.exp(-r.standard_normal((B, N, HV, K))))) / 16).astype(np.float32)
     kn = (k / np.linalg.norm(k, axis=-1, keepdims=True)).astype(np.float32)  # the delta rule's unit keys
     qn = (q / np.linalg.norm(q, axis=-1, keepdims=True)).astype(np.float32)
-    beta = (1 / (1 + np.exp(-r.standard_normal((B, N, H))))).astype(np.float32)
-    gdn_g = (np.log(1 / (1 + np.exp(-r.standard_normal((B, N, H))))) / 16).astype(np.float32)
+    beta = (1 / (1 + np.exp(-r.standard_normal((B, N, HV))))).astype(np.float32)
+    gdn_g = (np.log(1 / (1 + np.exp(-r.standard_normal((B, N, HV))))) / 16).astype(np.float32)
     cases = [
         ("gla", (q, k, v, gla_g), dict(decay="gla"), _linattn.decayed_attention, _linattn.decayed_attention_backward,
          dist.torch_decayed_attention),
@@ -147,6 +155,7 @@ def check_families(comm, lengths, begin, end):
          _linattn.delta_rule_backward, dist.torch_delta_rule),
     ]
     for name, inputs, options, forward, backward, sharded in cases:
+        name = f"{name} (value heads {HV} over {H})"
         want_out = forward(*inputs, **options)[0]
         want_grads = backward(*inputs, dout, **options)[: len(inputs)]
         tensors = [torch.from_numpy(x[:, begin:end].copy()).requires_grad_() for x in inputs]

@@ -45,17 +45,26 @@ const char* const kLikeQ[] = {"q's batch", "q's sequence", "q's heads", "q's hea
 void check_qkv(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v) {
   for (auto [name, x] : {std::pair{"q", q}, {"k", k}, {"v", v}}) check_view(op, name, x);
   for (int a = 0; a < 4; ++a) check_extent(op, "k", k, a, q.extent[a], kLikeQ[a]);
-  for (int a = 0; a < 3; ++a) check_extent(op, "v", v, a, q.extent[a], kLikeQ[a]);
+  for (int a = 0; a < 2; ++a) check_extent(op, "v", v, a, q.extent[a], kLikeQ[a]);
+  const int64_t H = q.extent[2], HV = v.extent[2];
+  if (HV != H && (H == 0 || HV % H != 0))
+    fail(op, "v.extent[2] (heads) is " + std::to_string(HV) + ", expected a multiple of " + std::to_string(H) +
+                 " (q's heads: grouped value heads)");
 }
 
-void check_gate(const char* op, ConstTensorView g, ConstTensorView q, int64_t cols, bool per_token,
+const char* value_heads_name(ConstTensorView q, ConstTensorView v) {
+  return v.extent[2] == q.extent[2] ? "q's heads" : "v's heads";
+}
+
+void check_gate(const char* op, ConstTensorView g, ConstTensorView q, ConstTensorView v, int64_t cols, bool per_token,
                 const std::string& no_gate) {
   if (cols == 0) {
     if (g.data != nullptr) fail(op, "g is given, expected an empty view (" + no_gate + ")");
     return;
   }
   check_view(op, "g", g);
-  for (int a = 0; a < 3; ++a) check_extent(op, "g", g, a, q.extent[a], kLikeQ[a]);
+  for (int a = 0; a < 2; ++a) check_extent(op, "g", g, a, q.extent[a], kLikeQ[a]);
+  check_extent(op, "g", g, 2, v.extent[2], value_heads_name(q, v));
   check_extent(op, "g", g, 3, cols, per_token ? "a gate per token" : "q's head dim");
 }
 

@@ -28,11 +28,11 @@ ScanShard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensor
   Signature s;
   run_local_checks(s, [&] {
     check_qkv(op, q, k, v);
-    check_gate(op, g, q, gate_cols(options.decay, q.dim()), options.decay == Decay::token,
+    check_gate(op, g, q, v, gate_cols(options.decay, q.dim()), options.decay == Decay::token,
                decay_name(options.decay) + " has no gate tensor");
-    if (options.decay == Decay::head && int64_t(options.g_gamma.size()) != q.heads())
+    if (options.decay == Decay::head && int64_t(options.g_gamma.size()) != v.heads())
       fail(op, "options.g_gamma has " + std::to_string(options.g_gamma.size()) + " entries, expected " +
-                   std::to_string(q.heads()) + " (q's heads)");
+                   std::to_string(v.heads()) + " (" + value_heads_name(q, v) + ")");
     check_scan_options(op, options.cu_seqlens.size(), options.chunk_size, options.scale);
     more();
   });
@@ -64,7 +64,8 @@ struct LogDecay {
   }
 };
 
-// items [B·H] × [a | Σ_t diag(w_t) x_t y_tᵀ], a = exp(G_n), G_t = Σ_{u ≤ t} g_u (fp64 running sums):
+// items [B·H] × [a | Σ_t diag(w_t) x_t y_tᵀ], a = exp(G_n), G_t = Σ_{u ≤ t} g_u (fp64 running sums), one
+// per value head h, whose x rows are those of q/k head h / group (grouped value heads):
 //   forward (scale none): x = k, y = v, w_t = exp(G_n − G_t), the shard's map S ↦ diag(a) S + S_r;
 //   backward: x = q, y = dout, w_t = scale·exp(G_t), D = ∂L_r/∂S_in of the map G ↦ diag(a) G + D.
 std::vector<float> shard_sums(const ScanShard& s, ConstTensorView x, ConstTensorView y, const LogDecay& log_decay,
@@ -87,7 +88,7 @@ std::vector<float> shard_sums(const ScanShard& s, ConstTensorView x, ConstTensor
       for (int64_t t = 0; t < T; ++t)
         for (int64_t d = 0; d < K; ++d) {
           G[d] += log_decay(b, t0 + t, h, d);
-          xw[t * K + d] = factor * x(b, t0 + t, h, d) * float(std::exp(scale ? G[d] : total[d] - G[d]));
+          xw[t * K + d] = factor * x(b, t0 + t, h / s.group, d) * float(std::exp(scale ? G[d] : total[d] - G[d]));
         }
       // S += xwᵀ y: [K, T] · [T, V].
       kernels::gemm({S, V, K, V}, kernels::transposed(xw.data(), K), {yt.data(), V, T, V}, {.accumulate = true});
@@ -119,8 +120,8 @@ void decayed_attention_forward(MPI_Comm comm, TensorView out, ConstTensorView q,
   ErrorsReturn guard(comm);
   const ScanShard s = agree_on(comm, op, q, k, v, g, options, [&] {
     check_view(op, "out", out);
-    static const char* axes[] = {"q's batch", "q's sequence", "q's heads", "v's head dim"};
-    for (int a = 0; a < 4; ++a) check_extent(op, "out", out, a, a < 3 ? q.extent[a] : v.dim(), axes[a]);
+    const char* axes[] = {"q's batch", "q's sequence", value_heads_name(q, v), "v's head dim"};
+    for (int a = 0; a < 4; ++a) check_extent(op, "out", out, a, v.extent[a], axes[a]);
   });
   const std::vector<float> initial = entering_state(comm, s, k, v, LogDecay{options, g});
   or_abort(comm, op, [&] {

@@ -33,12 +33,13 @@ ScanShard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensor
   run_local_checks(s, [&] {
     check_qkv(op, q, k, v);
     check_view(op, "beta", beta);
-    static const char* axes[] = {"q's batch", "q's sequence", "q's heads"};
-    for (int a = 0; a < 3; ++a) check_extent(op, "beta", beta, a, q.extent[a], axes[a]);
+    static const char* axes[] = {"q's batch", "q's sequence"};
+    for (int a = 0; a < 2; ++a) check_extent(op, "beta", beta, a, q.extent[a], axes[a]);
+    check_extent(op, "beta", beta, 2, v.heads(), value_heads_name(q, v));
     check_extent(op, "beta", beta, 3, 1, "one β per token");
     const bool per_token = options.gate == DeltaGate::token;
     const int64_t cols = per_token ? 1 : options.gate == DeltaGate::key ? q.dim() : 0;
-    check_gate(op, g, q, cols, per_token, "DeltaNet has no gate");
+    check_gate(op, g, q, v, cols, per_token, "DeltaNet has no gate");
     check_scan_options(op, options.cu_seqlens.size(), options.chunk_size, options.scale);
     more();
   });

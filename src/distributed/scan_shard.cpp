@@ -26,12 +26,14 @@ ScanShard agree_on_shard(MPI_Comm comm, const char* op, Signature& s, ItemType::
                          ConstTensorView v, std::optional<float> scale) {
   s.shared("batch", q.batch());
   s.shared("heads", q.heads());
+  s.shared("value heads", v.heads());
   s.shared("head dim", q.dim());
   s.shared("value dim", v.dim());
   s.shared("options.scale (bits)", scale ? std::bit_cast<int32_t>(*scale) : -1);
   s.own("shard length", q.seq());
   agree(comm, op, s);
-  return {q.batch(), q.seq(), q.heads(), q.dim(), v.dim(), comm_rank(comm), comm_size(comm), kind};
+  const int64_t group = q.heads() > 0 ? v.heads() / q.heads() : 1;
+  return {q.batch(), q.seq(), v.heads(), q.dim(), v.dim(), group, comm_rank(comm), comm_size(comm), kind};
 }
 
 }  // namespace linattn::distributed::detail

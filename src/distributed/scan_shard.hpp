@@ -16,9 +16,10 @@
 namespace linattn::distributed::detail {
 
 // B × H heads of n tokens (head dims K and V) on rank `rank` of `ranks`; each head's item holds the map's
-// linear part (diagonal: a, K floats; matrix: A, K·K) then S (K·V).
+// linear part (diagonal: a, K floats; matrix: A, K·K) then S (K·V). H counts the value heads (the states'),
+// `group` of them per q/k head (grouped value heads; 1 otherwise).
 struct ScanShard {
-  int64_t B = 0, n = 0, H = 0, K = 0, V = 0;
+  int64_t B = 0, n = 0, H = 0, K = 0, V = 0, group = 1;
   int rank = 0, ranks = 1;
   ItemType::Kind kind = ItemType::Kind::diagonal;
   int64_t linear_floats() const { return kind == ItemType::Kind::diagonal ? K : K * K; }
@@ -33,7 +34,7 @@ struct ScanShard {
 
 // Adds what every scan shares to the signature s (batch, heads, head dims, the scale's bits, this
 // shard's length), agrees on it across comm (naming op) and returns this rank's shard of q [B, n, H, K],
-// v [B, n, H, V].
+// v [B, n, HV, V] (HV a multiple of H, checked by check_qkv).
 ScanShard agree_on_shard(MPI_Comm comm, const char* op, Signature& s, ItemType::Kind kind, ConstTensorView q,
                          ConstTensorView v, std::optional<float> scale);
 

@@ -4,6 +4,7 @@
 
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 
 #include "linattn/decay.hpp"
@@ -15,27 +16,30 @@
 namespace linattn::test {
 namespace {
 
-const float kGamma[H] = {-0.2f, -0.05f};
+// One fixed decay per value head (up to 3 value heads per q/k head).
+const float kGamma[3 * H] = {-0.2f, -0.05f, -0.1f, -0.3f, -0.02f, -0.15f};
 
-// q, k, v and g (per token or per key dimension, none otherwise).
-ScanInputs inputs(Decay decay, uint64_t seed) {
+// q, k [B, N, H, K], v and g (per token or per key dimension, none otherwise) with `group` value heads per
+// q/k head.
+ScanInputs inputs(Decay decay, uint64_t seed, int64_t group = 1) {
   std::mt19937_64 rng(seed);
   ScanInputs in{{"q", "k", "v", "g"}, {}, {}};
-  for (int64_t cols : {K, K, V})
-    in.tensors.push_back(testing::random_tensor({B, N, H, cols}, testing::Layout::bnhd, rng));
-  in.dout = testing::random_tensor({B, N, H, V}, testing::Layout::bnhd, rng);
+  const int64_t HV = H * group;
+  for (int64_t cols : {K, K}) in.tensors.push_back(testing::random_tensor({B, N, H, cols}, testing::Layout::bnhd, rng));
+  in.tensors.push_back(testing::random_tensor({B, N, HV, V}, testing::Layout::bnhd, rng));
+  in.dout = testing::random_tensor({B, N, HV, V}, testing::Layout::bnhd, rng);
   const int64_t gate_cols = decay == Decay::token ? 1 : decay == Decay::key ? K : 0;
   in.tensors.push_back(gate_cols
-                           ? testing::random_tensor({B, N, H, gate_cols}, testing::Layout::bnhd, rng, -0.3f, -0.01f)
+                           ? testing::random_tensor({B, N, HV, gate_cols}, testing::Layout::bnhd, rng, -0.3f, -0.01f)
                            : testing::Tensor32());
   return in;
 }
 
-DecayedAttentionOptions options_for(Decay decay) {
+DecayedAttentionOptions options_for(Decay decay, int64_t group = 1) {
   DecayedAttentionOptions options;
   options.decay = decay;
   options.chunk_size = 16;
-  if (decay == Decay::head) options.g_gamma = kGamma;
+  if (decay == Decay::head) options.g_gamma = std::span<const float>(kGamma, size_t(H * group));
   return options;
 }
 
@@ -63,14 +67,15 @@ Results single(const ScanInputs& in, const DecayedAttentionOptions& options) {
 struct Case {
   Decay decay;
   Split split;
+  int64_t group = 1;  // value heads per q/k head
 };
 
 class DistributedDecay : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DistributedDecay, MatchesTheSingleProcessOperatorAndTheOracle) {
   const Case c = GetParam();
-  const DecayedAttentionOptions options = options_for(c.decay);
-  const ScanInputs in = inputs(c.decay, 17);
+  const DecayedAttentionOptions options = options_for(c.decay, c.group);
+  const ScanInputs in = inputs(c.decay, 17, c.group);
   const Results got = distributed(in, offsets_of(c.split, N, world_size()), options);
   expect_close(in, got, single(in, options), 1e-5);
 
@@ -83,21 +88,25 @@ TEST_P(DistributedDecay, MatchesTheSingleProcessOperatorAndTheOracle) {
 
 TEST_P(DistributedDecay, IsTheSameBitwiseFromRunToRun) {
   const Case c = GetParam();
-  const DecayedAttentionOptions options = options_for(c.decay);
-  const ScanInputs in = inputs(c.decay, 19);
+  const DecayedAttentionOptions options = options_for(c.decay, c.group);
+  const ScanInputs in = inputs(c.decay, 19, c.group);
   const auto offsets = offsets_of(c.split, N, world_size());
   EXPECT_EQ(distributed(in, offsets, options), distributed(in, offsets, options));
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return decay_name(info.param.decay) + "_" + split_name(info.param.split);
+  const int64_t group = info.param.group;
+  return decay_name(info.param.decay) + "_" + split_name(info.param.split) +
+         (group > 1 ? "_grouped" + std::to_string(group) : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, DistributedDecay,
                          ::testing::Values(Case{Decay::none, Split::uneven}, Case{Decay::retention, Split::tiny},
                                            Case{Decay::head, Split::even}, Case{Decay::token, Split::uneven},
                                            Case{Decay::token, Split::tiny}, Case{Decay::key, Split::uneven},
-                                           Case{Decay::key, Split::tiny}),
+                                           Case{Decay::key, Split::tiny}, Case{Decay::token, Split::uneven, 2},
+                                           Case{Decay::key, Split::tiny, 3}, Case{Decay::head, Split::even, 2},
+                                           Case{Decay::retention, Split::uneven, 2}),
                          case_name);
 
 TEST(DistributedDecayErrors, DecaysThatDisagreeAreFoundBeforeAnyArithmetic) {
@@ -157,6 +166,31 @@ TEST(DistributedDecayErrors, WhatAShardCannotTakeIsRefusedByName) {
   EXPECT_TRUE(
       contains(refusal(g, options_for(Decay::token)), "g.extent[3] (head dim) is 8, expected 1 (a gate per token)"));
   EXPECT_TRUE(contains(refusal({}, options_for(Decay::key)), "g.extent[0] (batch) is 0, expected 2 (q's batch)"));
+}
+
+// Grouped value heads: v's heads a multiple of q's, and g and g_gamma per value head, or refused by name.
+TEST(DistributedDecayErrors, ValueHeadsAreAMultipleOfQueryHeads) {
+  const ScanInputs in = inputs(Decay::token, 6, 2);
+  const std::vector<int64_t> offsets = even_offsets(N, world_size());
+  const int r = world_rank();
+  const int64_t begin = offsets[r], n = offsets[r + 1] - offsets[r];
+  auto refusal = [&](ConstTensorView v, ConstTensorView g, const DecayedAttentionOptions& options) {
+    Gathered out({B, N, v.extent[2], V});
+    return error_of([&] {
+      distributed::decayed_attention_forward(MPI_COMM_WORLD, out.shard(offsets, r), shard(in, 0, begin, n),
+                                             shard(in, 1, begin, n), v, g, options);
+    });
+  };
+  ConstTensorView v = shard(in, 2, begin, n), g = shard(in, 3, begin, n);
+  ConstTensorView v3 = v, g3 = g;
+  v3.extent[2] = g3.extent[2] = 3;
+  EXPECT_TRUE(contains(refusal(v3, g3, options_for(Decay::token)),
+                       "v.extent[2] (heads) is 3, expected a multiple of 2 (q's heads: grouped value heads)"));
+  ConstTensorView g2 = g;
+  g2.extent[2] = 2;
+  EXPECT_TRUE(contains(refusal(v, g2, options_for(Decay::token)), "g.extent[2] (heads) is 2, expected 4 (v's heads)"));
+  EXPECT_TRUE(
+      contains(refusal(v, {}, options_for(Decay::head)), "options.g_gamma has 2 entries, expected 4 (v's heads)"));
 }
 
 }  // namespace

@@ -15,18 +15,20 @@ namespace linattn::test {
 namespace {
 
 // q, k, v, β and g (per token or per key dimension, none otherwise).
-ScanInputs inputs(DeltaGate gate, uint64_t seed) {
+// With `group` value heads per q/k head (grouped value heads: v, β, g and dout have H · group heads).
+ScanInputs inputs(DeltaGate gate, uint64_t seed, int64_t group = 1) {
   std::mt19937_64 rng(seed);
   ScanInputs in{{"q", "k", "v", "beta", "g"}, {}, {}};
+  const int64_t HV = H * group;
   in.tensors.push_back(testing::random_tensor({B, N, H, K}, testing::Layout::bnhd, rng));
   // Keys of norm about 1 keep β k kᵀ a contraction, as the delta rule expects.
   in.tensors.push_back(testing::random_tensor({B, N, H, K}, testing::Layout::bnhd, rng, -0.5f, 0.5f));
-  in.tensors.push_back(testing::random_tensor({B, N, H, V}, testing::Layout::bnhd, rng));
-  in.tensors.push_back(testing::random_tensor({B, N, H, 1}, testing::Layout::bnhd, rng, 0.1f, 0.9f));
-  in.dout = testing::random_tensor({B, N, H, V}, testing::Layout::bnhd, rng);
+  in.tensors.push_back(testing::random_tensor({B, N, HV, V}, testing::Layout::bnhd, rng));
+  in.tensors.push_back(testing::random_tensor({B, N, HV, 1}, testing::Layout::bnhd, rng, 0.1f, 0.9f));
+  in.dout = testing::random_tensor({B, N, HV, V}, testing::Layout::bnhd, rng);
   const int64_t gate_cols = gate == DeltaGate::token ? 1 : gate == DeltaGate::key ? K : 0;
   in.tensors.push_back(gate_cols
-                           ? testing::random_tensor({B, N, H, gate_cols}, testing::Layout::bnhd, rng, -0.3f, -0.01f)
+                           ? testing::random_tensor({B, N, HV, gate_cols}, testing::Layout::bnhd, rng, -0.3f, -0.01f)
                            : testing::Tensor32());
   return in;
 }
@@ -64,6 +66,7 @@ struct Case {
   DeltaGate gate;
   bool l2norm;
   Split split;
+  int64_t group = 1;  // value heads per q/k head
 };
 
 class DistributedDelta : public ::testing::TestWithParam<Case> {};
@@ -71,7 +74,7 @@ class DistributedDelta : public ::testing::TestWithParam<Case> {};
 TEST_P(DistributedDelta, MatchesTheSingleProcessOperatorAndTheOracle) {
   const Case c = GetParam();
   const DeltaRuleOptions options = options_for(c.gate, c.l2norm);
-  const ScanInputs in = inputs(c.gate, 23);
+  const ScanInputs in = inputs(c.gate, 23, c.group);
   const Results got = distributed(in, offsets_of(c.split, N, world_size()), options);
   expect_close(in, got, single(in, options), 1e-5);
 
@@ -86,20 +89,24 @@ TEST_P(DistributedDelta, MatchesTheSingleProcessOperatorAndTheOracle) {
 TEST_P(DistributedDelta, IsTheSameBitwiseFromRunToRun) {
   const Case c = GetParam();
   const DeltaRuleOptions options = options_for(c.gate, c.l2norm);
-  const ScanInputs in = inputs(c.gate, 29);
+  const ScanInputs in = inputs(c.gate, 29, c.group);
   const auto offsets = offsets_of(c.split, N, world_size());
   EXPECT_EQ(distributed(in, offsets, options), distributed(in, offsets, options));
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return delta_name(info.param.gate) + (info.param.l2norm ? "_l2norm_" : "_") + split_name(info.param.split);
+  const int64_t group = info.param.group;
+  return delta_name(info.param.gate) + (info.param.l2norm ? "_l2norm_" : "_") + split_name(info.param.split) +
+         (group > 1 ? "_grouped" + std::to_string(group) : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, DistributedDelta,
     ::testing::Values(Case{DeltaGate::none, false, Split::uneven}, Case{DeltaGate::none, true, Split::tiny},
                       Case{DeltaGate::token, false, Split::uneven}, Case{DeltaGate::token, true, Split::even},
-                      Case{DeltaGate::key, false, Split::uneven}, Case{DeltaGate::key, false, Split::tiny}),
+                      Case{DeltaGate::key, false, Split::uneven}, Case{DeltaGate::key, false, Split::tiny},
+                      Case{DeltaGate::none, false, Split::uneven, 2}, Case{DeltaGate::token, true, Split::even, 2},
+                      Case{DeltaGate::key, false, Split::tiny, 3}),
     case_name);
 
 TEST(DistributedDeltaErrors, ABadBetaOnOneRankIsNamedOnEveryRank) {

@@ -21,7 +21,8 @@ namespace linattn::test {
 constexpr int64_t B = 2, N = 83, H = 2, K = 8, V = 8;
 
 // A family's tensors in its argument order (q, k, v, then its own: β, a gate of gate_cols columns, 0 for
-// none), each [B, N, H, ·], and the output gradient dout [B, N, H, V].
+// none), q and k [B, N, H, ·], v and the family's own [B, N, HV, ·] (HV = H, or a multiple of it: grouped
+// value heads), and the output gradient dout [B, N, HV, V].
 struct ScanInputs {
   std::vector<std::string> names;
   std::vector<testing::Tensor32> tensors;
@@ -48,12 +49,12 @@ Results run_scan(const ScanInputs& in, const std::vector<int64_t>& offsets,
   auto slice = [&](TensorView x) { return whole ? x : seq_slice(x, begin, n); };
   std::vector<Gathered> results;
   results.reserve(N_ + 1);  // the views point into each Gathered's data
-  results.emplace_back(std::array<int64_t, 4>{B, N, H, V});
+  results.emplace_back(std::array<int64_t, 4>{B, N, in.tensors[2].view.extent[2], V});  // v's heads
   Views<N_> x;
   Grads<N_> d;
   for (size_t i = 0; i < N_; ++i) {
     const auto& e = in.tensors[i].view.extent;
-    results.emplace_back(std::array<int64_t, 4>{B, N, H, in.given(i) ? e[3] : 1});
+    results.emplace_back(in.given(i) ? std::array<int64_t, 4>{B, N, e[2], e[3]} : std::array<int64_t, 4>{B, N, H, 1});
     x[i] = in.given(i) ? ConstTensorView(slice(in.tensors[i].view)) : ConstTensorView();
   }
   for (size_t i = 0; i < N_; ++i) d[i] = in.given(i) ? slice(results[i + 1].view) : TensorView();
