@@ -17,12 +17,18 @@ One process, the same tensors for both sides, the median of --reps repetitions a
           tokens (default 32768) without a prefill of that length (see _extend_context: the prefill's
           cache with the full-attention layers' keys and values repeated to --context tokens; the
           linear-attention layers' state has the same size at any context).
+  mamba   the six Mamba-2 families transformers has (mamba2, bamba, falcon_h1, granitemoehybrid, zamba2,
+          nemotron_h), each as a two-layer model at Mamba-2's mixer shape (hidden --hidden, 2·hidden / 64
+          heads of P = 64, state N = 128, --groups groups, chunks of 256; the hybrids' second layer full
+          attention; random weights): prefill of --prefill tokens, transformers' CPU path against enable(),
+          with the share of time in the Mamba-2 mixers and the largest logit difference between the sides.
 
 Examples:
   build/venv/bin/python scripts/models_speed.py ops --seq 8192 --reps 3
   build/venv/bin/python scripts/models_speed.py ops --parts step --reps 3
   build/venv/bin/python scripts/models_speed.py model --prefill 8192 --decode 8 --context 32768
   build/venv/bin/python scripts/models_speed.py ops --seq 1024 --reps 1 --json out/models_speed.json
+  build/venv/bin/python scripts/models_speed.py mamba --prefill 4096 --reps 3
 """
 
 import argparse
@@ -255,6 +261,81 @@ def model(args):
     return results
 
 
+def _mamba_configs(hidden, groups, vocab):
+    """The six Mamba-2 families as (ForCausalLM class name, config keywords): Mamba-2's mixer shape
+    (2·hidden inner width in heads of 64, state 128, chunks of 256), one Mamba-2 layer, then a second one
+    (mamba2) or full attention (the hybrids: 8 heads of 128 over 2 KV heads)."""
+    heads, P, N, chunk = 2 * hidden // 64, 64, 128, 256
+    dense = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_attention_heads=8,
+                 num_key_value_heads=2, num_hidden_layers=2)
+    mamba = dict(mamba_n_heads=heads, mamba_d_head=P, mamba_n_groups=groups, mamba_d_state=N, mamba_chunk_size=chunk)
+    return {
+        "mamba2": ("Mamba2", dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=2, num_heads=heads,
+                                  head_dim=P, state_size=N, n_groups=groups, expand=2, chunk_size=chunk)),
+        "bamba": ("Bamba", dict(dense, attn_layer_indices=[1], **mamba)),
+        "falcon_h1": ("FalconH1", dict(dense, head_dim=hidden // 8, mamba_d_ssm=2 * hidden, **mamba)),
+        "granitemoehybrid": ("GraniteMoeHybrid", dict(dense, layer_types=["mamba", "attention"], num_local_experts=2,
+                                                      num_experts_per_tok=1, shared_intermediate_size=hidden,
+                                                      **mamba)),
+        "zamba2": ("Zamba2", dict(dense, layers_block_type=["mamba", "hybrid"], mamba_d_state=N, mamba_ngroups=groups,
+                                  n_mamba_heads=heads, chunk_size=chunk)),
+        "nemotron_h": ("NemotronH", dict(dense, head_dim=hidden // 8, layers_block_type=["mamba", "attention"],
+                                         ssm_state_size=N, mamba_num_heads=heads, mamba_head_dim=P, n_groups=groups,
+                                         chunk_size=chunk)),
+    }
+
+
+class _MixerTimer(_LayerTimer):
+    """_LayerTimer over the Mamba-2 mixers: the modules holding A_log and dt_bias (each family names its
+    mixer class differently)."""
+
+    def __init__(self, model):
+        super().__init__(model, None)
+        for module in model.modules():
+            if hasattr(module, "A_log") and hasattr(module, "dt_bias"):
+                self.handles.append(module.register_forward_pre_hook(self._enter))
+                self.handles.append(module.register_forward_hook(self._leave))
+
+
+def mamba_families(args):
+    """Prefill time of each Mamba-2 family, transformers' CPU path against enable()."""
+    import transformers
+    import linattn.integrations.transformers as integration
+
+    results = {}
+    prompt = torch.randint(0, args.vocab, (1, args.prefill), generator=torch.Generator().manual_seed(0))
+    for family, (prefix, keywords) in _mamba_configs(args.hidden, args.groups, args.vocab).items():
+        torch.manual_seed(0)
+        net = getattr(transformers, prefix + "ForCausalLM")(getattr(transformers, prefix + "Config")(**keywords))
+        net = net.eval()
+        row = {}
+        logits = {}
+        for label, on in (("transformers", False), ("linattn", True)):
+            (integration.enable if on else integration.disable)()
+            timer, elapsed = _MixerTimer(net), [0.0]
+
+            def run():
+                start = time.perf_counter()
+                logits[label] = net(prompt, use_cache=False).logits
+                elapsed[0] += time.perf_counter() - start
+
+            with torch.no_grad():
+                seconds = _median_seconds(run, args.reps)
+            row[label] = {"prefill_s": seconds, "mixer_share": timer.seconds / elapsed[0]}
+            timer.close()
+        integration.disable()
+        scale = logits["transformers"].abs().max().item()
+        row["logits_max_difference_relative"] = (logits["linattn"] - logits["transformers"]).abs().max().item() / scale
+        row["speedup"] = row["transformers"]["prefill_s"] / row["linattn"]["prefill_s"]
+        results[family] = row
+        print(f"{family}: prefill {args.prefill} tokens, transformers {row['transformers']['prefill_s']:.3f} s (mixers "
+              f"{100 * row['transformers']['mixer_share']:.0f}%), linattn {row['linattn']['prefill_s']:.3f} s (mixers "
+              f"{100 * row['linattn']['mixer_share']:.0f}%): {row['speedup']:.2f}x; logits differ by "
+              f"{row['logits_max_difference_relative']:.1e} of their largest", file=sys.stderr, flush=True)
+        del net
+    return results
+
+
 def _cpu_name():
     """The CPU's model name (/proc/cpuinfo on Linux), else what platform says."""
     try:
@@ -270,7 +351,8 @@ def _cpu_name():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("Examples:")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["ops", "model"], help="the operators, or a whole model")
+    parser.add_argument("what", choices=["ops", "model", "mamba"],
+                        help="the operators, a whole Qwen3.5-shaped model, or the six Mamba-2 families' prefill")
     parser.add_argument("--seq", type=int, default=8192, help="ops: sequence length (default 8192)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions after a warm-up; the median is kept")
     parser.add_argument("--threads", type=int, default=2, help="torch and linattn threads (default 2)")
@@ -284,12 +366,18 @@ def main(argv=None):
                         help="ops: which figures, comma-separated: gdn (the gated delta rule against transformers'), "
                              "kda (KDA against the gated delta rule), step (the decode step and the per-call "
                              "overhead); default all")
+    parser.add_argument("--hidden", type=int, default=1024,
+                        help="mamba: hidden size (2·hidden / 64 Mamba-2 heads; default 1024)")
+    parser.add_argument("--groups", type=int, default=1, help="mamba: B/C groups (default 1)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.parts.split(",")) - set(_PARTS))
     if unknown:
         parser.error(f"--parts: unknown {', '.join(unknown)}; expected some of {', '.join(_PARTS)}")
-    for name in ("seq", "reps", "threads", "layers", "vocab", "prefill", "decode", "context"):
+    if args.hidden % 64 or (2 * args.hidden // 64) % args.groups:
+        parser.error(f"--hidden {args.hidden} and --groups {args.groups}: expected a hidden size that is a multiple "
+                     "of 64 and groups that divide its 2·hidden / 64 heads")
+    for name in ("seq", "reps", "threads", "layers", "vocab", "prefill", "decode", "context", "hidden", "groups"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
@@ -305,6 +393,16 @@ def main(argv=None):
         if "per_call_overhead_us" in extra:
             print(f"linattn's per-call overhead (a 1-element decode step): {extra['per_call_overhead_us']:.1f} µs")
         result = {"header": header, "rows": [dict(figure=n, linattn_s=a, comparison_s=b) for n, a, b in rows], **extra}
+    elif args.what == "mamba":
+        families = mamba_families(args)
+        print(f"| family | transformers | with enable() | ratio | mixers' share (before, after) |  ({header}, "
+              f"prefill {args.prefill}, hidden {args.hidden}, groups {args.groups})\n|---|---|---|---|---|")
+        for family, row in families.items():
+            theirs, ours = row["transformers"], row["linattn"]
+            print(f"| {family} | {theirs['prefill_s']:.3f} s | {ours['prefill_s']:.3f} s | {row['speedup']:.2f}× | "
+                  f"{100 * theirs['mixer_share']:.0f}%, {100 * ours['mixer_share']:.0f}% |")
+        result = {"header": header, "prefill": args.prefill, "hidden": args.hidden, "groups": args.groups,
+                  "families": families}
     else:
         result = {"header": header, **model(args)}
         print(json.dumps(result, indent=1))

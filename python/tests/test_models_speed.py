@@ -74,3 +74,19 @@ def test_extend_context_refuses_what_it_cannot_extend():
     linear = types.SimpleNamespace(cumulative_length_linear=torch.tensor(3))
     with pytest.raises(RuntimeError, match="--context: the model's cache has no full-attention layer"):
         speed._extend_context(types.SimpleNamespace(layers=[linear]), 64)
+
+
+def test_mamba_families_mode_compares_the_same_logits():
+    """models_speed.py mamba on a tiny shape: every Mamba-2 family runs on both sides, with enable()'s mixers
+    timed (a share in (0, 1)) and the logits of the two sides equal to fp32 rounding."""
+    import argparse
+
+    speed = _script()
+    args = argparse.Namespace(prefill=32, reps=1, hidden=64, groups=1, vocab=64)
+    families = speed.mamba_families(args)
+    assert set(families) == {"mamba2", "bamba", "falcon_h1", "granitemoehybrid", "zamba2", "nemotron_h"}
+    for family, row in families.items():
+        assert row["logits_max_difference_relative"] < 1e-4, family
+        for side in ("transformers", "linattn"):
+            assert row[side]["prefill_s"] > 0 and 0 < row[side]["mixer_share"] < 1, (family, side)
+    assert not lt.is_enabled()
