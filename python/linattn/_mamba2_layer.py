@@ -24,15 +24,23 @@ class RMSNormGated(nn.Module):
         self.register_parameter("bias", None)
 
     def forward(self, x, z=None):
-        dtype, x = x.dtype, x.float()
-        gate = None if z is None else F.silu(z.float())
-        if gate is not None and not self.norm_before_gate:
-            x = x * gate
-        size = self.group_size or x.shape[-1]
-        out = F.rms_norm(x.unflatten(-1, (-1, size)), (size,), None, self.eps).flatten(-2) * self.weight.float()
-        if gate is not None and self.norm_before_gate:
-            out = out * gate
-        return out.to(dtype)
+        return fla_rmsnorm_fn(x, self.weight, self.bias, z, self.eps, self.group_size, self.norm_before_gate)
+
+
+def fla_rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True):
+    """fla.modules.layernorm_gated's rmsnorm_fn (RMSNormGated's forward; linattn.integrations.fla routes fla's
+    to it on CPU tensors): the norm of RMSNormGated, with an optional bias."""
+    dtype, x = x.dtype, x.float()
+    gate = None if z is None else F.silu(z.float())
+    if gate is not None and not norm_before_gate:
+        x = x * gate
+    size = group_size or x.shape[-1]
+    out = F.rms_norm(x.unflatten(-1, (-1, size)), (size,), None, eps).flatten(-2) * weight.float()
+    if bias is not None:
+        out = out + bias.float()
+    if gate is not None and norm_before_gate:
+        out = out * gate
+    return out.to(dtype)
 
 
 class Mamba2(nn.Module):

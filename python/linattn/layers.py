@@ -11,12 +11,13 @@ tokens seen: decoding token by token keeps constant memory (nothing grows with t
 layers: LinearAttention (feature maps "elu", "relu", "identity" and "elementwise_product", fla's
 default: two learnt linear maps multiplied; fla's "hedgehog", "t2r" and "dpfp" are refused by name),
 GatedLinearAttention, SimpleGatedLinearAttention, DeltaNet, GatedDeltaNet, KimiDeltaAttention,
-MultiScaleRetention and Mamba2 (on linattn.mamba). Their submodules and parameters carry fla's names, so
-a state_dict of fla's layer loads into linattn's.
+MultiScaleRetention, Mamba2 (on linattn.mamba) and RWKV7Attention (on linattn.fla's chunk_rwkv7). Their
+submodules and parameters carry fla's names, so a state_dict of fla's layer loads into linattn's.
 attention_mask [B, T_total] marks padding (1 = a real token); its last T columns are this call's, and
 T_total is T, or the cache's tokens plus T: any other shape is refused. Padding is removed before the
 layer computes (packed sequences, cu_seqlens), so it never reaches a state, a normaliser or a
-convolution window; cu_seqlens (B = 1) packs sequences that never mix.
+convolution window (RWKV7Attention zeroes the padded tokens instead, as fla's does); cu_seqlens (B = 1)
+packs sequences that never mix.
 """
 
 from ._torch_version import require_torch
@@ -33,9 +34,11 @@ from ._layer_parts import (Cache, FusedRMSNormGated, ShortConvolution, cache_see
                            key_value_dims, layer_cache, recurrence, repad, repeat_heads, unpad, update_layer_cache)
 from ._mamba2_layer import Mamba2
 from ._retention_layer import MultiScaleRetention
+from ._rwkv7_layer import RWKV7Attention
 
 __all__ = ["Cache", "LinearAttention", "GatedLinearAttention", "DeltaNet", "GatedDeltaNet", "KimiDeltaAttention",
-           "MultiScaleRetention", "Mamba2", "SimpleGatedLinearAttention", "ShortConvolution", "FusedRMSNormGated"]
+           "MultiScaleRetention", "Mamba2", "RWKV7Attention", "SimpleGatedLinearAttention", "ShortConvolution",
+           "FusedRMSNormGated"]
 
 
 class _Hadamard(nn.Module):

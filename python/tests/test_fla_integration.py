@@ -3,11 +3,9 @@ through linattn.fla (docs/models.md, "flash-linear-attention on a CPU").
 
 Each operator linattn has is called as fla's user calls it (fla.ops.<family>.<name>) under enable() and must
 equal linattn.fla's result; disable() must leave fla exactly as it was. Each fla layer of the families
-linattn has is run on the CPU under enable(): as it is, it must fail in the Triton-only helper the table
-names (a norm, a convolution, a rotary embedding: enable() does not reach them), never silently; with those
-helper modules swapped for linattn.layers' (same parameters) the layers whose operator enable() reaches must
-run forward and backward and equal linattn.layers' layer of the same state dict, and must fail without
-enable()."""
+linattn has is run on the CPU under enable(): as it is (its Triton helpers routed by enable()), and with its
+helper modules swapped for linattn.layers' (same parameters), it must run forward and backward and equal
+linattn.layers' layer of the same state dict, and must fail without enable()."""
 
 import copy
 import importlib
@@ -218,9 +216,9 @@ def test_other_fla_versions_are_refused(monkeypatch):
 
 D = 32
 # fla layer: (constructor keywords, the Triton-only helper it fails in on the CPU as it is under enable() (a
-#             path in fla; None: it runs as it is, its only Triton helpers being the RMS norms and the short
-#             convolution, which enable() routes), whether it runs through linattn once its helper modules
-#             are swapped for linattn.layers' (GatedDeltaNet calls the convolution function, not its modules))
+#             path in fla; None: it runs as it is, its Triton helpers all routed by enable()), whether it runs
+#             through linattn once its helper modules are swapped for linattn.layers' (GatedDeltaNet calls the
+#             convolution function, not its modules))
 LAYERS = {
     "GatedDeltaNet": (dict(hidden_size=D, head_dim=8, num_heads=2, expand_v=2), None, False),
     "GatedDeltaNet(use_short_conv=False)": (dict(hidden_size=D, head_dim=8, num_heads=2, expand_v=2,
@@ -231,10 +229,10 @@ LAYERS = {
     "DeltaNet": (dict(hidden_size=D, num_heads=2), None, True),
     "LinearAttention": (dict(hidden_size=D, num_heads=2), None, True),
     "MultiScaleRetention": (dict(hidden_size=D, num_heads=2), None, True),
-    "Mamba2": (dict(hidden_size=D, num_heads=4, head_dim=16, state_size=8), "modules/activations/", False),
+    "Mamba2": (dict(hidden_size=D, num_heads=4, head_dim=16, state_size=8), None, False),
     "RWKV7Attention": (dict(hidden_size=D, head_dim=8, num_heads=4, layer_idx=0, num_hidden_layers=2,
                             decay_low_rank_dim=8, gate_low_rank_dim=8, a_low_rank_dim=8, v_low_rank_dim=8),
-                       "modules/token_shift.py", False),
+                       None, False),
 }
 
 
@@ -256,14 +254,6 @@ def _failing_fla_frame(error):
     below = [i for i, f in enumerate(frames) if "/fla/layers/" in f.filename]
     called = frames[below[-1] + 1] if below and below[-1] + 1 < len(frames) else None
     return f"{called.filename.split('/fla/')[-1]}:{called.name}" if called else ""
-
-
-@pytest.mark.parametrize("key", [key for key, (_, fails_in, _) in LAYERS.items() if fails_in])
-def test_each_layer_as_it_is_fails_in_its_triton_helper(key, enabled):
-    layer = _build(key, fla_layers)
-    with pytest.raises(RuntimeError, match=TRITON_ON_CPU) as error:
-        layer(torch.randn(2, 9, D))
-    assert _failing_fla_frame(error.value).startswith(LAYERS[key][1]), _failing_fla_frame(error.value)
 
 
 def _swap_triton_modules(fla_layer, linattn_layer):
@@ -319,7 +309,7 @@ def test_layers_whose_helpers_linattn_routes_run_as_they_are(key, padded):
     with pytest.raises((RuntimeError, AssertionError)) as error:
         fla_layer(x, attention_mask=mask)
     assert _failing_fla_frame(error.value).startswith(("modules/norm/", "modules/causal_conv1d/", "modules/rotary/",
-                                                       "ops/")), \
+                                                       "modules/token_shift.py", "modules/activations/", "ops/")), \
         _failing_fla_frame(error.value)
     _assert_same_layer(fla_layer, linattn_layer, x, mask)
 

@@ -29,11 +29,20 @@ over unchanged. Two ways in, by what fla offers for each function:
   which enable() wraps the same way (CPU calls to linattn's torch code of fla's parameters and semantics:
   residual, prenorm, residual_in_fp32; the convolution's cache of the last W inputs per sequence, packed
   sequences apart; per-sequence position offsets). HELPERS lists them.
+- RWKV-7's helpers around its operator (what fla.layers.RWKV7Attention calls): token_shift (with its cache of
+  the last token per sequence, packed sequences apart), fused_addcmul_rwkv7, fused_k_rwkv7,
+  gate_output_correction, l2norm (l2_norm) and GroupNorm's group_norm, wrapped the same way (linattn's torch
+  forms in linattn._rwkv7_layer, which linattn.layers.RWKV7Attention computes with too).
+- Mamba2's: RMSNormGated's rmsnorm_fn, and the launchers of fla's Triton swish ("silu") and sigmoid
+  (swish_fwd, swish_bwd, sigmoid_fwd, sigmoid_bwd, called by the autograd Functions that ACT2FN holds, so a
+  layer built before enable() is reached too). fla's Mamba2 then runs its own torch path (its scan is fla's
+  torch code, not linattn's), which for 1 < n_groups < num_heads pairs heads with groups differently from
+  mamba_ssm's kernels (docs/models.md).
 
-What this cannot reach: the other Triton-only helpers fla's layers call around the operator (group norms,
-activations, the fused token shift and gates of RWKV-7). A layer that calls
-one fails in it, with Triton's own error, on the CPU; which layers run is measured in
-python/tests/test_fla_integration.py and listed in docs/models.md.
+What this cannot reach: the Triton-only helpers that no layer of linattn's families calls (the other
+activations of ACT2FN: logsigmoid, sqrelu, gelu; fla's fused MLPs, cross-entropy and KL losses, LayerNormGated's
+layernorm_fn). A function that calls one fails in it, with Triton's own error, on the CPU; which layers run is
+measured in python/tests/test_fla_integration.py and test_fla_rwkv7_mamba2.py and listed in docs/models.md.
 
 Tested with flash-linear-attention 0.6.0 (fla-core 0.6.0, Triton 3.9.0); enable() refuses other minor
 versions, whose registry and function names it has not been checked against.
@@ -146,14 +155,52 @@ def _registries():
 # fla.modules' Triton helpers, by the module-level function their classes and layers call (RMSNorm:
 # rms_norm; FusedRMSNormGated: rms_norm_gated; ShortConvolution and GatedDeltaNet's fused convolution:
 # causal_conv1d, and its decoding step causal_conv1d_update; RotaryEmbedding: rotary_embedding with its
-# cos/sin tables), and linattn's function of the same
-# parameters in the same order (a module of linattn, the name there).
-HELPERS = {"fla.modules.norm.layernorm": {"rms_norm": ("_layer_parts", "fla_rms_norm")},
+# cos/sin tables; RWKV7Attention: the token shift, its mixes, key update, output correction, l2norm and
+# GroupNorm's group_norm; Mamba2: RMSNormGated's rmsnorm_fn and its activation's launchers), and linattn's
+# function of the same parameters in the same order (a module of linattn, the name there).
+HELPERS = {"fla.modules.norm.layernorm": {"rms_norm": ("_layer_parts", "fla_rms_norm"),
+                                         "group_norm": ("_rwkv7_layer", "fla_group_norm")},
+           "fla.modules.norm.l2norm": {"l2norm": ("_rwkv7_layer", "fla_l2_norm")},  # and its alias l2_norm
+           "fla.modules.token_shift": {"token_shift": ("_rwkv7_layer", "fla_token_shift")},
+           "fla.ops.rwkv7.fused_addcmul": {"fused_addcmul_rwkv7": ("_rwkv7_layer", "fla_addcmul_rwkv7")},
+           "fla.ops.rwkv7.fused_k_update": {"fused_k_rwkv7": ("_rwkv7_layer", "fla_k_rwkv7")},
+           "fla.ops.rwkv7.gate_output_correction": {
+               "gate_output_correction": ("_rwkv7_layer", "fla_gate_output_correction")},
            "fla.modules.norm.fused_norm_gate": {"rms_norm_gated": ("_layer_parts", "fla_rms_norm_gated")},
            "fla.modules.causal_conv1d.ops": {
                "causal_conv1d": ("integrations.causal_conv1d", "fla_causal_conv1d"),
                "causal_conv1d_update": ("integrations.causal_conv1d", "fla_causal_conv1d_update")},
-           "fla.modules.rotary.ops": {"rotary_embedding": ("integrations.rotary", "fla_rotary_embedding")}}
+           "fla.modules.rotary.ops": {"rotary_embedding": ("integrations.rotary", "fla_rotary_embedding")},
+           "fla.modules.norm.layernorm_gated": {"rmsnorm_fn": ("_mamba2_layer", "fla_rmsnorm_fn")},
+           "fla.modules.activations.ops": {name: ("integrations.fla", "fla_" + name)
+                                           for name in ("swish_fwd", "swish_bwd", "sigmoid_fwd", "sigmoid_bwd")}}
+
+
+# fla's swish ("silu") and sigmoid of ACT2FN are autograd Functions whose forward and backward call these
+# module-level launchers of Triton kernels: routing the launchers reaches every holder of the Functions
+# (ACT2FN, fla.layers.Mamba2's act bound at construction). Computed in float32, returned in x's dtype.
+
+
+def _float(x):
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def fla_swish_fwd(x, output_contiguous=False):
+    return torch.nn.functional.silu(_float(x)).to(x.dtype)
+
+
+def fla_swish_bwd(x, dy, output_contiguous=False):
+    s = torch.sigmoid(_float(x))
+    return (_float(dy) * s * (1 + _float(x) * (1 - s))).to(x.dtype)
+
+
+def fla_sigmoid_fwd(x, output_contiguous=False):
+    return torch.sigmoid(_float(x)).to(x.dtype)
+
+
+def fla_sigmoid_bwd(x, dy, output_contiguous=False):
+    s = torch.sigmoid(_float(x))
+    return (_float(dy) * s * (1 - s)).to(x.dtype)
 
 
 def _helper_functions(fla):
