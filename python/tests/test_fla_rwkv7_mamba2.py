@@ -285,6 +285,47 @@ def test_initialisation_is_fla_s(fla_layers, kwargs):
             _assert_close(state[name] @ state[name].T, gains[name]**2 * torch.eye(64), name, tol=1e-5)
 
 
+def test_routed_helpers_against_fla_s_torch_references(fla_layers, enabled):
+    """What fla's layers call, called as they call it under enable(), against the torch references fla ships
+    beside its Triton kernels (token_shift_ref: packed, with an empty and a one-token sequence;
+    torch_addcmul_rwkv7, k_update_ref, gate_output_correction_ref, group_norm_ref (layer and RMS, with a
+    residual), layernorm_gated's rms_norm_ref (groups, bias, the gate before and after)); the token shift's
+    cache (the last token per sequence) against its definition."""
+    from fla.modules import token_shift as shift
+    from fla.modules.norm import layernorm, layernorm_gated
+    from fla.ops.rwkv7 import fused_addcmul, fused_k_update, gate_output_correction as correction
+    g = torch.Generator().manual_seed(8)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    x, cu = randn(1, 12, 6), torch.tensor([0, 4, 4, 5, 12])
+    delta, last = shift.token_shift(x, cu, output_cache=True)
+    _assert_close(delta, shift.token_shift_ref(x, cu), "token_shift packed")
+    _assert_close(last, x[0, [3, 3, 4, 11]] * torch.tensor([1.0, 0, 1, 1])[:, None], "token_shift's cache")
+    cache = randn(2, 6)
+    y = randn(2, 5, 6)
+    want = torch.cat([cache[:, None], y[:, :-1]], dim=1) - y
+    _assert_close(shift.token_shift(y, None, cache, True)[0], want, "token_shift from a cache")
+    mixes = [randn(1, 1, 6) for _ in range(6)]
+    for got, want in zip(fused_addcmul.fused_addcmul_rwkv7(y, want, *mixes),
+                         fused_addcmul.torch_addcmul_rwkv7(y, want, *mixes)):
+        _assert_close(got, want, "fused_addcmul_rwkv7")
+    k, a, ka = randn(2, 5, 6), torch.rand(2, 5, 6, generator=g), randn(6)
+    _assert_close(fused_k_update.fused_k_rwkv7(k, a, ka), fused_k_update.k_update_ref(k, a, ka), "fused_k_rwkv7")
+    o, gate, r_k = randn(2, 5, 6), randn(2, 5, 6), randn(2, 3)
+    r, kh, v = randn(2, 5, 2, 3), randn(2, 5, 2, 3), randn(2, 5, 2, 3)
+    _assert_close(correction.gate_output_correction(o, r, kh, r_k, v, gate),
+                  correction.gate_output_correction_ref(o, r, kh, r_k, v, gate), "gate_output_correction")
+    weight, bias, residual = randn(6), randn(6), randn(2, 5, 6)
+    for rms in (False, True):
+        _assert_close(layernorm.group_norm(o, weight, bias, residual, num_groups=3, is_rms_norm=rms),
+                      layernorm.group_norm_ref(o, weight, bias, 3, residual, is_rms_norm=rms, upcast=True), "group_norm")
+    for before in (False, True):
+        _assert_close(layernorm_gated.rmsnorm_fn(o, weight, bias, gate, 1e-5, 3, before),
+                      layernorm_gated.rms_norm_ref(o, weight, bias, gate, 1e-5, 3, before), "rmsnorm_fn")
+
+
 def test_without_enable_fla_layer_fails_in_triton_again(fla_layers):
     fla_layer, _ = _pair(fla_layers, layer_idx=0, **SMALL)
     x = torch.randn(1, 9, D)
