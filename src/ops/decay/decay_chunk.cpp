@@ -16,7 +16,8 @@
 namespace linattn::detail {
 
 NextChunk next_chunk_rows(const RecurrenceHead& x, int64_t t0, int64_t n) {
-  return {kernels::head_rows_ahead(x.q, x.k, false, x.b, x.qk(), t0, n),
+  // q's first query head of x at head x.qk() of its view, beside k's rows (the same head without query groups).
+  return {kernels::head_rows_ahead(query_view(x.q, x.queries, 0), x.k, false, x.b, x.qk(), t0, n),
           kernels::head_rows_ahead(x.v, x.g, false, x.b, x.h, t0, n)};
 }
 
@@ -78,23 +79,29 @@ int64_t DecayChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
       row_factors(false);
     return n_;
   }
-  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.qk()), t0, rows, p_.scale);
+  if (!per_key_) row_factors(true);
+  load_queries(x, t0, 0);
+  return n_;
+}
+
+void DecayChunk::load_queries(const RecurrenceHead& x, int64_t t0, int64_t r) {
+  const int64_t K = p_.K, rows = n_;
+  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.q_head(r)), t0, rows, p_.scale);
   if (per_key_) {
     // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}, Q ⊙ e^{b}, K ⊙ e^{b_n − b}: one exp per element.
     for (int64_t t = 0; t < rows; ++t) {
-      const int64_t r = t * Kp_;
-      kernels::split_factor_row({.Ql = Qh_.data() + r,
-                                 .Kr = Kh_.data() + r,
-                                 .Qe = Qe_.data() + r,
-                                 .Kd = Kd_.data() + r,
-                                 .El = backward_ ? E_.data() + r : nullptr,
-                                 .Er = backward_ ? invE_.data() + r : nullptr},
-                                Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(), em_.data(), enm_.data(), Kp_);
+      const int64_t i = t * Kp_;
+      kernels::split_factor_row({.Ql = Qh_.data() + i,
+                                 .Kr = Kh_.data() + i,
+                                 .Qe = Qe_.data() + i,
+                                 .Kd = Kd_.data() + i,
+                                 .El = backward_ ? E_.data() + i : nullptr,
+                                 .Er = backward_ ? invE_.data() + i : nullptr},
+                                Q_.data() + i, K_.data() + i, b_.data() + i, mid_.data(), em_.data(), enm_.data(), Kp_);
     }
-    return n_;
+  } else {
+    kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
   }
-  row_factors(true);
-  return n_;
 }
 
 // Every factor a product of the tokens' decays a_t, never the exp of a running sum of log decays: in
@@ -118,7 +125,6 @@ void DecayChunk::row_factors(bool queries) {
     for (int64_t s = 0; s < t; ++s) w[s] = w[s - Cp_] * a;  // the row above
     w[t] = 1.0f;
   }
-  kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
 }
 
 // A: [n, n] = mask(left rightᵀ) ⊙ W, lower triangle by strips; right_t: rightᵀ [depth, Cp].
@@ -140,16 +146,25 @@ void DecayChunk::advance(float* S, const kernels::RowsAhead* ahead) {
                 {.accumulate = true, .ahead = ahead});
 }
 
-void DecayChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next) {
+void DecayChunk::read_out(const float* S, TensorView out, const RecurrenceHead& x, int64_t t0, int64_t r,
+                          const kernels::RowsAhead* ahead) {
   const int64_t K = p_.K, V = p_.V, n = n_;
-  const float *left = intra_left(), *right = intra_right();
-  kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
-  intra_scores(A_.data(), left, T_.data(), Kp_, K);
+  intra_scores(A_.data(), intra_left(), T_.data(), Kp_, K);
   // O = A V, then += (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
   kernels::lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, false);
   kernels::gemm({O_.data(), Vp_, n, V}, kernels::plain(Qe_.data(), Kp_), {S, Vp_, K, V},
-                {.accumulate = true, .ahead = next ? &next->qk : nullptr});
-  kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
+                {.accumulate = true, .ahead = ahead});
+  kernels::unpack_rows(kernels::head_rows(out, x.b, x.out_head(r)), t0, {O_.data(), Vp_, n, V}, n);
+}
+
+void DecayChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next) {
+  // The keys' side transposed once: every query head's scores use it (per key, K̂ is formed again, equal).
+  kernels::transpose(T_.data(), Cp_, intra_right(), Kp_, n_, p_.K);
+  for (int64_t r = 0; r < x.queries; ++r) {
+    if (r > 0) load_queries(x, t0, r);
+    // The next chunk's q and k arrive during the last query head's product.
+    read_out(S, out, x, t0, r, next && r + 1 == x.queries ? &next->qk : nullptr);
+  }
   advance(S, next ? &next->vg : nullptr);
 }
 

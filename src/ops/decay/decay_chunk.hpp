@@ -40,8 +40,9 @@ class DecayChunk {
   // and the factors of the state's update only).
   int64_t load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n = 0, Sides sides = Sides::all);
 
-  // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
-  // next: the rows to prefetch meanwhile (null: none).
+  // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out. With query
+  // groups every query head of x reads S (and the chunk's K, V and decays) in turn, each forming its own Q
+  // and scores, before S advances once. next: the rows to prefetch meanwhile (null: none).
   void forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next = nullptr);
   // S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V: the state after the chunk, without the outputs.
   void advance(float* S, const kernels::RowsAhead* ahead = nullptr);
@@ -58,6 +59,12 @@ class DecayChunk {
 
  private:
   void intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth);
+  // Q from query head r of x and the factors formed from it (Q ⊙ e^b; per key Q̂ as well, and K̂ and
+  // K ⊙ e^{b_n − b} again, the same values).
+  void load_queries(const RecurrenceHead& x, int64_t t0, int64_t r);
+  // The chunk's rows of out's head x.out_head(r) from S and the transposed right side in T_.
+  void read_out(const float* S, TensorView out, const RecurrenceHead& x, int64_t t0, int64_t r,
+                const kernels::RowsAhead* ahead);
   void scale_state(float* S) const;  // S ← diag(e^{b_n}) S
   // Per row: e^{b_n}, e^{b_n − b_t} and K ⊙ e^{b_n − b}; with the queries also e^{b_t}, W and Q ⊙ e^{b}.
   void row_factors(bool queries);

@@ -4,7 +4,9 @@
 // initial state through the family's own step S_t = f(S_{t−1}, token t), and every family reads out
 // o_t = scale · S_tᵀ q_t. The backward keeps every state of a sequence (the oracles are for small
 // problems), runs the read-out's gradients and hands the family's step back its own. h counts the value
-// heads; q is read at head p.qk_head(h) (grouped value heads), and its gradient sums over the group.
+// heads; q is read at head p.qk_head(h) (grouped value heads), and its gradient sums over the group. With
+// query groups the state of head h is read out by each of its query heads p.q_head(h, r) into out's head
+// p.out_head(h, r) (the forward; the backward refuses them).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -38,17 +40,19 @@ inline void reference_decay(std::vector<double>& a, const RecurrenceProblem& p, 
 template <class Advance>
 reference::DecayedOutput reference_forward(const RecurrenceProblem& p, const reference::Tensor& q,
                                            const std::vector<double>* initial_state, Advance&& advance) {
-  reference::DecayedOutput result{reference::Tensor({p.B, p.T, p.H, p.V}), std::vector<double>(size_t(p.state_size()))};
+  reference::DecayedOutput result{reference::Tensor({p.B, p.T, p.H * p.queries, p.V}),
+                                  std::vector<double>(size_t(p.state_size()))};
   for (const Sequence& s : p.sequences)
     for (int64_t h = 0; h < p.H; ++h) {
       std::vector<double> S = reference_state(p, s.n * p.H + h, initial_state);
       for (int64_t t = s.begin; t < s.end; ++t) {
         advance(S, s.b, t, h);
-        for (int64_t y = 0; y < p.V; ++y) {
-          double o = 0;
-          for (int64_t x = 0; x < p.K; ++x) o += q(s.b, t, p.qk_head(h), x) * S[size_t(x * p.V + y)];
-          result.out(s.b, t, h, y) = p.scale * o;
-        }
+        for (int64_t r = 0; r < p.queries; ++r)
+          for (int64_t y = 0; y < p.V; ++y) {
+            double o = 0;
+            for (int64_t x = 0; x < p.K; ++x) o += q(s.b, t, p.q_head(h, r), x) * S[size_t(x * p.V + y)];
+            result.out(s.b, t, p.out_head(h, r), y) = p.scale * o;
+          }
       }
       std::copy(S.begin(), S.end(), result.final_state.begin() + (s.n * p.H + h) * p.K * p.V);
     }
@@ -65,6 +69,7 @@ void reference_backward(const RecurrenceProblem& p, const reference::Tensor& q, 
                         reference::Tensor& dq, std::vector<double>& dinitial_state, Advance&& advance,
                         StepBack&& step_back) {
   const int64_t KV = p.K * p.V;
+  refuse_query_groups("the fp64 oracle's backward", p);
   for (const Sequence& s : p.sequences)
     for (int64_t h = 0; h < p.H; ++h) {
       // Every state S_t of the sequence, S_{begin−1} first: the reverse sweep reads S_t and S_{t−1}.
