@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "linattn/delta.hpp"
 #include "linattn/dplr.hpp"
 #include "linattn/error.hpp"
+#include "linattn/half_attention.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/reference.hpp"
 #include "support/decay_problem.hpp"
@@ -163,8 +165,7 @@ TEST(QueryGroups, StrongDecaysMatchTheOracle) {
 }
 
 // The grouped call gives what the call with k, v, g and the states repeated per query head gives: out bit for
-// bit, and every query head's final state its k/v head's. The token-by-token forward is compared with the
-// repeated decode step, which also goes token by token (the repeated forward's block scans round otherwise).
+// bit, and every query head's final state its k/v head's: chunked, token by token and as a decode step.
 TEST(QueryGroups, EqualsTheCallWithRepeatedKeysValuesAndGates) {
   for (Decay d : kAllDecays) {
     if (!repeatable(d)) continue;
@@ -180,15 +181,56 @@ TEST(QueryGroups, EqualsTheCallWithRepeatedKeysValuesAndGates) {
       EXPECT_EQ(dense(grouped.out), dense(out)) << "chunked out";
       expect_states_repeat(g, grouped.final_state, state);
 
-      if (!c.cu_seqlens.empty()) continue;  // a decoding state holds one sequence a batch row
-      RecurrentState decode(c.B, g.HQ(), c.K, c.V, decay_name(d));
-      std::copy(r.initial.begin(), r.initial.end(), decode.S().begin());
-      decayed_step(out.view, g.q.view, r.k.view, r.v.view, r.gate(), decode, r.options);
+      // Token by token: over blocks of tokens (T ≥ 4), and as a decode step (one update a token).
+      state = r.initial;
+      decayed_recurrent_forward(out.view, g.q.view, r.k.view, r.v.view, r.gate(), state, r.options);
       const Result tokens = token_by_token(g);
       EXPECT_EQ(dense(tokens.out), dense(out)) << "token-by-token out";
-      expect_states_repeat(g, tokens.final_state, std::vector<float>(decode.S().begin(), decode.S().end()));
+      expect_states_repeat(g, tokens.final_state, state);
+      if (!c.cu_seqlens.empty()) continue;  // a decoding state holds one sequence a batch row
+      RecurrentState decode(c.B, g.HQ(), c.K, c.V, decay_name(d)), grouped_decode(c.B, c.H, c.K, c.V, decay_name(d));
+      std::copy(r.initial.begin(), r.initial.end(), decode.S().begin());
+      std::copy(g.kv.initial.begin(), g.kv.initial.end(), grouped_decode.S().begin());
+      Tensor32 steps = make_tensor(g.out_extent(), c.layout);
+      decayed_step(out.view, g.q.view, r.k.view, r.v.view, r.gate(), decode, r.options);
+      decayed_step(steps.view, g.q.view, g.kv.k.view, g.kv.v.view, g.kv.gate(), grouped_decode, g.kv.options());
+      EXPECT_EQ(dense(steps), dense(out)) << "decode step out";
+      expect_states_repeat(g, std::vector<float>(grouped_decode.S().begin(), grouped_decode.S().end()),
+                           std::vector<float>(decode.S().begin(), decode.S().end()));
     }
   }
+}
+
+// x in bf16 (rounded to nearest even): its storage, and a view of it in x's layout.
+struct Bf16 {
+  std::vector<bf16> storage;
+  View4<bf16> view;
+  explicit Bf16(const Tensor32& x) : storage(x.storage.size()) {
+    convert(std::span<bf16>(storage), std::span<const float>(x.storage));
+    if (!storage.empty()) view = {storage.data(), x.view.extent, x.view.stride};  // else empty: no gate
+  }
+};
+
+// bf16 rows read in place (widened a token or a block at a time, each query head's at its own head): what the
+// bf16 call with k, v and g repeated gives, bit for bit, token by token (T 3) and over blocks of tokens (T 40).
+TEST(QueryGroups, Bf16TokenByTokenEqualsTheRepeatedCall) {
+  for (Decay d : {Decay::head, Decay::token, Decay::key})
+    for (int64_t T : {3, 40}) {
+      const Grouped g = make_grouped(make_case(2, T, 2, 7, 5, d, {}, Layout::padded), 3);
+      SCOPED_TRACE(describe(g));
+      const Case& c = g.kv.c;
+      const Repeated r = repeat(g);
+      const bool gated = gate_cols(c) > 0;
+      const Bf16 q(g.q), k(g.kv.k), v(g.kv.v), k_repeated(r.k), v_repeated(r.v);
+      const Bf16 gate = gated ? Bf16(g.kv.g) : Bf16(Tensor32{}), gate_repeated = gated ? Bf16(r.g) : Bf16(Tensor32{});
+      Bf16 out(make_tensor(g.out_extent(), c.layout)), again(make_tensor(g.out_extent(), c.layout));
+      std::vector<float> state = g.kv.initial, repeated_state = r.initial;
+      decayed_recurrent_forward(out.view, q.view, k.view, v.view, View4<const bf16>(gate.view), state, g.kv.options());
+      decayed_recurrent_forward(again.view, q.view, k_repeated.view, v_repeated.view,
+                                View4<const bf16>(gate_repeated.view), repeated_state, r.options);
+      EXPECT_EQ(0, std::memcmp(out.storage.data(), again.storage.data(), out.storage.size() * sizeof(bf16)));
+      expect_states_repeat(g, state, repeated_state);
+    }
 }
 
 // One sequence, so that its k/v heads are shared out over the threads: bit for bit at one thread and two.

@@ -4,8 +4,8 @@
 // fused_recurrent_*) goes over blocks of tokens with their decays factored out (recurrent_blocks.hpp).
 // Heads are value heads; with grouped ones, q and k are read at head h / group (RecurrenceProblem).
 // With query groups (q and out with R·H heads) a head is a k/v head: its state advances once a token, and
-// each of its R query heads reads it out (the first in the update's sweep, the others after it); such
-// calls go token by token at any length (the block scans read out one query head).
+// each of its R query heads reads it out (the first in the update's sweep, the others after it; over blocks
+// of tokens, each token's read-outs in turn from the registers the update leaves).
 // Constant memory per token either way.
 #include <algorithm>
 #include <cmath>
@@ -64,8 +64,7 @@ template <class I>
 void recurrent_forward(const detail::DecayProblem& p, View4<I> out, View4<const I> q, View4<const I> k,
                        View4<const I> v, View4<const I> g, const detail::TokenStates<float>& states,
                        const DecayedAttentionOptions& options) {
-  if (detail::longest(p.sequences) < detail::kScanMinTokens || p.queries > 1)
-    return recurrent(p, out, q, k, v, g, states, options);
+  if (detail::longest(p.sequences) < detail::kScanMinTokens) return recurrent(p, out, q, k, v, g, states, options);
   const std::span<float> state = states.to;
   std::copy(states.from.begin(), states.from.end(), state.begin());
   const int64_t N = int64_t(p.sequences.size());
