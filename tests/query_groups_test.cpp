@@ -3,8 +3,9 @@
 // states per k/v head, out [B, T, R·H, V]. The chunked forward, the token-by-token forward and the decode step
 // against the fp64 oracle, against the call with k, v, g (and the states) repeated per query head (equal bit for
 // bit: out, and every query head's final state its k/v head's), over thread counts, with packed sequences; the
-// same for the delta rule (DeltaNet, Gated DeltaNet, KDA, with and without l2norm); and the refusals: the
-// backwards, the DPLR delta rule, both groupings at once, out, g and the states of the wrong heads.
+// same for the delta rule (DeltaNet, Gated DeltaNet, KDA, with and without l2norm); the fp64 oracles' backwards
+// against finite differences; and the refusals: the C++ backwards, the DPLR delta rule, both groupings at once,
+// out, g and the states of the wrong heads.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -31,6 +32,8 @@ namespace linattn::testing {
 namespace {
 
 using namespace decay;  // NOLINT: the shared problem's words (support/decay_problem.hpp)
+
+constexpr DeltaGate kDeltaGates[] = {DeltaGate::none, DeltaGate::token, DeltaGate::key};
 
 // A problem of R query heads a k/v head: the decayed family's problem over the H k/v heads (its k, v, g,
 // g_gamma and states), and q of R·H heads in its place.
@@ -282,6 +285,34 @@ TEST(QueryGroups, DecodeStepMatchesTheForward) {
   }
 }
 
+// A problem's q and dout replaced by ones of R·H heads (query groups), drawn from `seed`.
+template <class Problem>
+Problem with_query_groups(Problem p, int64_t R, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto [B, T, H, K] = p.k.extent();
+  p.q = random_tensor({B, T, R * H, K}, p.c.layout, rng);
+  p.dout = random_tensor({B, T, R * H, p.v.extent()[3]}, p.c.layout, rng);
+  return p;
+}
+
+// The oracle's backward with query groups (each read-out's share of dS and its own dq; the C++ backwards refuse
+// them) is the derivative of its forward: every gradient against central differences.
+TEST(QueryGroupsReference, GradientsMatchFiniteDifferences) {
+  for (Decay d : kAllDecays) {
+    Case c = make_case(2, 9, 2, 3, 4, d);
+    c.chunk = 4, c.g_lo = -2.0f, c.g_hi = 0.5f;
+    SCOPED_TRACE(describe(c));
+    expect_oracle_gradients_match_finite_differences(with_query_groups(make_problem(c, 7), 3, 8));
+  }
+  for (DeltaGate gate : kDeltaGates)
+    for (bool l2norm : {false, true}) {
+      delta::Case c{2, 9, 2, 3, 4, gate, l2norm, 4};
+      c.key_scale = l2norm ? 1.0f : 0.5f;
+      SCOPED_TRACE(delta::describe(c));
+      delta::expect_oracle_gradients_match_finite_differences(with_query_groups(delta::make_problem(c, 9), 2, 10));
+    }
+}
+
 TEST(QueryGroupsErrors, RefusedByName) {
   const Grouped g = make_grouped(make_case(1, 5, 2, 3, 3, Decay::token), 2);
   const Problem& p = g.kv;
@@ -318,7 +349,7 @@ TEST(QueryGroupsErrors, RefusedByName) {
                  "linattn::decayed_step: state.heads() is 4, expected 2", "a decoding state per query head");
 }
 
-// The backward and the DPLR delta rule take query groups as R calls: refused with the words that say so.
+// The C++ backward and the DPLR delta rule take query groups as R calls: refused with the words that say so.
 TEST(QueryGroupsErrors, BackwardAndOtherFamiliesRefuse) {
   const Grouped g = make_grouped(make_case(1, 5, 2, 3, 3, Decay::token), 2);
   const Problem& p = g.kv;
@@ -333,12 +364,6 @@ TEST(QueryGroupsErrors, BackwardAndOtherFamiliesRefuse) {
       "linattn::decayed_attention_backward: q has 4 heads over k's and v's 2 (query groups), which this backward "
       "does not take natively",
       "the chunked backward of query groups");
-  const reference::Tensor q = reference::to_double(g.q.view), k = reference::to_double(p.k.view),
-                          v = reference::to_double(p.v.view), gate = reference::to_double(p.g.view),
-                          dout64 = reference::to_double(dout.view);
-  expect_refused([&] { reference::decayed_attention_backward(dout64, nullptr, q, k, v, &gate, p.options()); },
-                 "reference::decayed_attention_backward: q has 4 heads over k's and v's 2 (query groups)",
-                 "the oracle's backward of query groups");
   Tensor32 out = make_tensor(g.out_extent(), Layout::bnhd);
   std::mt19937_64 rng(7);
   const Tensor32 a = random_tensor(p.k.extent(), Layout::bnhd, rng), b = random_tensor(p.k.extent(), Layout::bnhd, rng),
@@ -412,8 +437,6 @@ void expect_matches_oracle(const DeltaGrouped& g) {
     EXPECT_LT(relative_error(r.final_state, o.final_state), 2e-4) << (tokens ? "token by token" : "chunked");
   }
 }
-
-constexpr DeltaGate kDeltaGates[] = {DeltaGate::none, DeltaGate::token, DeltaGate::key};
 
 TEST(QueryGroupsDelta, ForwardsMatchTheOracleOverAwkwardShapes) {
   for (DeltaGate gate : kDeltaGates)

@@ -4,7 +4,8 @@ of k/v head i // R; g [B, T, H] or [B, T, H, K], g_gamma [H] and the states [N, 
 [B, T, R·H, V]. decayed_attention (fp32 and the fp64 oracle), decayed_recurrent_forward, decayed_recurrent and
 decayed_step against a numpy recurrence written here from the formula and against the call with k, v, g and the
 states repeated per query head; the delta rule's forwards (chunked, token by token, the step) against its
-recurrence; the refusals (the backwards, the DPLR delta rule, gates and states of q's heads) naming the heads."""
+recurrence; the fp64 oracle's backward against R ungrouped passes; the refusals (the float32 backwards, the DPLR
+delta rule, gates and states of q's heads) naming the heads."""
 
 import numpy as np
 import pytest
@@ -125,6 +126,35 @@ def test_decode_steps_give_the_forward(decay):
         assert o.shape == (2, 6, 4)
         assert relative(o, want[:, t]) < 2e-5
     assert relative(state, want_final) < 2e-5
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+def test_oracle_backward_is_the_sum_of_the_query_heads_passes(decay):
+    # The fp64 oracle's backward with query groups against R ungrouped oracle passes, one per query head r of the
+    # groups (q[:, :, r::R], dout[:, :, r::R]): dq theirs, dk, dv, dg and dinitial_state their sums (dfinal_state
+    # in the first pass alone).
+    R = 3
+    q, k, v, g, g_gamma, h0 = problem(decay, 1, 20, 2, R, 5, 4, seed=11)
+    f64 = lambda x: None if x is None else x.astype(np.float64)
+    q, k, v, g, h0 = map(f64, (q, k, v, g, h0))
+    rng = np.random.default_rng(12)
+    dout, dfinal = rng.standard_normal((1, 20, 2 * R, 4)), rng.standard_normal(h0.shape)
+    options = dict(decay=decay, g_gamma=g_gamma, initial_state=h0)
+    grads = _linattn.reference.decayed_attention_backward(q, k, v, g, dout, dfinal, **options)
+    assert grads[0].shape == q.shape and grads[1].shape == k.shape and grads[4].shape == h0.shape
+    want = [np.zeros_like(x) for x in (q, k, v)] + [None if g is None else np.zeros_like(g), np.zeros_like(h0)]
+    for r in range(R):
+        d = _linattn.reference.decayed_attention_backward(q[:, :, r::R], k, v, g, dout[:, :, r::R],
+                                                          dfinal if r == 0 else None, **options)
+        want[0][:, :, r::R] = d[0]
+        for i in range(1, 5):
+            if want[i] is not None:
+                want[i] += d[i]
+    for got, expected in zip(grads, want):
+        if expected is None:
+            assert got is None
+        else:
+            assert relative(got, expected) < 1e-12
 
 
 def l2norm(x):

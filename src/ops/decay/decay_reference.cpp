@@ -2,7 +2,7 @@
 //   S_t = diag(a_t) S_{t−1} + k_t v_tᵀ,  a_t = exp(g_t),  o_t = scale · S_tᵀ q_t,
 // and its reverse sweep for the gradients. With grouped value heads, value head h reads k_t (and q_t) of
 // head h / (HV / H), and the gradients of k (and q) sum over the heads of their group; with query groups
-// (q with R·H heads) each of head h's R query heads reads its state (the forward). Shares only the
+// (q with R·H heads) each of head h's R query heads reads its state. Shares only the
 // argument checks with the fast path.
 #include <cmath>
 
@@ -54,7 +54,6 @@ DecayedGradients decayed_attention_backward(const Tensor& dout, const std::vecto
                                             const std::vector<double>* initial_state) {
   const char* op = "reference::decayed_attention_backward";
   const detail::DecayProblem p = check(op, q, k, v, g, options, initial_state);
-  detail::refuse_query_groups(op, p);
   detail::check_recurrence_output(op, "dout", detail::shape_only(op, "dout", dout.extent, dout.data.size()),
                                   detail::shape_only(q.extent), detail::shape_only(v.extent));
   if (dfinal_state) detail::check_state_span(op, "dfinal_state", dfinal_state->size(), p);

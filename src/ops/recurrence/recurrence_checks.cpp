@@ -147,8 +147,8 @@ void refuse_query_groups(const char* op, const RecurrenceProblem& p) {
               " (query groups), which this backward does not take natively (they are native only in ",
               query_groups_native, "): run it once per query head r of a group, with q[:, :, r::", p.queries,
               "] and dout[:, :, r::", p.queries,
-              "] against the same k, v and gates, and sum dk, dv, dg and the states'"
-              " gradients over the runs");
+              "] against the same k, v and gates (dfinal_state in one run only), and sum dk, dv, dg and"
+              " dinitial_state over the runs");
 }
 
 namespace {
