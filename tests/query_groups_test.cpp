@@ -147,8 +147,11 @@ TEST(QueryGroups, ForwardsMatchTheOracleOverAwkwardShapes) {
   for (Decay d : kAllDecays)
     for (int64_t T : {1, 63, 65, 97})
       for (int64_t R : {2, 3})
-        expect_matches_oracle(
-            make_grouped(make_case(2, T, 2, 7, 5, d, {}, T == 65 ? Layout::padded : Layout::bnhd), R));
+        expect_matches_oracle(make_grouped(make_case(2, T, 2, 7, 5, d, {},
+                                                     T == 65   ? Layout::padded
+                                                     : T == 97 ? Layout::bhnd
+                                                               : Layout::bnhd),
+                                           R));
 }
 
 TEST(QueryGroups, PackedSequencesWithAnEmptyOneMatchTheOracle) {
@@ -215,8 +218,9 @@ struct Bf16 {
 };
 
 // bf16 rows read in place (widened a token or a block at a time, each query head's at its own head): what the
-// bf16 call with k, v and g repeated gives, bit for bit, token by token (T 3) and over blocks of tokens (T 40).
-TEST(QueryGroups, Bf16TokenByTokenEqualsTheRepeatedCall) {
+// bf16 call with k, v and g repeated gives, bit for bit, token by token (T 3) and over blocks of tokens (T 40);
+// and the chunked bf16 forward (through widened copies) likewise.
+TEST(QueryGroups, Bf16EqualsTheRepeatedCall) {
   for (Decay d : {Decay::head, Decay::token, Decay::key})
     for (int64_t T : {3, 40}) {
       const Grouped g = make_grouped(make_case(2, T, 2, 7, 5, d, {}, Layout::padded), 3);
@@ -232,6 +236,13 @@ TEST(QueryGroups, Bf16TokenByTokenEqualsTheRepeatedCall) {
       decayed_recurrent_forward(again.view, q.view, k_repeated.view, v_repeated.view,
                                 View4<const bf16>(gate_repeated.view), repeated_state, r.options);
       EXPECT_EQ(0, std::memcmp(out.storage.data(), again.storage.data(), out.storage.size() * sizeof(bf16)));
+      expect_states_repeat(g, state, repeated_state);
+      decayed_attention_forward(out.view, q.view, k.view, v.view, View4<const bf16>(gate.view), g.kv.options(),
+                                g.kv.initial, state);
+      decayed_attention_forward(again.view, q.view, k_repeated.view, v_repeated.view,
+                                View4<const bf16>(gate_repeated.view), r.options, r.initial, repeated_state);
+      EXPECT_EQ(0, std::memcmp(out.storage.data(), again.storage.data(), out.storage.size() * sizeof(bf16)))
+          << "chunked";
       expect_states_repeat(g, state, repeated_state);
     }
 }
@@ -442,7 +453,10 @@ TEST(QueryGroupsDelta, ForwardsMatchTheOracleOverAwkwardShapes) {
   for (DeltaGate gate : kDeltaGates)
     for (int64_t T : {1, 63, 65, 97})
       for (int64_t R : {2, 3})
-        expect_matches_oracle(make_delta(2, T, 2, 7, 5, gate, R, {}, R == 2, T == 65 ? Layout::padded : Layout::bnhd));
+        expect_matches_oracle(make_delta(2, T, 2, 7, 5, gate, R, {}, R == 2,
+                                         T == 65   ? Layout::padded
+                                         : T == 97 ? Layout::bhnd
+                                                   : Layout::bnhd));
 }
 
 TEST(QueryGroupsDelta, PackedSequencesWithAnEmptyOneMatchTheOracle) {
