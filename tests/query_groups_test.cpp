@@ -3,14 +3,16 @@
 // states per k/v head, out [B, T, R·H, V]. The chunked forward, the token-by-token forward and the decode step
 // against the fp64 oracle, against the call with k, v, g (and the states) repeated per query head (equal bit for
 // bit: out, and every query head's final state its k/v head's), over thread counts, with packed sequences; the
-// same for the delta rule (DeltaNet, Gated DeltaNet, KDA, with and without l2norm); the fp64 oracles' backwards
-// against finite differences; and the refusals: the C++ backwards, the DPLR delta rule, both groupings at once,
-// out, g and the states of the wrong heads.
+// same for the delta rule (DeltaNet, Gated DeltaNet, KDA, with and without l2norm); the decayed family's chunked
+// backward against the oracle and the sum of one pass per query head; the fp64 oracles' backwards against finite
+// differences; and the refusals: the delta rule's backward, the DPLR delta rule, both groupings at once, out, g
+// and the states of the wrong heads.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "linattn/half_attention.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/reference.hpp"
+#include "ops/recurrence/recurrence_checks.hpp"
 #include "support/decay_problem.hpp"
 #include "support/decode_steps.hpp"
 #include "support/delta_problem.hpp"
@@ -324,6 +327,94 @@ TEST(QueryGroupsReference, GradientsMatchFiniteDifferences) {
     }
 }
 
+// The chunked backward of a problem whose q and dout have R·H heads (with_query_groups).
+struct Backward {
+  Tensor32 dq, dk, dv, dg;
+  std::vector<float> dinitial;
+};
+Backward chunked_backward(const Problem& p, ConstTensorView q, ConstTensorView dout, std::span<const float> dfinal) {
+  const Case& c = p.c;
+  const bool gated = gate_cols(c) > 0;
+  Backward r{make_tensor(q.extent, c.layout), make_tensor(p.k.extent(), c.layout), make_tensor(p.v.extent(), c.layout),
+             gated ? make_tensor(p.g.extent(), c.layout) : Tensor32{}, std::vector<float>(p.state_size())};
+  decayed_attention_backward(r.dq.view, r.dk.view, r.dv.view, gated ? r.dg.view : TensorView{}, r.dinitial, dout,
+                             dfinal, q, p.k.view, p.v.view, p.gate(), p.options(), p.initial);
+  return r;
+}
+Backward chunked_backward(const Problem& p) { return chunked_backward(p, p.q.view, p.dout.view, p.dfinal); }
+
+void expect_backward_matches_oracle(const Problem& p) {
+  SCOPED_TRACE(describe(p.c) + " q of " + std::to_string(p.q.extent()[2]) + " heads");
+  const reference::DecayedGradients o = oracle(p).backward;
+  const Backward b = chunked_backward(p);
+  EXPECT_LT(relative_error(b.dq.view, o.dq), 2e-4) << "dq";
+  EXPECT_LT(relative_error(b.dk.view, o.dk), 2e-4) << "dk";
+  EXPECT_LT(relative_error(b.dv.view, o.dv), 2e-4) << "dv";
+  EXPECT_LT(relative_error(b.dinitial, o.dinitial_state), 2e-4) << "dinitial_state";
+  if (gate_cols(p.c) > 0) {
+    EXPECT_LT(relative_error(b.dg.view, o.dg), 2e-4) << "dg";
+  }
+}
+
+// The decayed family's chunked backward takes query groups natively (each chunk's R read-outs add their shares,
+// the state's sweeps once): against the oracle over awkward shapes and packed sequences with an empty one.
+TEST(QueryGroupsBackward, MatchesTheOracle) {
+  for (Decay d : kAllDecays) {
+    for (int64_t T : {1, 63, 65, 97})
+      for (int64_t R : {2, 3})
+        expect_backward_matches_oracle(with_query_groups(
+            make_problem(make_case(2, T, 2, 7, 5, d, {}, T == 65 ? Layout::padded : Layout::bnhd), 3), R, 4));
+    expect_backward_matches_oracle(
+        with_query_groups(make_problem(make_case(1, 70, 2, 7, 5, d, {0, 33, 33, 70})), 2, 5));
+  }
+  for (Decay d : {Decay::token, Decay::key}) {  // strong decays: chunks that end early
+    Case c = make_case(1, 130, 2, 8, 8, d);
+    c.g_lo = -25.0f;
+    expect_backward_matches_oracle(with_query_groups(make_problem(c), 3, 6));
+  }
+}
+
+// The sum of R ungrouped backwards, one per query head r of the groups (q[:, :, r::R], dout[:, :, r::R], views;
+// dfinal_state in the first alone): dq theirs, dk, dv, dg and dinitial_state their sums (within rounding); the
+// same at one thread and two, bit for bit.
+TEST(QueryGroupsBackward, IsTheSumOfOnePassPerQueryHead) {
+  for (Decay d : kAllDecays) {
+    const int64_t R = 3;
+    const Problem p = with_query_groups(make_problem(make_case(2, 50, 2, 6, 5, d, {}, Layout::padded), 7), R, 8);
+    SCOPED_TRACE(describe(p.c));
+    const Backward grouped = chunked_backward(p);
+    std::vector<double> dk(dense(p.k).size()), dv(dense(p.v).size()), dg(gate_cols(p.c) > 0 ? dense(p.g).size() : 0),
+        dinitial(p.state_size());
+    const auto add = [](std::vector<double>& sum, const std::vector<float>& x) {
+      for (size_t i = 0; i < x.size(); ++i) sum[i] += x[i];
+    };
+    for (int64_t r = 0; r < R; ++r) {
+      const Backward one = chunked_backward(p, detail::query_view(ConstTensorView(p.q.view), R, r),
+                                            detail::query_view(ConstTensorView(p.dout.view), R, r),
+                                            r == 0 ? std::span<const float>(p.dfinal) : std::span<const float>());
+      const std::vector<float> dq = dense(one.dq);
+      EXPECT_LT(relative_error(dense(detail::query_view(ConstTensorView(grouped.dq.view), R, r)),
+                               std::vector<double>(dq.begin(), dq.end())),
+                1e-5)
+          << "dq of query head " << r;
+      add(dk, dense(one.dk)), add(dv, dense(one.dv)), add(dinitial, one.dinitial);
+      if (!dg.empty()) add(dg, dense(one.dg));
+    }
+    EXPECT_LT(relative_error(dense(grouped.dk), dk), 1e-5) << "dk";
+    EXPECT_LT(relative_error(dense(grouped.dv), dv), 1e-5) << "dv";
+    EXPECT_LT(relative_error(grouped.dinitial, dinitial), 1e-5) << "dinitial_state";
+    if (!dg.empty()) {
+      EXPECT_LT(relative_error(dense(grouped.dg), dg), 1e-5) << "dg";
+    }
+  }
+  for (Decay d : {Decay::retention, Decay::token, Decay::key}) {  // one sequence: its heads over the threads
+    const Problem p = with_query_groups(make_problem(make_case(1, 300, 3, 16, 16, d), 7), 2, 8);
+    SCOPED_TRACE(describe(p.c));
+    expect_same_at_one_and_two_threads([&] { return chunked_backward(p); }, &Backward::dq, &Backward::dk, &Backward::dv,
+                                       &Backward::dg, &Backward::dinitial);
+  }
+}
+
 TEST(QueryGroupsErrors, RefusedByName) {
   const Grouped g = make_grouped(make_case(1, 5, 2, 3, 3, Decay::token), 2);
   const Problem& p = g.kv;
@@ -360,21 +451,10 @@ TEST(QueryGroupsErrors, RefusedByName) {
                  "linattn::decayed_step: state.heads() is 4, expected 2", "a decoding state per query head");
 }
 
-// The C++ backward and the DPLR delta rule take query groups as R calls: refused with the words that say so.
-TEST(QueryGroupsErrors, BackwardAndOtherFamiliesRefuse) {
+// The DPLR delta rule takes query groups as R calls: refused with the words that say so.
+TEST(QueryGroupsErrors, OtherFamiliesRefuse) {
   const Grouped g = make_grouped(make_case(1, 5, 2, 3, 3, Decay::token), 2);
   const Problem& p = g.kv;
-  Tensor32 dq = make_tensor(g.q.extent(), Layout::bnhd), dk = make_tensor(p.k.extent(), Layout::bnhd),
-           dv = make_tensor(p.v.extent(), Layout::bnhd), dg = make_tensor(p.g.extent(), Layout::bnhd),
-           dout = make_tensor(g.out_extent(), Layout::bnhd);
-  expect_refused(
-      [&] {
-        decayed_attention_backward(dq.view, dk.view, dv.view, dg.view, {}, dout.view, {}, g.q.view, p.k.view, p.v.view,
-                                   p.gate(), p.options());
-      },
-      "linattn::decayed_attention_backward: q has 4 heads over k's and v's 2 (query groups), which this backward "
-      "does not take natively",
-      "the chunked backward of query groups");
   Tensor32 out = make_tensor(g.out_extent(), Layout::bnhd);
   std::mt19937_64 rng(7);
   const Tensor32 a = random_tensor(p.k.extent(), Layout::bnhd, rng), b = random_tensor(p.k.extent(), Layout::bnhd, rng),

@@ -16,9 +16,9 @@
 //
 // Query groups (ONNX LinearAttention, opset 27): q may have R·H heads over k's and v's H; then q and out have
 // R·H heads, k, v, g, g_gamma and the states H, and query head i reads the state of head i / R (each state
-// advances once, read out R times), without a copy. The forwards take them, token by token and the decode
-// step included (RecurrentState(B, H, K, V, decay_name(decay))); the backward refuses them, saying how to run
-// it as R calls. The two groupings do not come together.
+// advances once, read out R times), without a copy. Every call below takes them, token by token and the
+// decode step included (RecurrentState(B, H, K, V, decay_name(decay))); the backward's dq has q's R·H heads,
+// dk, dv, dg and dinitial_state H, each the sum over the query heads. The two groupings do not come together.
 #include <cstdint>
 #include <optional>
 #include <span>

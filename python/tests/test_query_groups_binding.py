@@ -4,8 +4,8 @@ of k/v head i // R; g [B, T, H] or [B, T, H, K], g_gamma [H] and the states [N, 
 [B, T, R·H, V]. decayed_attention (fp32 and the fp64 oracle), decayed_recurrent_forward, decayed_recurrent and
 decayed_step against a numpy recurrence written here from the formula and against the call with k, v, g and the
 states repeated per query head; the delta rule's forwards (chunked, token by token, the step) against its
-recurrence; the fp64 oracle's backward against R ungrouped passes; the refusals (the float32 backwards, the DPLR
-delta rule, gates and states of q's heads) naming the heads."""
+recurrence; the fp64 oracle's backward against R ungrouped passes and the float32 chunked backward against it;
+the refusals (the delta rule's backward, the DPLR delta rule, gates and states of q's heads) naming the heads."""
 
 import numpy as np
 import pytest
@@ -157,6 +157,25 @@ def test_oracle_backward_is_the_sum_of_the_query_heads_passes(decay):
             assert relative(got, expected) < 1e-12
 
 
+@pytest.mark.parametrize("decay", DECAYS)
+def test_float32_backward_matches_the_oracle(decay):
+    # The chunked backward takes query groups natively: dq of q's R·H heads, dk, dv, dg and dinitial_state of H.
+    q, k, v, g, g_gamma, h0 = problem(decay, 2, 45, 2, 3, 6, 5, seed=13)
+    rng = np.random.default_rng(14)
+    dout = rng.standard_normal((2, 45, 6, 5), dtype=np.float32)
+    dfinal = rng.standard_normal(h0.shape, dtype=np.float32)
+    options = dict(decay=decay, g_gamma=g_gamma, initial_state=h0)
+    got = _linattn.decayed_attention_backward(q, k, v, g, dout, dfinal, chunk_size=16, **options)
+    f64 = lambda x: None if x is None else x.astype(np.float64)
+    want = _linattn.reference.decayed_attention_backward(f64(q), f64(k), f64(v), f64(g), f64(dout), f64(dfinal),
+                                                         decay=decay, g_gamma=g_gamma, initial_state=f64(h0))
+    assert got[0].shape == q.shape and got[1].shape == k.shape
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert relative(a, b) < 2e-4
+
+
 def l2norm(x):
     return x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)
 
@@ -213,8 +232,6 @@ def test_delta_rule_forwards_match_the_recurrence(gate, T, R, norm):
 def test_refusals_name_the_heads():
     q, k, v, g, _, _ = problem("simple_gla", 1, 5, 2, 2, 4, 3, seed=6)
     dout = np.ones((1, 5, 4, 3), np.float32)
-    with pytest.raises(ValueError, match=r"q has 4 heads over k's and v's 2 \(query groups\), which this backward"):
-        _linattn.decayed_attention_backward(q, k, v, g, dout, decay="simple_gla")
     beta = np.ones((1, 5, 2), np.float32)
     with pytest.raises(ValueError, match=r"q has 4 heads over k's and v's 2 \(query groups\), which this backward"):
         _linattn.delta_rule_backward(q, k, v, beta, g, dout, gate="gated_delta_rule")

@@ -33,6 +33,7 @@ Signature decay_signature(ConstTensorView g, const DecayedAttentionOptions& o) {
   return {.family = "the decayed family",
           .grouped = true,
           .query_groups = true,
+          .query_groups_backward = true,
           .scale = o.scale,
           .cu_seqlens = o.cu_seqlens,
           .chunk_size = o.chunk_size,

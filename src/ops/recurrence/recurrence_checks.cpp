@@ -106,7 +106,7 @@ void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const
                                std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
                                TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
                                std::span<const float> initial_state) {
-  refuse_query_groups(op, p);
+  if (!s.query_groups_backward) refuse_query_groups(op, p);
   check_recurrence_output(op, "dout", dout, q, v);
   for (const Gradient& d : grads) check_like(op, d.name, d.grad, d.input, d.input_name);
   if (p.gate_cols() > 0)
@@ -139,7 +139,8 @@ void check_recurrence_output(const char* op, const char* name, ConstTensorView x
 
 const char* const query_groups_native =
     "the forwards of the decayed family and the delta rule (decayed_attention_forward, decayed_recurrent_forward, "
-    "decayed_step, delta_rule_forward, delta_rule_recurrent_forward, delta_rule_step)";
+    "decayed_step, delta_rule_forward, delta_rule_recurrent_forward, delta_rule_step) and "
+    "decayed_attention_backward";
 
 void refuse_query_groups(const char* op, const RecurrenceProblem& p) {
   if (p.queries > 1)

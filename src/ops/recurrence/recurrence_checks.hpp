@@ -84,6 +84,7 @@ struct Signature {
   // g, beta and the states have H heads, out R·H. Otherwise such a q is refused naming its heads and
   // what takes them (query_groups_message).
   bool query_groups = false;
+  bool query_groups_backward = false;  // and in the chunked backward too (else it refuses them)
   std::optional<float> scale = {};
   std::span<const int64_t> cu_seqlens = {};
   int64_t chunk_size = 1, max_chunk_size = 0;  // max 0: no chunked form, chunk_size unchecked
@@ -107,8 +108,7 @@ RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, 
 // query groups (q with R·H heads over v's H): the words of check_output_shape, with "v's heads" or "q's
 // heads" where the heads are grouped.
 void check_recurrence_output(const char* op, const char* name, ConstTensorView x, ConstTensorView q, ConstTensorView v);
-// What takes query groups natively, for the refusals: the decayed family's forwards (chunked, token by
-// token, the decode step); every backward and every other family take them as R calls.
+// What takes query groups natively, for the refusals.
 extern const char* const query_groups_native;
 // Refuses query groups (p.queries > 1) in `op`, a call that does not take them natively (a backward).
 void refuse_query_groups(const char* op, const RecurrenceProblem& p);
