@@ -554,7 +554,8 @@ TEST_F(SimdTargets, DecayedRecurrentForward) {
                  k = testing::random_tensor({B, T, H, K}, bnhd, rng),
                  v = testing::random_tensor({B, T, H, V}, padded, rng),
                  g_key = testing::random_tensor({B, T, H, K}, bnhd, rng, -12.0f, 0.0f),
-                 g_token = testing::random_tensor({B, T, H, 1}, bnhd, rng, -3.0f, 0.0f);
+                 g_token = testing::random_tensor({B, T, H, 1}, bnhd, rng, -3.0f, 0.0f),
+                 q2 = testing::random_tensor({B, T, 2 * H, K}, bnhd, rng);  // query groups: 2 query heads a head
   std::vector<float> initial(size_t(B * H * K * V));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& x : initial) x = u(rng);
@@ -570,12 +571,18 @@ TEST_F(SimdTargets, DecayedRecurrentForward) {
     const reference::DecayedOutput want = reference::decayed_attention_forward(
         reference::to_double(q.view), reference::to_double(k.view), reference::to_double(v.view),
         g.data ? &g64 : nullptr, options, &initial64);
+    const reference::DecayedOutput want2 = reference::decayed_attention_forward(
+        reference::to_double(q2.view), reference::to_double(k.view), reference::to_double(v.view),
+        g.data ? &g64 : nullptr, options, &initial64);
     for_each_target(("decayed_recurrent_forward " + decay_name(decay)).c_str(), [&] {
-      auto out = testing::make_tensor({B, T, H, V}, padded);
-      std::vector<float> state = initial;
+      auto out = testing::make_tensor({B, T, H, V}, padded), out2 = testing::make_tensor({B, T, 2 * H, V}, padded);
+      std::vector<float> state = initial, state2 = initial;
       decayed_recurrent_forward(out.view, q.view, k.view, v.view, g, state, options);
       expect_within(relative_error(out.view, want.out), kBound, "out");
       expect_within(relative_error(state, want.final_state), kBound, "state");
+      decayed_recurrent_forward(out2.view, q2.view, k.view, v.view, g, state2, options);
+      expect_within(relative_error(out2.view, want2.out), kBound, "out of query groups");
+      EXPECT_EQ(state2, state);  // the state advances once, as without them
     });
   }
 }

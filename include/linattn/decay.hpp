@@ -13,6 +13,12 @@
 // convention: q and k repeat_interleave'd), without a copy. The backward's dq and dk keep q's H heads, each
 // the sum over its group. HV is read from v's shape; every call below takes it, the decode step included
 // (RecurrentState(B, HV, K, V, decay_name(decay))).
+//
+// Query groups (ONNX LinearAttention, opset 27): q may have R·H heads over k's and v's H; then q and out have
+// R·H heads, k, v, g, g_gamma and the states H, and query head i reads the state of head i / R (each state
+// advances once, read out R times), without a copy. Every call below takes them, token by token and the
+// decode step included (RecurrentState(B, H, K, V, decay_name(decay))); the backward's dq has q's R·H heads,
+// dk, dv, dg and dinitial_state H, each the sum over the query heads. The two groupings do not come together.
 #include <cstdint>
 #include <optional>
 #include <span>

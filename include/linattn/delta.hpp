@@ -14,6 +14,12 @@
 // j / (HV / H) (flash-linear-attention's convention: q and k repeat_interleave'd), without a copy. The
 // backward's dq and dk keep q's H heads, each the sum over its group. HV is read from v's shape; every
 // call below takes it, the decode step included (RecurrentState(B, HV, K, V, ...)).
+//
+// Query groups (ONNX LinearAttention, opset 27): q may have R·H heads over k's and v's H; then q and out have
+// R·H heads, k, v, beta, g and the states H, and query head i reads the state of head i / R (each state
+// advances once, read out R times), without a copy. The forwards take them, token by token and the decode
+// step included (RecurrentState(B, H, K, V, ...)); the backward refuses them, saying how to run it as R
+// calls. The two groupings do not come together.
 #include <cstdint>
 #include <optional>
 #include <span>

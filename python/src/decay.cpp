@@ -100,7 +100,9 @@ void def_decayed(py::module_& m, const char* dtype) {
       with_dtype(
           "(o [B, T, HV, V], final_state [N, HV, K, V] or None) of S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ, "
           "o_t = scale · S_tᵀ q_t (q, k [B, T, H, K], v [B, T, HV, V], HV a multiple of H: value head j reads "
-          "q/k head j / (HV / H)); decay: \"linear\", \"retention\", \"lightning\" (g_gamma [HV]), \"simple_gla\" "
+          "q/k head j / (HV / H); or q [B, T, R·H, K] over k, v, g, g_gamma and the states of H heads, query head i "
+          "reading head i / R's state, o [B, T, R·H, V]); decay: \"linear\", \"retention\", \"lightning\" (g_gamma "
+          "[HV]), \"simple_gla\" "
           "(g [B, T, HV] or [B, T, HV, 1]), \"gla\" (g [B, T, HV, K])",
           dtype)
           .c_str());

@@ -82,14 +82,15 @@ struct Inputs {
   std::array<reference::Tensor, N> fp64;
   View4<const T> view(size_t i) const { return given[i].in.view; }
   const reference::Tensor* ptr(size_t i) const { return given[i].given ? &fp64[i] : nullptr; }
-  // The states and out have v's heads (the delta rule's grouped value heads: a multiple of q's).
+  // The states have v's heads (grouped value heads: a multiple of q's; query groups: k's, q's a multiple of
+  // them), and out the more of q's and v's.
   std::array<int64_t, 4> state_extent(const std::vector<int64_t>& cu_seqlens) const {
     const auto& q = view(0).extent;
     return {state_count(q[0], cu_seqlens), view(2).extent[2], q[3], view(2).extent[3]};
   }
   std::array<int64_t, 4> out_extent() const {
     const auto& q = view(0).extent;
-    return {q[0], q[1], view(2).extent[2], view(2).extent[3]};
+    return {q[0], q[1], std::max(q[2], view(2).extent[2]), view(2).extent[3]};
   }
 };
 

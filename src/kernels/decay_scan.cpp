@@ -72,13 +72,22 @@ HWY_INLINE void Tile(const ScanBlock& s, int64_t i0, int64_t j, Prefetchers& ahe
     if constexpr (kNV > 1) v1 = hn::LoadU(d, vt + L);
     if constexpr (kNV > 2) v2 = hn::LoadU(d, vt + 2 * L);
     if constexpr (kNV > 3) v3 = hn::LoadU(d, vt + 3 * L);
-    V a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
-    if (!from_zero) {
-      a0 = hn::LoadU(d, ot);
-      if constexpr (kNV > 1) a1 = hn::LoadU(d, ot + L);
-      if constexpr (kNV > 2) a2 = hn::LoadU(d, ot + 2 * L);
-      if constexpr (kNV > 3) a3 = hn::LoadU(d, ot + 3 * L);
-    }
+      // o's row at p into a0..a3 (zeros from the first tile of rows), and back.
+#define LINATTN_SCAN_LOAD_O(p)                             \
+  a0 = a1 = a2 = a3 = hn::Zero(d);                         \
+  if (!from_zero) {                                        \
+    a0 = hn::LoadU(d, p);                                  \
+    if constexpr (kNV > 1) a1 = hn::LoadU(d, (p) + L);     \
+    if constexpr (kNV > 2) a2 = hn::LoadU(d, (p) + 2 * L); \
+    if constexpr (kNV > 3) a3 = hn::LoadU(d, (p) + 3 * L); \
+  }
+#define LINATTN_SCAN_STORE_O(p)                          \
+  hn::StoreU(a0, d, p);                                  \
+  if constexpr (kNV > 1) hn::StoreU(a1, d, (p) + L);     \
+  if constexpr (kNV > 2) hn::StoreU(a2, d, (p) + 2 * L); \
+  if constexpr (kNV > 3) hn::StoreU(a3, d, (p) + 3 * L);
+    V a0, a1, a2, a3;
+    LINATTN_SCAN_LOAD_O(ot)
 #define LINATTN_SCAN_TOKEN(r, x0, x1, x2, x3)                                        \
   if constexpr (r < kR) {                                                            \
     const V kb = hn::Set(d, kt[r]), qb = hn::Set(d, qt[r]);                          \
@@ -88,10 +97,23 @@ HWY_INLINE void Tile(const ScanBlock& s, int64_t i0, int64_t j, Prefetchers& ahe
     if constexpr (kNV > 3) x3 = hn::MulAdd(kb, v3, x3), a3 = hn::MulAdd(qb, x3, a3); \
   }
     LINATTN_SCAN_ROWS(LINATTN_SCAN_TOKEN)
-    hn::StoreU(a0, d, ot);
-    if constexpr (kNV > 1) hn::StoreU(a1, d, ot + L);
-    if constexpr (kNV > 2) hn::StoreU(a2, d, ot + 2 * L);
-    if constexpr (kNV > 3) hn::StoreU(a3, d, ot + 3 * L);
+    LINATTN_SCAN_STORE_O(ot)
+    // The other query heads read the updated rows (query groups), each chain in the same order.
+    for (int64_t i = 1; i < s.queries; ++i) {
+      const float* HWY_RESTRICT qi = qt + i * s.ldqh;
+      float* HWY_RESTRICT oi = ot + i * s.ldoh;
+      LINATTN_SCAN_LOAD_O(oi)
+#define LINATTN_SCAN_READ(r, x0, x1, x2, x3)            \
+  if constexpr (r < kR) {                               \
+    const V qb = hn::Set(d, qi[r]);                     \
+    a0 = hn::MulAdd(qb, x0, a0);                        \
+    if constexpr (kNV > 1) a1 = hn::MulAdd(qb, x1, a1); \
+    if constexpr (kNV > 2) a2 = hn::MulAdd(qb, x2, a2); \
+    if constexpr (kNV > 3) a3 = hn::MulAdd(qb, x3, a3); \
+  }
+      LINATTN_SCAN_ROWS(LINATTN_SCAN_READ)
+      LINATTN_SCAN_STORE_O(oi)
+    }
     ahead.Tick();
   }
 #define LINATTN_SCAN_STORE(r, x0, x1, x2, x3)                          \
@@ -106,6 +128,9 @@ HWY_INLINE void Tile(const ScanBlock& s, int64_t i0, int64_t j, Prefetchers& ahe
   LINATTN_SCAN_ROWS(LINATTN_SCAN_STORE)
 #undef LINATTN_SCAN_LOAD
 #undef LINATTN_SCAN_TOKEN
+#undef LINATTN_SCAN_READ
+#undef LINATTN_SCAN_LOAD_O
+#undef LINATTN_SCAN_STORE_O
 #undef LINATTN_SCAN_STORE
 }
 #undef LINATTN_SCAN_ROWS

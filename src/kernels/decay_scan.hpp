@@ -19,12 +19,16 @@ namespace linattn::kernels {
 // rounded up to a multiple of kPad (the padding's results land in o's padding). Each o element is one
 // fixed-order chain over the key rows, so results do not depend on how callers split heads over threads.
 // ahead: up to kScanAhead sets of rows to prefetch meanwhile, a line of each per token and tile.
+// queries > 1 (query groups): so many query heads read R out, query i's rows of Ql at Ql + i·ldqh and of o at
+// o + i·ldoh, each token's after the update that the first's reads (R is updated once; each o chain as above,
+// the same bits as a block of that query head alone).
 struct ScanBlock {
   float* o;
   float* R;
   const float *Ql, *Kr, *v;
   const float *start, *end;
   int64_t ldq, ldk, ldv, ldo, ldr, n, K, V;
+  int64_t queries = 1, ldqh = 0, ldoh = 0;
 };
 inline constexpr size_t kScanAhead = 3;
 void decay_scan_block(const ScanBlock& s, std::span<const RowsAhead> ahead = {});

@@ -132,9 +132,9 @@ inline void expect_matches_oracle(const Case& c, double tol = 2e-4) {
 
 // The oracle's backward is the derivative of its forward (loss = Σ out·dout + Σ final·dfinal): every gradient
 // against central differences, within tol.
-inline void expect_oracle_gradients_match_finite_differences(const Case& c, uint64_t seed, double tol = 1e-7) {
-  SCOPED_TRACE(describe(c));
-  const Problem p = make_problem(c, seed);
+// The problem's own tensors (query groups: a q and dout of more heads in place of its own).
+inline void expect_oracle_gradients_match_finite_differences(const Problem& p, double tol = 1e-7) {
+  const Case& c = p.c;
   reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
                     v = reference::to_double(p.v.view), dout = reference::to_double(p.dout.view), g;
   if (gate_cols(c) > 0) g = reference::to_double(p.g.view);
@@ -155,6 +155,10 @@ inline void expect_oracle_gradients_match_finite_differences(const Case& c, uint
                                           {gp ? &g.data : nullptr, &grads.dg.data}},
                                          loss))
     EXPECT_LT(e, tol);
+}
+inline void expect_oracle_gradients_match_finite_differences(const Case& c, uint64_t seed, double tol = 1e-7) {
+  SCOPED_TRACE(describe(c));
+  expect_oracle_gradients_match_finite_differences(make_problem(c, seed), tol);
 }
 
 inline constexpr Decay kAllDecays[] = {Decay::none, Decay::retention, Decay::head, Decay::token, Decay::key};

@@ -150,9 +150,9 @@ inline void expect_matches_oracle(const Case& c, double tol = 5e-5) {
 
 // The oracle's backward is the derivative of its forward (loss = Σ out·dout + Σ final·dfinal): every gradient
 // against central differences.
-inline void expect_oracle_gradients_match_finite_differences(const Case& c, uint64_t seed) {
-  SCOPED_TRACE(describe(c));
-  const Problem p = make_problem(c, seed);
+// The problem's own tensors (query groups: a q and dout of more heads in place of its own).
+inline void expect_oracle_gradients_match_finite_differences(const Problem& p) {
+  const Case& c = p.c;
   reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
                     v = reference::to_double(p.v.view), beta = reference::to_double(p.beta.view),
                     dout = reference::to_double(p.dout.view), g;
@@ -175,6 +175,10 @@ inline void expect_oracle_gradients_match_finite_differences(const Case& c, uint
                                           {gp ? &g.data : nullptr, &grads.dg.data}},
                                          loss))
     EXPECT_LT(e, 1e-6);
+}
+inline void expect_oracle_gradients_match_finite_differences(const Case& c, uint64_t seed) {
+  SCOPED_TRACE(describe(c));
+  expect_oracle_gradients_match_finite_differences(make_problem(c, seed));
 }
 
 inline constexpr DeltaGate kAllGates[] = {DeltaGate::none, DeltaGate::token, DeltaGate::key};

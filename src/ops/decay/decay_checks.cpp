@@ -32,6 +32,8 @@ Signature decay_signature(ConstTensorView g, const DecayedAttentionOptions& o) {
   constexpr Gate gates[] = {Gate::none, Gate::head, Gate::head, Gate::token, Gate::key};  // in Decay's order
   return {.family = "the decayed family",
           .grouped = true,
+          .query_groups = true,
+          .query_groups_backward = true,
           .scale = o.scale,
           .cu_seqlens = o.cu_seqlens,
           .chunk_size = o.chunk_size,

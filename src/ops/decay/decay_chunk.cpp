@@ -16,7 +16,8 @@
 namespace linattn::detail {
 
 NextChunk next_chunk_rows(const RecurrenceHead& x, int64_t t0, int64_t n) {
-  return {kernels::head_rows_ahead(x.q, x.k, false, x.b, x.qk(), t0, n),
+  // q's first query head of x at head x.qk() of its view, beside k's rows (the same head without query groups).
+  return {kernels::head_rows_ahead(query_view(x.q, x.queries, 0), x.k, false, x.b, x.qk(), t0, n),
           kernels::head_rows_ahead(x.v, x.g, false, x.b, x.h, t0, n)};
 }
 
@@ -41,6 +42,10 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
     W_.resize(size(C_, Cp_));
   }
   A_.resize(size(C_, Cp_)), O_.resize(size(C_, Vp_)), T_.resize(size(std::max(p.K, p.V), Cp_));
+  if (backward && p.queries > 1) {  // the other query heads' shares (query groups)
+    dKq_.resize(size(C_, Kp_)), dVq_.resize(size(C_, Vp_)), diagK_.resize(size(C_, Kp_));
+    Qes_.resize(size((p.queries - 1) * C_, Kp_)), dOs_.resize(size((p.queries - 1) * C_, Vp_));
+  }
   if (backward) {
     dO_.resize(size(C_, Vp_)), dQ_.resize(size(C_, Kp_)), dK_.resize(size(C_, Kp_)), dV_.resize(size(C_, Vp_));
     diag_.resize(size_t(C_)), tmp_.resize(size(C_, Kp_)), dA_.resize(size(C_, Cp_)),
@@ -78,23 +83,29 @@ int64_t DecayChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
       row_factors(false);
     return n_;
   }
-  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.qk()), t0, rows, p_.scale);
+  if (!per_key_) row_factors(true);
+  load_queries(x, t0, 0);
+  return n_;
+}
+
+void DecayChunk::load_queries(const RecurrenceHead& x, int64_t t0, int64_t r) {
+  const int64_t K = p_.K, rows = n_;
+  kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.q_head(r)), t0, rows, p_.scale);
   if (per_key_) {
     // Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}, Q ⊙ e^{b}, K ⊙ e^{b_n − b}: one exp per element.
     for (int64_t t = 0; t < rows; ++t) {
-      const int64_t r = t * Kp_;
-      kernels::split_factor_row({.Ql = Qh_.data() + r,
-                                 .Kr = Kh_.data() + r,
-                                 .Qe = Qe_.data() + r,
-                                 .Kd = Kd_.data() + r,
-                                 .El = backward_ ? E_.data() + r : nullptr,
-                                 .Er = backward_ ? invE_.data() + r : nullptr},
-                                Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(), em_.data(), enm_.data(), Kp_);
+      const int64_t i = t * Kp_;
+      kernels::split_factor_row({.Ql = Qh_.data() + i,
+                                 .Kr = Kh_.data() + i,
+                                 .Qe = Qe_.data() + i,
+                                 .Kd = Kd_.data() + i,
+                                 .El = backward_ ? E_.data() + i : nullptr,
+                                 .Er = backward_ ? invE_.data() + i : nullptr},
+                                Q_.data() + i, K_.data() + i, b_.data() + i, mid_.data(), em_.data(), enm_.data(), Kp_);
     }
-    return n_;
+  } else {
+    kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
   }
-  row_factors(true);
-  return n_;
 }
 
 // Every factor a product of the tokens' decays a_t, never the exp of a running sum of log decays: in
@@ -118,7 +129,6 @@ void DecayChunk::row_factors(bool queries) {
     for (int64_t s = 0; s < t; ++s) w[s] = w[s - Cp_] * a;  // the row above
     w[t] = 1.0f;
   }
-  kernels::scale_rows(Qe_.data(), Kp_, Q_.data(), Kp_, row_q_.data(), rows, Kp_);
 }
 
 // A: [n, n] = mask(left rightᵀ) ⊙ W, lower triangle by strips; right_t: rightᵀ [depth, Cp].
@@ -140,26 +150,35 @@ void DecayChunk::advance(float* S, const kernels::RowsAhead* ahead) {
                 {.accumulate = true, .ahead = ahead});
 }
 
-void DecayChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next) {
+void DecayChunk::read_out(const float* S, TensorView out, const RecurrenceHead& x, int64_t t0, int64_t r,
+                          const kernels::RowsAhead* ahead) {
   const int64_t K = p_.K, V = p_.V, n = n_;
-  const float *left = intra_left(), *right = intra_right();
-  kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
-  intra_scores(A_.data(), left, T_.data(), Kp_, K);
+  intra_scores(A_.data(), intra_left(), T_.data(), Kp_, K);
   // O = A V, then += (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
   kernels::lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, false);
   kernels::gemm({O_.data(), Vp_, n, V}, kernels::plain(Qe_.data(), Kp_), {S, Vp_, K, V},
-                {.accumulate = true, .ahead = next ? &next->qk : nullptr});
-  kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
+                {.accumulate = true, .ahead = ahead});
+  kernels::unpack_rows(kernels::head_rows(out, x.b, x.out_head(r)), t0, {O_.data(), Vp_, n, V}, n);
+}
+
+void DecayChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next) {
+  // The keys' side transposed once: every query head's scores use it (per key, K̂ is formed again, equal).
+  kernels::transpose(T_.data(), Cp_, intra_right(), Kp_, n_, p_.K);
+  for (int64_t r = 0; r < x.queries; ++r) {
+    if (r > 0) load_queries(x, t0, r);
+    // The next chunk's q and k arrive during the last query head's product.
+    read_out(S, out, x, t0, r, next && r + 1 == x.queries ? &next->qk : nullptr);
+  }
   advance(S, next ? &next->vg : nullptr);
 }
 
-void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
-                          double* gate_grad, bool final_chunk, const RecurrenceHead& x, int64_t t0) {
+// The Q side of a chunk's backward for query head r of x (its Q loaded): dO, A = mask(Q̂ K̂ᵀ) ⊙ W,
+// dA = mask(dO Vᵀ) ⊙ W with its diagonal apart, and dQ without the diagonal's share.
+void DecayChunk::query_grads(const float* S, ConstTensorView dout, const RecurrenceHead& x, int64_t t0, int64_t r) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float *left = intra_left(), *right = intra_right();
   const float* W = per_key_ || p_.decay == Decay::none ? nullptr : W_.data();
-  kernels::pack_rows({dO_.data(), Vp_, n, V}, kernels::head_rows(dout, x.b, x.h), t0, n);
-  // A = mask(Q̂ K̂ᵀ) ⊙ W and dA = mask(dO Vᵀ) ⊙ W.
+  kernels::pack_rows({dO_.data(), Vp_, n, V}, kernels::head_rows(dout, x.b, x.out_head(r)), t0, n);
   kernels::transpose(T_.data(), Cp_, right, Kp_, n, K);
   intra_scores(A_.data(), left, T_.data(), Kp_, K);
   kernels::transpose(T_.data(), Cp_, V_.data(), Vp_, n, V);
@@ -172,32 +191,83 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   kernels::transpose(St_.data(), Kp_, S, Vp_, K, V);
   kernels::gemm({dQ_.data(), Kp_, n, K}, kernels::plain(dO_.data(), Vp_), {St_.data(), Kp_, V, K},
                 {.row_scale = per_key_ ? nullptr : row_q_.data()});
-  // dK = e^{b_n − b} ⊙ (V dSᵀ) + [dAᵀ Q̂] ⊙ e^{m − b}.
-  kernels::transpose(St_.data(), Kp_, dS, Vp_, K, V);
-  kernels::gemm({dK_.data(), Kp_, n, K}, kernels::plain(V_.data(), Vp_), {St_.data(), Kp_, V, K},
-                {.row_scale = per_key_ ? nullptr : row_k_.data()});
   if (per_key_) {
-    // dQ = e^{b−m} ⊙ (e^{m} ⊙ dO Sᵀ + dA K̂), dK = e^{m−b} ⊙ (e^{b_n−m} ⊙ V dSᵀ + dAᵀ Q̂): the load's
-    // factors again, no exp here.
-    const float *em = em_.data(), *enm = enm_.data();
+    // dQ = e^{b−m} ⊙ (e^{m} ⊙ dO Sᵀ + dA K̂): the load's factors again, no exp here.
+    const float* em = em_.data();
     kernels::lower_product(tmp_.data(), Kp_, dA_.data(), Cp_, right, Kp_, n, K, false);
     for (int64_t t = 0; t < n; ++t) {
       float* d = dQ_.data() + t * Kp_;
       const float *e = E_.data() + t * Kp_, *part = tmp_.data() + t * Kp_;
       for (int64_t c = 0; c < K; ++c) d[c] = e[c] * (em[c] * d[c] + part[c]);
     }
-    kernels::lower_transposed_product(tmp_.data(), Kp_, dA_.data(), Cp_, left, Kp_, n, K, false);
+  } else {
+    kernels::lower_product(dQ_.data(), Kp_, dA_.data(), Cp_, K_.data(), Kp_, n, K, true);
+  }
+}
+
+namespace {
+// dst[t, :cols] += src[t, :cols] for t < n (both of pitch ld).
+void add_tile(float* dst, const float* src, int64_t ld, int64_t n, int64_t cols) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < cols; ++c) dst[t * ld + c] += src[t * ld + c];
+}
+}  // namespace
+
+// Query heads 1 .. R − 1 of x (query groups), before the first's: each one's dq, and its shares of dk (dAᵀ Q̂
+// into dKq_, Q ⊙ dQ's diagonal in diagK_), dv (Aᵀ dO into dVq_) and the gate (Q ⊙ dQ), and its Q ⊙ e^b and
+// dO kept for dS's update after the first's.
+void DecayChunk::other_queries_backward(const float* S, ConstTensorView dout, TensorView dq, double* gate_grad,
+                                        const RecurrenceHead& x, int64_t t0) {
+  const int64_t K = p_.K, V = p_.V, n = n_, cols = p_.gate_cols();
+  for (int64_t r = 1; r < x.queries; ++r) {
+    load_queries(x, t0, r);
+    query_grads(S, dout, x, t0, r);
+    const bool first = r == 1;
+    kernels::lower_transposed_product(dKq_.data(), Kp_, dA_.data(), Cp_, intra_left(), Kp_, n, K, !first);
+    kernels::lower_transposed_product(dVq_.data(), Vp_, A_.data(), Cp_, dO_.data(), Vp_, n, V, !first);
+    if (cols > 0)
+      for (int64_t t = 0; t < n; ++t)
+        kernels::add_gate_row(gate_grad + t * cols, Q_.data() + t * Kp_, dQ_.data() + t * Kp_, nullptr, nullptr, K,
+                              cols == 1);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < K; ++c) {
+        const size_t i = size_t(t * Kp_ + c);
+        dQ_[i] += diag_[size_t(t)] * K_[i];
+        diagK_[i] = (first ? 0.0f : diagK_[i]) + diag_[size_t(t)] * Q_[i];
+      }
+    std::copy_n(Qe_.data(), n * Kp_, Qes_.data() + (r - 1) * C_ * Kp_);
+    std::copy_n(dO_.data(), n * Vp_, dOs_.data() + (r - 1) * C_ * Vp_);
+    store_group_rows(query_view(dq, x.queries, r), x, t0, dQ_.data(), Kp_, n, K, p_.scale);
+  }
+  load_queries(x, t0, 0);
+}
+
+void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
+                          double* gate_grad, bool final_chunk, const RecurrenceHead& x, int64_t t0) {
+  const int64_t K = p_.K, V = p_.V, n = n_, R = x.queries;
+  if (R > 1) other_queries_backward(S, dout, dq, gate_grad, x, t0);
+  query_grads(S, dout, x, t0, 0);
+  // dK = e^{b_n − b} ⊙ (V dSᵀ) + [dAᵀ Q̂] ⊙ e^{m − b} (with query groups, every query head's dAᵀ Q̂).
+  kernels::transpose(St_.data(), Kp_, dS, Vp_, K, V);
+  kernels::gemm({dK_.data(), Kp_, n, K}, kernels::plain(V_.data(), Vp_), {St_.data(), Kp_, V, K},
+                {.row_scale = per_key_ ? nullptr : row_k_.data()});
+  if (per_key_) {
+    // dK = e^{m−b} ⊙ (e^{b_n−m} ⊙ V dSᵀ + dAᵀ Q̂): the load's factors again, no exp here.
+    const float* enm = enm_.data();
+    kernels::lower_transposed_product(tmp_.data(), Kp_, dA_.data(), Cp_, intra_left(), Kp_, n, K, false);
+    if (R > 1) add_tile(tmp_.data(), dKq_.data(), Kp_, n, K);
     for (int64_t t = 0; t < n; ++t) {
       float* d = dK_.data() + t * Kp_;
       const float *e = invE_.data() + t * Kp_, *part = tmp_.data() + t * Kp_;
       for (int64_t c = 0; c < K; ++c) d[c] = e[c] * (enm[c] * d[c] + part[c]);
     }
   } else {
-    kernels::lower_product(dQ_.data(), Kp_, dA_.data(), Cp_, K_.data(), Kp_, n, K, true);
     kernels::lower_transposed_product(dK_.data(), Kp_, dA_.data(), Cp_, Q_.data(), Kp_, n, K, true);
+    if (R > 1) add_tile(dK_.data(), dKq_.data(), Kp_, n, K);
   }
   // dV = Aᵀ dO + (K ⊙ e^{b_n − b}) dS (the triangle first: overwriting, it needs no per-row ranges).
   kernels::lower_transposed_product(dV_.data(), Vp_, A_.data(), Cp_, dO_.data(), Vp_, n, V, false);
+  if (R > 1) add_tile(dV_.data(), dVq_.data(), Vp_, n, V);
   kernels::gemm({dV_.data(), Vp_, n, V}, kernels::plain(Kd_.data(), Kp_), {dS, Vp_, K, V}, {.accumulate = true});
   // ∂L/∂b_t = Q ⊙ dQ − K ⊙ dK (Q = scale·q, so q·dq = Q·dQ), without the diagonal; the last token of
   // a sequence leaves out its pair with the final state (the caller adds that pair's share).
@@ -215,12 +285,16 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
       dQ_[size_t(t * Kp_ + c)] += diag_[size_t(t)] * K_[size_t(t * Kp_ + c)];
       dK_[size_t(t * Kp_ + c)] += diag_[size_t(t)] * Q_[size_t(t * Kp_ + c)];
     }
-  // dS ← diag(e^{b_n}) dS + (Q ⊙ e^b)ᵀ dO.
+  if (R > 1) add_tile(dK_.data(), diagK_.data(), Kp_, n, K);
+  // dS ← diag(e^{b_n}) dS + (Q ⊙ e^b)ᵀ dO, of every query head.
   scale_state(dS);
   kernels::gemm({dS, Vp_, K, V}, kernels::transposed(Qe_.data(), Kp_), {dO_.data(), Vp_, n, V}, {.accumulate = true});
+  for (int64_t r = 1; r < R; ++r)
+    kernels::gemm({dS, Vp_, K, V}, kernels::transposed(Qes_.data() + (r - 1) * C_ * Kp_, Kp_),
+                  {dOs_.data() + (r - 1) * C_ * Vp_, Vp_, n, V}, {.accumulate = true});
   // dq, dk: the group's first value head writes the rows, the others add (decayed_attention.cpp runs a
-  // group's value heads in order on one thread).
-  store_group_rows(dq, x, t0, dQ_.data(), Kp_, n, K, p_.scale);
+  // group's value heads in order on one thread); with query groups, the first query head's dq.
+  store_group_rows(query_view(dq, R, 0), x, t0, dQ_.data(), Kp_, n, K, p_.scale);
   store_group_rows(dk, x, t0, dK_.data(), Kp_, n, K);
   kernels::unpack_rows(kernels::head_rows(dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
 }

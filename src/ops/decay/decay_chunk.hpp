@@ -40,8 +40,9 @@ class DecayChunk {
   // and the factors of the state's update only).
   int64_t load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n = 0, Sides sides = Sides::all);
 
-  // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
-  // next: the rows to prefetch meanwhile (null: none).
+  // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out. With query
+  // groups every query head of x reads S (and the chunk's K, V and decays) in turn, each forming its own Q
+  // and scores, before S advances once. next: the rows to prefetch meanwhile (null: none).
   void forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next = nullptr);
   // S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V: the state after the chunk, without the outputs.
   void advance(float* S, const kernels::RowsAhead* ahead = nullptr);
@@ -49,7 +50,9 @@ class DecayChunk {
   // rows of dv, and of dq and dk (grouped value heads: adds to them, but for the group's first; see
   // recurrence/group_rows.hpp), adds each token's ∂L/∂b (cumulative, before the reverse sum) to gate_grad
   // ([n, gate_cols]), and leaves in dS the gradient of the state before the chunk. final_chunk: the
-  // sequence's last chunk, whose last token's pair with the final state the caller accounts for.
+  // sequence's last chunk, whose last token's pair with the final state the caller accounts for. With query
+  // groups every query head's read-out adds its share (its dq its own; dk, dv, the gate and dS their sums).
+  // Leaves the first query head loaded.
   void backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
                 double* gate_grad, bool final_chunk, const RecurrenceHead& x, int64_t t0);
 
@@ -58,6 +61,16 @@ class DecayChunk {
 
  private:
   void intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth);
+  // Q from query head r of x and the factors formed from it (Q ⊙ e^b; per key Q̂ as well, and K̂ and
+  // K ⊙ e^{b_n − b} again, the same values).
+  void load_queries(const RecurrenceHead& x, int64_t t0, int64_t r);
+  // The backward's Q side for query head r of x, and the other query heads' shares (decay_chunk.cpp).
+  void query_grads(const float* S, ConstTensorView dout, const RecurrenceHead& x, int64_t t0, int64_t r);
+  void other_queries_backward(const float* S, ConstTensorView dout, TensorView dq, double* gate_grad,
+                              const RecurrenceHead& x, int64_t t0);
+  // The chunk's rows of out's head x.out_head(r) from S and the transposed right side in T_.
+  void read_out(const float* S, TensorView out, const RecurrenceHead& x, int64_t t0, int64_t r,
+                const kernels::RowsAhead* ahead);
   void scale_state(float* S) const;  // S ← diag(e^{b_n}) S
   // Per row: e^{b_n}, e^{b_n − b_t} and K ⊙ e^{b_n − b}; with the queries also e^{b_t}, W and Q ⊙ e^{b}.
   void row_factors(bool queries);
@@ -78,7 +91,10 @@ class DecayChunk {
   std::vector<float> W_, A_, O_, T_;      // [C, Cp], [C, Cp], [C, Vp], transposes [max(K, V), Cp]
   std::vector<float> dO_, dQ_, dK_, dV_, tmp_, dA_, St_;  // backward: [C, Vp], [C, Kp] ×3 + [C, Vp], [C, Cp], [V, Kp]
   std::vector<float> diag_;                               // backward: dA's diagonal [C]
-  std::vector<float> row_q_, row_k_;                      // per row: e^{b_t}, e^{b_n − b_t}
+  // backward with query groups: the other query heads' Σ dAᵀ Q̂, Σ Aᵀ dO, Σ diag Q [C, Kp], [C, Vp], [C, Kp],
+  // and their Q ⊙ e^b, dO [R − 1, C, Kp], [R − 1, C, Vp]
+  std::vector<float> dKq_, dVq_, diagK_, Qes_, dOs_;
+  std::vector<float> row_q_, row_k_;       // per row: e^{b_t}, e^{b_n − b_t}
   std::vector<float> lo_, hi_, em_, enm_;  // per key: b's range while loading; the column factors e^{m}, e^{b_n − m}
   float gamma_ = 1.0f;                     // per row: e^{b_n}
 };

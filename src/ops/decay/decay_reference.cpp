@@ -1,7 +1,8 @@
 // fp64 oracle of the decayed family, token by token from the recurrence (no chunks, no SIMD):
 //   S_t = diag(a_t) S_{t−1} + k_t v_tᵀ,  a_t = exp(g_t),  o_t = scale · S_tᵀ q_t,
 // and its reverse sweep for the gradients. With grouped value heads, value head h reads k_t (and q_t) of
-// head h / (HV / H), and the gradients of k (and q) sum over the heads of their group. Shares only the
+// head h / (HV / H), and the gradients of k (and q) sum over the heads of their group; with query groups
+// (q with R·H heads) each of head h's R query heads reads its state. Shares only the
 // argument checks with the fast path.
 #include <cmath>
 

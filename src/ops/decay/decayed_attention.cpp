@@ -3,7 +3,9 @@
 // runs the chunks forward once for the state before each, then in reverse with the state's gradient,
 // and forms dg from each token's ∂L/∂b by a reverse cumulative sum. Work is split over (sequence, head)
 // only, so every head's arithmetic is the same for any thread count. With grouped value heads (v with HV
-// heads, q and k with HV / group) a head is a value head, reading q and k at its group's head.
+// heads, q and k with HV / group) a head is a value head, reading q and k at its group's head. With query
+// groups (q and out with R·H heads over k's and v's H) a head is a k/v head: its state advances once a
+// chunk, after each of its R query heads has read it out (the forward; the backward refuses them).
 #include <omp.h>
 
 #include <algorithm>
@@ -103,7 +105,7 @@ void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& option
         runs.resize(size_t(h1 - h0));
         for (int64_t h = h0; h < h1; ++h) {
           HeadRun& r = runs[size_t(h - h0)];
-          r.x = RecurrenceHead{q, k, v, g, {}, s.b, h, p.group}, r.index = s.n * p.H + h, r.t = s.begin;
+          r.x = RecurrenceHead{q, k, v, g, {}, s.b, h, p.group, p.queries}, r.index = s.n * p.H + h, r.t = s.begin;
         }
         body(*chunk, s, runs);
       });

@@ -3,6 +3,9 @@
 // token (kernels::rank1_update_readout); the forward over longer sequences (flash-linear-attention's
 // fused_recurrent_*) goes over blocks of tokens with their decays factored out (recurrent_blocks.hpp).
 // Heads are value heads; with grouped ones, q and k are read at head h / group (RecurrenceProblem).
+// With query groups (q and out with R·H heads) a head is a k/v head: its state advances once a token, and
+// each of its R query heads reads it out (the first in the update's sweep, the others after it; over blocks
+// of tokens, each token's read-outs in turn from the registers the update leaves).
 // Constant memory per token either way.
 #include <algorithm>
 #include <cmath>
@@ -28,11 +31,12 @@ namespace {
 template <class I, class T>
 void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
                View4<const I> g, const detail::TokenStates<T>& states, const DecayedAttentionOptions& options) {
-  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
+  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols(), R = p.queries;
   const bool decays = p.decay != Decay::none;
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
   detail::for_each_head_block(
-      N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+      N, p.H, N * p.H * p.T * K * V * (R + 1) / 2, floats, detail::widened_floats<T>(R, K, V),
+      [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const detail::Sequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols, p.group);
         states.pass_empty(s, p.H, h0, heads, K * V);
@@ -40,12 +44,14 @@ void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, Vi
           for (int64_t r = 0; r < heads; ++r)
             std::fill_n(rows.a + r * K, K, float(std::exp(detail::constant_log_decay(options, h0 + r))));
         for (int64_t t = s.begin; t < s.end; ++t) {
-          rows.load(q, k, v, g, s.b, t, h0, p.scale, t + 1 < s.end ? t + 1 : -1);
+          rows.load(detail::query_view(q, R, 0), k, v, g, s.b, t, h0, p.scale, t + 1 < s.end ? t + 1 : -1);
           for (int64_t r = 0; r < heads; ++r)
             kernels::rank1_update_readout(rows.o + r * V, states.at(s, p.H, h0 + r, K * V), rows.k_row(r),
                                           rows.v + r * V, rows.q_row(r), K, V, decays ? rows.a + r * K : nullptr,
                                           states.before(s, p.H, h0 + r, K * V, t));
-          rows.store(out, s.b, t, h0);
+          rows.store(detail::query_view(out, R, 0), s.b, t, h0);
+          detail::read_out_queries(rows, q, out, states, s, p.H, h0, t, R, p.scale, scratch + floats * size_t(heads),
+                                   [](float*) {});
         }
       });
 }

@@ -15,6 +15,7 @@ Signature delta_signature(const ConstTensorView& beta, ConstTensorView g, const 
   constexpr Gate gates[] = {Gate::none, Gate::token, Gate::key};  // in DeltaGate's order
   return {.family = "the delta rule",
           .grouped = true,
+          .query_groups = true,
           .scale = o.scale,
           .cu_seqlens = o.cu_seqlens,
           .chunk_size = o.chunk_size,

@@ -73,37 +73,14 @@ int64_t DeltaChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
         float(kMaxLogSpan), true, n <= 0);
   }
   const int64_t m = n_;
-  const float qfactor = p_.qk_l2norm ? 1.0f : p_.scale;
-  kernels::pack_rows({Q_.data(), Kp_, C_, K}, kernels::head_rows(x.q, x.b, x.qk()), t0, m, qfactor);
   kernels::pack_rows({K_.data(), Kp_, C_, K}, kernels::head_rows(x.k, x.b, x.qk()), t0, m);
   kernels::pack_rows({V_.data(), Vp_, C_, V}, kernels::head_rows(x.v, x.b, x.h), t0, m);
   kernels::pack_rows({beta_.data(), 1, C_, 1}, kernels::head_rows(x.beta, x.b, x.h), t0, m);
-  if (p_.qk_l2norm)
-    for (int64_t t = 0; t < m; ++t) {
-      // x / sqrt(Σ x² + ε), and 1/sqrt(·) kept for the backward; q then times scale.
-      float* q = Q_.data() + t * Kp_;
-      float* k = K_.data() + t * Kp_;
-      float sq = 0, sk = 0;
-      kernels::row_dots(&sq, q, Kp_, q, 1, K), kernels::row_dots(&sk, k, Kp_, k, 1, K);
-      rq_[size_t(t)] = float(1.0 / std::sqrt(double(sq) + kL2NormEps));
-      rk_[size_t(t)] = float(1.0 / std::sqrt(double(sk) + kL2NormEps));
-      for (int64_t c = 0; c < K; ++c) q[c] *= rq_[size_t(t)] * p_.scale, k[c] *= rk_[size_t(t)];
-    }
-  if (gated_)
-    for (int64_t t = 0; t < m; ++t) {
-      const size_t r = size_t(t * Kp_);
-      kernels::split_factor_row(
-          {Ql_.data() + r, Kr_.data() + r, Qe_.data() + r, Kd_.data() + r, Kl_.data() + r, Kt_.data() + r,
-           backward_ ? El_.data() + r : nullptr, backward_ ? Er_.data() + r : nullptr,
-           backward_ ? Eb_.data() + r : nullptr, backward_ ? Ed_.data() + r : nullptr},
-          Q_.data() + r, K_.data() + r, b_.data() + r, mid_.data(), em_.data(), enm_.data(), Kp_);
-    }
-  // G = strict_lower(Kl Krᵀ), P = lower(Ql Krᵀ).
-  kernels::transpose(KrT_.data(), Cp_, Kr(), Kp_, m, K);
+  if (p_.qk_l2norm) l2norm_rows(K_.data(), rk_.data(), 1.0f);
+  load_queries(x, t0, 0);
+  // G = strict_lower(Kl Krᵀ) (Krᵀ from load_queries).
   lower_scores(G_.data(), Cp_, Kl(), Kp_, KrT_.data(), Cp_, m, K);
   mask_lower(G_.data(), Cp_, nullptr, 0, m, true);
-  lower_scores(P_.data(), Cp_, Ql(), Kp_, KrT_.data(), Cp_, m, K);
-  mask_lower(P_.data(), Cp_, nullptr, 0, m);
   // T = (I + diag(β) G)⁻¹, row by row: T[t, :t] = −β_t G[t, :t] T[:t, :t], T[t, t] = 1 (rows of a unit
   // lower triangle; the entries to the right of the diagonal stay 0 for the transposed products).
   for (int64_t t = 0; t < m; ++t) {
@@ -129,6 +106,39 @@ int64_t DeltaChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
   return n_;
 }
 
+// x / sqrt(Σ x² + ε) for each of the chunk's rows of X ([n, Kp]), times factor, and 1/sqrt(·) kept in r
+// for the backward.
+void DeltaChunk::l2norm_rows(float* X, float* r, float factor) {
+  for (int64_t t = 0; t < n_; ++t) {
+    float* x = X + t * Kp_;
+    float sum = 0;
+    kernels::row_dots(&sum, x, Kp_, x, 1, p_.K);
+    r[t] = float(1.0 / std::sqrt(double(sum) + kL2NormEps));
+    for (int64_t c = 0; c < p_.K; ++c) x[c] *= r[t] * factor;
+  }
+}
+
+void DeltaChunk::load_queries(const RecurrenceHead& x, int64_t t0, int64_t r) {
+  const int64_t K = p_.K, m = n_;
+  kernels::pack_rows({Q_.data(), Kp_, C_, K}, kernels::head_rows(x.q, x.b, x.q_head(r)), t0, m,
+                     p_.qk_l2norm ? 1.0f : p_.scale);
+  if (p_.qk_l2norm) l2norm_rows(Q_.data(), rq_.data(), p_.scale);  // q normalised, then times scale
+  // The split sides, the keys' again with each query head's (the same values).
+  if (gated_)
+    for (int64_t t = 0; t < m; ++t) {
+      const size_t i = size_t(t * Kp_);
+      kernels::split_factor_row(
+          {Ql_.data() + i, Kr_.data() + i, Qe_.data() + i, Kd_.data() + i, Kl_.data() + i, Kt_.data() + i,
+           backward_ ? El_.data() + i : nullptr, backward_ ? Er_.data() + i : nullptr,
+           backward_ ? Eb_.data() + i : nullptr, backward_ ? Ed_.data() + i : nullptr},
+          Q_.data() + i, K_.data() + i, b_.data() + i, mid_.data(), em_.data(), enm_.data(), Kp_);
+    }
+  // P = lower(Ql Krᵀ).
+  kernels::transpose(KrT_.data(), Cp_, Kr(), Kp_, m, K);
+  lower_scores(P_.data(), Cp_, Ql(), Kp_, KrT_.data(), Cp_, m, K);
+  mask_lower(P_.data(), Cp_, nullptr, 0, m);
+}
+
 float* DeltaChunk::written_values(const float* S, bool keep_x) {
   // In place of U unless the backward still needs [U | W] (the next load forms X again).
   float* N = keep_x ? N_.data() : X_.data();
@@ -152,10 +162,14 @@ void DeltaChunk::advance(float* S) {
 void DeltaChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float* N = written_values(S, false);
-  // O = P N + (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
-  lower_product(O_.data(), Vp_, P_.data(), Cp_, N, ldn_, n, V, false);
-  gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V}, {.accumulate = true});
-  kernels::unpack_rows(kernels::head_rows(out, x.b, x.h), t0, {O_.data(), Vp_, n, V}, n);
+  // Every query head of x reads S and N in turn (query groups; one otherwise), then S advances once.
+  for (int64_t r = 0; r < x.queries; ++r) {
+    if (r > 0) load_queries(x, t0, r);
+    // O = P N + (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
+    lower_product(O_.data(), Vp_, P_.data(), Cp_, N, ldn_, n, V, false);
+    gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V}, {.accumulate = true});
+    kernels::unpack_rows(kernels::head_rows(out, x.b, x.out_head(r)), t0, {O_.data(), Vp_, n, V}, n);
+  }
   if (gated_)
     for (int64_t c = 0; c < K; ++c) {
       const float f = std::exp(bn_[size_t(c)]);

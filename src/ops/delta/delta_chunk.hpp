@@ -27,7 +27,8 @@ class DeltaChunk {
   // K (normalised where asked), V, β, the decay factors, the scores G and P and the inverse T.
   int64_t load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n = 0);
 
-  // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out.
+  // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out (with query
+  // groups, of each query head of x, all against the same S and N before S advances once).
   void forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0);
   // The state after the chunk, without the outputs.
   void advance(float* S);
@@ -42,6 +43,9 @@ class DeltaChunk {
   int64_t Vp() const { return Vp_; }
 
  private:
+  // Q from query head r of x (normalised where asked), the split sides and P.
+  void load_queries(const RecurrenceHead& x, int64_t t0, int64_t r);
+  void l2norm_rows(float* X, float* r, float factor);
   // N = U + W S (pitch ldn_): into X where keep_x is false.
   float* written_values(const float* S, bool keep_x);
   // The gradients of a row's sides (dQe, dQl, dKt, dKl, dKr, dKd) from element r on.

@@ -1,7 +1,8 @@
 // The delta rule token by token: per sequence, head and token, S ← P + β k (v − Pᵀk)ᵀ with
 // P = diag(a) S, and o = (scale · q)ᵀ S, in two sweeps over S (kernels::delta_update_readout), in place or
 // from the caller's initial state into a fresh one (detail::TokenStates).
-// Constant memory per token; the decode path and flash-linear-attention's fused_recurrent_*.
+// Constant memory per token; the decode path and flash-linear-attention's fused_recurrent_*. With query groups
+// (q and out with R·H heads) each state advances once a token and each of its R query heads reads it out.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -37,15 +38,16 @@ void normalise(float* x, float* f, int64_t rows, int64_t n, bool l2norm, float f
 template <class I, class T>
 void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
                View4<const I> beta, View4<const I> g, const detail::TokenStates<T>& states) {
-  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols();
+  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols(), R = p.queries;
   const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
   detail::for_each_head_block(
-      N, p.H, N * p.H * p.T * K * V, floats, 0, [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+      N, p.H, N * p.H * p.T * K * V * (R + 1) / 2, floats, detail::widened_floats<T>(R, K, V),
+      [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
         const detail::Sequence& s = p.sequences[size_t(n)];
         detail::TokenRows rows(scratch, heads, K, V, cols, p.group);
         states.pass_empty(s, p.H, h0, heads, K * V);
         for (int64_t t = s.begin; t < s.end; ++t) {
-          rows.load(q, k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
+          rows.load(detail::query_view(q, R, 0), k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
           // Each q/k head once, however many value heads read it.
           normalise(rows.q, rows.factors, rows.qk_rows, K, p.qk_l2norm, p.scale);
           normalise(rows.k, rows.factors, rows.qk_rows, K, p.qk_l2norm, 1.0f);
@@ -59,7 +61,10 @@ void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, Vi
                                           rows.v + r * V, rows.q_row(r), b, K, V, cols > 0 ? rows.a + r * K : nullptr,
                                           states.before(s, p.H, h0 + r, K * V, t));
           }
-          rows.store(out, s.b, t, h0);
+          rows.store(detail::query_view(out, R, 0), s.b, t, h0);
+          detail::read_out_queries(
+              rows, q, out, states, s, p.H, h0, t, R, 1.0f, scratch + floats * size_t(heads),
+              [&](float* x) { normalise(x, rows.factors, rows.qk_rows, K, p.qk_l2norm, p.scale); });
         }
       });
 }

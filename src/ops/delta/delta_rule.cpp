@@ -71,7 +71,7 @@ void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, Co
   for_each_head(p, options.chunk_size, false, 1, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
     DeltaChunk& chunk = scratch.chunk;
     std::vector<float>& S = scratch.S;
-    const RecurrenceHead x{q, k, v, g, beta, s.b, h, p.group};
+    const RecurrenceHead x{q, k, v, g, beta, s.b, h, p.group, p.queries};
     const int64_t index = s.n * p.H + h, Vp = chunk.Vp();
     detail::load_state_rows(S.data(), p.K, p.V, Vp, initial_state, index);
     for (int64_t t = s.begin; t < s.end;) {

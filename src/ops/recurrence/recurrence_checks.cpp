@@ -15,9 +15,40 @@ const char* heads_word(ConstTensorView q, ConstTensorView v) {
   return v.heads() == q.heads() ? "q's heads" : "v's heads";
 }
 
+// q's heads over k's, R, where q's are a multiple R > 1 of k's (query groups): refused unless the
+// signature takes them, and with v's heads other than k's (the two groupings at once); 1 otherwise (a q
+// whose heads are no multiple of k's is left to the attention inputs' check, unless it has more heads than
+// k and v where the signature takes query groups).
+int64_t query_groups(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v, const Signature& s) {
+  if (q.heads() == k.heads() || k.heads() <= 0) return 1;
+  if (q.heads() % k.heads() != 0) {
+    if (s.query_groups && v.heads() == k.heads() && q.heads() > k.heads())
+      fail_with(op, "q.extent[2] (heads) is ", q.heads(), ", expected a multiple of k's ", k.heads(),
+                " heads (query groups: each k/v head serving HQ / H query heads)");
+    return 1;
+  }
+  if (!s.query_groups)
+    fail_with(op, "q.extent[2] (heads) is ", q.heads(), ", expected k's ", k.heads(),
+              " heads: query heads grouped over the key/value heads (ONNX LinearAttention's ", q.heads() / k.heads(),
+              " query heads a k/v head) are native only in ", query_groups_native,
+              "; repeat k, v and their gates per query head, or call once per query head of a group");
+  if (v.heads() != k.heads())
+    fail_with(op, "v.extent[2] (heads) is ", v.heads(), ", expected k's ", k.heads(), " heads: q's ", q.heads(),
+              " heads group over k's (query groups), and value heads grouped over the q/k heads cannot come with them");
+  return q.heads() / k.heads();
+}
+
 // v's heads HV, a positive multiple of q's H where the signature takes grouped heads (then q, k and v are
-// checked as attention inputs with v seen at q's heads); otherwise q's H.
-int64_t value_heads(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v, const Signature& s) {
+// checked as attention inputs with v seen at q's heads); otherwise q's H. With query groups (R > 1) q is
+// checked as if it had k's heads.
+int64_t value_heads(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v, const Signature& s,
+                    int64_t R) {
+  if (R > 1) {
+    ConstTensorView q_per_kv_head = q;  // q's other extents against k and v (its heads checked above)
+    q_per_kv_head.extent[2] = k.heads();
+    check_attention_inputs(op, q_per_kv_head, k, v);
+    return v.heads();
+  }
   if (!s.grouped || v.heads() == q.heads()) {
     check_attention_inputs(op, q, k, v);
     return q.heads();
@@ -36,7 +67,8 @@ int64_t value_heads(const char* op, ConstTensorView q, ConstTensorView k, ConstT
 
 RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                              const Signature& s) {
-  const int64_t HV = value_heads(op, q, k, v, s);
+  check_view(op, "q", q), check_view(op, "k", k), check_view(op, "v", v);
+  const int64_t R = query_groups(op, q, k, v, s), HV = value_heads(op, q, k, v, s, R);
   const std::string causal = std::string("q's sequence length (") + s.family + " is causal: T keys for T queries)";
   check_extent(op, "k", k, 1, q.seq(), causal.c_str());
   check_scale(op, s.scale);
@@ -44,9 +76,9 @@ RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, 
   if (s.max_chunk_size > 0)
     check_bounded(op, "options.chunk_size", s.chunk_size, int64_t(1), s.max_chunk_size,
                   "a chunk's scratch holds [chunk_size, chunk_size] matrices per thread");
-  RecurrenceProblem p{q.batch(), q.seq(), HV, q.dim(), v.dim(), q.batch(), 1.0f, s.gate, {}, HV / q.heads()};
+  RecurrenceProblem p{q.batch(), q.seq(), HV, q.dim(), v.dim(), q.batch(), 1.0f, s.gate, {}, HV / k.heads(), R};
   p.scale = s.scale ? *s.scale : float(1.0 / std::sqrt(double(p.K)));
-  const char* axes[] = {"q's batch", "q's sequence length", heads_word(q, v)};
+  const char* axes[] = {"q's batch", "q's sequence length", R > 1 ? "k's and v's heads" : heads_word(q, v)};
   const int64_t want[] = {p.B, p.T, p.H};
   if (s.beta) {
     check_view(op, "beta", *s.beta);
@@ -74,6 +106,7 @@ void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const
                                std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
                                TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
                                std::span<const float> initial_state) {
+  if (!s.query_groups_backward) refuse_query_groups(op, p);
   check_recurrence_output(op, "dout", dout, q, v);
   for (const Gradient& d : grads) check_like(op, d.name, d.grad, d.input, d.input_name);
   if (p.gate_cols() > 0)
@@ -98,9 +131,25 @@ void check_recurrence_output(const char* op, const char* name, ConstTensorView x
                              ConstTensorView v) {
   if (v.heads() == q.heads()) return check_output_shape(op, name, x, q, v);
   check_view(op, name, x);
-  const int64_t want[] = {q.batch(), q.seq(), v.heads(), v.dim()};
-  const char* because[] = {"q's batch", "q's sequence length", "v's heads", "v's value dim"};
+  const bool queries = q.heads() > v.heads();  // query groups: out has q's heads
+  const int64_t want[] = {q.batch(), q.seq(), queries ? q.heads() : v.heads(), v.dim()};
+  const char* because[] = {"q's batch", "q's sequence length", queries ? "q's heads" : "v's heads", "v's value dim"};
   for (int axis = 0; axis < 4; ++axis) check_extent(op, name, x, axis, want[axis], because[axis]);
+}
+
+const char* const query_groups_native =
+    "the forwards of the decayed family and the delta rule (decayed_attention_forward, decayed_recurrent_forward, "
+    "decayed_step, delta_rule_forward, delta_rule_recurrent_forward, delta_rule_step) and "
+    "decayed_attention_backward";
+
+void refuse_query_groups(const char* op, const RecurrenceProblem& p) {
+  if (p.queries > 1)
+    fail_with(op, "q has ", p.H * p.queries, " heads over k's and v's ", p.H,
+              " (query groups), which this backward does not take natively (they are native only in ",
+              query_groups_native, "): run it once per query head r of a group, with q[:, :, r::", p.queries,
+              "] and dout[:, :, r::", p.queries,
+              "] against the same k, v and gates (dfinal_state in one run only), and sum dk, dv, dg and"
+              " dinitial_state over the runs");
 }
 
 namespace {
@@ -109,7 +158,9 @@ namespace {
 std::string state_shape(const RecurrenceProblem& p) {
   return std::string(p.group > 1 ? "[N, HV, K, V] = [" : "[N, H, K, V] = [") + std::to_string(p.N) + ", " +
          std::to_string(p.H) + ", " + std::to_string(p.K) + ", " + std::to_string(p.V) + "]" +
-         (p.group > 1 ? ", HV v's heads" : "");
+         (p.group > 1     ? ", HV v's heads"
+          : p.queries > 1 ? ", H k's and v's heads (one state a k/v head)"
+                          : "");
 }
 }  // namespace
 

@@ -23,29 +23,49 @@ namespace linattn::detail {
 // (g [B, T, H, K]). The public Decay and DeltaGate map onto it (decay_checks.hpp, delta_checks.hpp).
 enum class Gate { none, head, token, key };
 
-// H counts the value heads, those of v, beta, g, out and the states; q and k have H / group heads
-// (grouped value heads: value head h reads q/k head h / group, flash-linear-attention's convention).
+// H counts the value heads, those of v, beta, g and the states; q and k have H / group heads (grouped
+// value heads: value head h reads q/k head h / group, flash-linear-attention's convention). With query
+// groups (ONNX's LinearAttention, opset 27) q and out have H · queries heads over k's and v's H: query
+// head h · queries + r reads the state of head h. The two groupings never come together (one of group and
+// queries is 1). out has H · queries heads.
 struct RecurrenceProblem {
   int64_t B, T, H, K, V, N;
   float scale;
   Gate gate;
   std::vector<Sequence> sequences;  // N of them, in state order
   int64_t group = 1;                // value heads per q/k head (1 unless the family takes grouped heads)
+  int64_t queries = 1;              // query heads per k/v head (1 unless the family takes query groups)
   int64_t state_size() const { return N * H * K * V; }
   int64_t qk_heads() const { return H / group; }
   int64_t qk_head(int64_t h) const { return h / group; }
+  // The r-th query head reading head h's state, and the head of out it writes (r < queries).
+  int64_t q_head(int64_t h, int64_t r = 0) const { return qk_head(h) * queries + r; }
+  int64_t out_head(int64_t h, int64_t r = 0) const { return h * queries + r; }
   // Columns of g: 1 (token), K (key), 0 (no gate tensor).
   int64_t gate_cols() const { return gate == Gate::token ? 1 : gate == Gate::key ? K : 0; }
 };
 
 // One (sequence, value head)'s tensors (beta: the delta rule's; empty elsewhere); q and k are read at
-// head qk() (RecurrenceProblem::group).
+// head qk() (RecurrenceProblem::group), or with query groups q at q_head(r) and out at out_head(r).
 struct RecurrenceHead {
   ConstTensorView q, k, v, g, beta;
   int64_t b, h;
   int64_t group = 1;
+  int64_t queries = 1;
   int64_t qk() const { return h / group; }
+  int64_t q_head(int64_t r = 0) const { return qk() * queries + r; }
+  int64_t out_head(int64_t r = 0) const { return h * queries + r; }
 };
+
+// Query groups without copies: query head h · queries + r of x (q or out, [B, T, queries · H, D]) as head h
+// of a view with k's H heads, on the same memory.
+template <class T>
+View4<T> query_view(View4<T> x, int64_t queries, int64_t r) {
+  if (queries == 1) return x;
+  if (x.data) x.data += r * x.stride[2];
+  x.stride[2] *= queries, x.extent[2] /= queries;
+  return x;
+}
 
 // A named tensor of a call.
 struct NamedView {
@@ -60,6 +80,11 @@ struct Signature {
   // Grouped value heads taken: v [B, T, HV, V] with HV a multiple of q's H; beta, g, out and the states
   // then have HV heads. Otherwise v has q's heads.
   bool grouped = false;
+  // Query groups taken (ONNX's LinearAttention): q [B, T, R·H, K] over k [B, T, H, K], v [B, T, H, V];
+  // g, beta and the states have H heads, out R·H. Otherwise such a q is refused naming its heads and
+  // what takes them (query_groups_message).
+  bool query_groups = false;
+  bool query_groups_backward = false;  // and in the chunked backward too (else it refuses them)
   std::optional<float> scale = {};
   std::span<const int64_t> cu_seqlens = {};
   int64_t chunk_size = 1, max_chunk_size = 0;  // max 0: no chunked form, chunk_size unchecked
@@ -79,9 +104,14 @@ struct Signature {
 // tensors like k; cu_seqlens empty or [N + 1] ascending from 0 to T with B = 1; N·H·K·V representable.
 RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                              const Signature& signature);
-// An output (out, dout) shaped [B, T, HV, V] for q [B, T, H, K] and v [B, T, HV, V]: the words of
-// check_output_shape, with "v's heads" where the heads are grouped.
+// An output (out, dout) shaped [B, T, HV, V] for q [B, T, H, K] and v [B, T, HV, V], or [B, T, R·H, V] for
+// query groups (q with R·H heads over v's H): the words of check_output_shape, with "v's heads" or "q's
+// heads" where the heads are grouped.
 void check_recurrence_output(const char* op, const char* name, ConstTensorView x, ConstTensorView q, ConstTensorView v);
+// What takes query groups natively, for the refusals.
+extern const char* const query_groups_native;
+// Refuses query groups (p.queries > 1) in `op`, a call that does not take them natively (a backward).
+void refuse_query_groups(const char* op, const RecurrenceProblem& p);
 // A gradient and the input it is shaped like.
 struct Gradient {
   const char* name;

@@ -15,6 +15,8 @@
 #include "core/threads.hpp"
 #include "kernels/decay_factors.hpp"
 #include "kernels/pack.hpp"
+#include "kernels/rows.hpp"
+#include "linattn/half.hpp"
 #include "linattn/recurrent_state.hpp"
 #include "linattn/view.hpp"
 #include "ops/recurrence/recurrence_checks.hpp"
@@ -122,7 +124,7 @@ struct TokenRows {
       for (const auto& [x, width] : {std::pair{vv, V}, std::pair{gv, cols}})
         if (width > 0) kernels::prefetch_rows(kernels::token_rows(x, b, next, h0), 0, n, width);
     }
-    kernels::pack_rows({q, K, qk_rows, K}, kernels::token_rows(qv, b, t, qk0), 0, qk_rows, q_factor);
+    load_queries(qv, b, t, q_factor);
     kernels::pack_rows({k, K, qk_rows, K}, kernels::token_rows(kv, b, t, qk0), 0, qk_rows);
     kernels::pack_rows({v, V, n, V}, kernels::token_rows(vv, b, t, h0), 0, n);
     if (cols == 0) return;
@@ -134,6 +136,12 @@ struct TokenRows {
         kernels::mul_exp_difference(a + r * K, ones + r * K, g + r * K, nullptr, 1.0f, K);
     }
   }
+  // Only q's rows of token t (of the block loaded last) from qv: with query groups, the next query head's
+  // (qv a query_view of q).
+  template <class I>
+  void load_queries(View4<const I> qv, int64_t b, int64_t t, float q_factor) {
+    kernels::pack_rows({q, K, qk_rows, K}, kernels::token_rows(qv, b, t, first / group), 0, qk_rows, q_factor);
+  }
   // o into token t of out (rounded to nearest even for a half view).
   template <class O>
   void store(View4<O> out, int64_t b, int64_t t, int64_t h0) const {
@@ -143,6 +151,41 @@ struct TokenRows {
       kernels::unpack_rows(kernels::token_rows(out, b, t, h0), 0, kernels::ConstTile{o, V, n, V});
   }
 };
+
+// o: [V] = qᵀ S of a state S: [K, V] after its token's update: on an fp32 state the same chain over S's rows
+// as the update's own read-out (kernels::rank1_update_readout, delta_update_readout), the same bits; a bf16
+// state's rows are read as stored, widened into `rows` ([K, V] floats).
+inline void read_out(float* o, const float* S, const float* q, int64_t K, int64_t V, float*) {
+  std::fill_n(o, V, 0.0f);
+  kernels::add_weighted_rows(o, S, V, q, K, V);
+}
+inline void read_out(float* o, const bf16* S, const float* q, int64_t K, int64_t V, float* rows) {
+  convert(std::span<float>(rows, size_t(K * V)), std::span<const bf16>(S, size_t(K * V)));
+  read_out(o, rows, q, K, V, nullptr);
+}
+// The floats of read_out's rows a block needs: K · V for a bf16 state with query groups (queries > 1).
+template <class T>
+size_t widened_floats(int64_t queries, int64_t K, int64_t V) {
+  return queries > 1 && !std::is_same_v<T, float> ? size_t(K * V) : 0;
+}
+
+// Query groups (q and out with queries · H heads): after token t has advanced the states of the block's k/v
+// heads [h0, h0 + rows.n), with query head 0 of each read out in the update's sweep, each other query head
+// i reads them: its q rows packed (times q_factor, then prepare(rows.q) for a family's own scaling), o = qᵀ S,
+// stored into out's query head. widened: read_out's rows (widened_floats).
+template <class I, class T, class Prepare>
+void read_out_queries(TokenRows& rows, View4<const I> q, View4<I> out, const TokenStates<T>& states, const Sequence& s,
+                      int64_t H, int64_t h0, int64_t t, int64_t queries, float q_factor, float* widened,
+                      Prepare&& prepare) {
+  const int64_t K = rows.K, V = rows.V;
+  for (int64_t i = 1; i < queries; ++i) {
+    rows.load_queries(query_view(q, queries, i), s.b, t, q_factor);
+    prepare(rows.q);
+    for (int64_t r = 0; r < rows.n; ++r)
+      read_out(rows.o + r * V, states.at(s, H, h0 + r, K * V), rows.q_row(r), K, V, widened);
+    rows.store(query_view(out, queries, i), s.b, t, h0);
+  }
+}
 
 // A decode step's S, of either storage: its size and its region for the aliasing check.
 struct DecodeState {
