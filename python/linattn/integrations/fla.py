@@ -39,10 +39,22 @@ over unchanged. Two ways in, by what fla offers for each function:
   torch code, not linattn's), which for 1 < n_groups < num_heads pairs heads with groups differently from
   mamba_ssm's kernels (docs/models.md).
 
-What this cannot reach: the Triton-only helpers that no layer of linattn's families calls (the other
-activations of ACT2FN: logsigmoid, sqrelu, gelu; fla's fused MLPs, cross-entropy and KL losses, LayerNormGated's
-layernorm_fn). A function that calls one fails in it, with Triton's own error, on the CPU; which layers run is
-measured in python/tests/test_fla_integration.py and test_fla_rwkv7_mamba2.py and listed in docs/models.md.
+- fla's models (fla.models) around those layers (linattn.integrations.fla_fused's torch forms): GatedMLP's SwiGLU
+  launchers swiglu_fwd and swiglu_fwdbwd (behind swiglu and the fused swiglu_linear), LayerNorm's layer_norm,
+  HGRN2's norm-then-projection layer_norm_linear (rms_norm_linear), and the losses: cross_entropy_loss,
+  FusedCrossEntropyLoss.forward (a method: it asserts a GPU tensor before calling anything, so enable() replaces
+  it on the class; METHODS lists it) and fused_linear_cross_entropy_loss (FusedLinearCrossEntropyLoss, KDA's
+  training loss), one process only (a process_group is refused by name). Ten model families run, forward with
+  labels, backward and decoding with their cache (python/tests/test_fla_models.py).
+
+What this cannot reach: the Triton-only helpers that no layer or model of linattn's families calls (the other
+activations of ACT2FN: logsigmoid, sqrelu, gelu; GatedMLP's "powlu" (powglu, powglu_linear), sigmoidglu, the KL
+loss, LayerNormGated's layernorm_fn, fused_attnres). A function that calls one fails in it, with Triton's own
+error, on the CPU. Nor fla's own defects that the CPU exposes: transformers 5.25's generate passes the cache as
+`cache=`, which fla 0.6.0's models drop (every step starts from an empty state, on any device), and MomAttention
+orders tokens with an unstable argsort (on the CPU a memory's tokens leave their order). Which layers and models
+run is measured in python/tests/test_fla_integration.py, test_fla_rwkv7_mamba2.py and test_fla_models.py and
+listed in docs/models.md.
 
 Tested with flash-linear-attention 0.6.0 (fla-core 0.6.0, Triton 3.9.0); enable() refuses other minor
 versions, whose registry and function names it has not been checked against.
@@ -55,7 +67,8 @@ import torch
 
 from .transformers import _device_type
 
-__all__ = ["enable", "disable", "is_enabled", "routed", "SUPPORTED_VERSIONS", "FAMILIES", "DISPATCHED", "HELPERS"]
+__all__ = ["enable", "disable", "is_enabled", "routed", "SUPPORTED_VERSIONS", "FAMILIES", "DISPATCHED", "HELPERS",
+           "METHODS"]
 
 # The flash-linear-attention versions the registry and names were read and tested in: [0.6, 0.7).
 SUPPORTED_VERSIONS = ((0, 6), (0, 7))
@@ -156,10 +169,14 @@ def _registries():
 # rms_norm; FusedRMSNormGated: rms_norm_gated; ShortConvolution and GatedDeltaNet's fused convolution:
 # causal_conv1d, and its decoding step causal_conv1d_update; RotaryEmbedding: rotary_embedding with its
 # cos/sin tables; RWKV7Attention: the token shift, its mixes, key update, output correction, l2norm and
-# GroupNorm's group_norm; Mamba2: RMSNormGated's rmsnorm_fn and its activation's launchers), and linattn's
+# GroupNorm's group_norm; Mamba2: RMSNormGated's rmsnorm_fn and its activation's launchers; the models: LayerNorm's
+# layer_norm, HGRN2's layer_norm_linear, GatedMLP's SwiGLU launchers, the cross-entropy losses), and linattn's
 # function of the same parameters in the same order (a module of linattn, the name there).
 HELPERS = {"fla.modules.norm.layernorm": {"rms_norm": ("_layer_parts", "fla_rms_norm"),
-                                         "group_norm": ("_rwkv7_layer", "fla_group_norm")},
+                                         "group_norm": ("_rwkv7_layer", "fla_group_norm"),
+                                         # LayerNorm's function: group_norm's parameters, one group
+                                         "layer_norm": ("_rwkv7_layer", "fla_group_norm"),
+                                         "layer_norm_linear": ("integrations.fla_fused", "fla_layer_norm_linear")},
            "fla.modules.norm.l2norm": {"l2norm": ("_rwkv7_layer", "fla_l2_norm")},  # and its alias l2_norm
            "fla.modules.token_shift": {"token_shift": ("_rwkv7_layer", "fla_token_shift")},
            "fla.ops.rwkv7.fused_addcmul": {"fused_addcmul_rwkv7": ("_rwkv7_layer", "fla_addcmul_rwkv7")},
@@ -172,8 +189,20 @@ HELPERS = {"fla.modules.norm.layernorm": {"rms_norm": ("_layer_parts", "fla_rms_
                "causal_conv1d_update": ("integrations.causal_conv1d", "fla_causal_conv1d_update")},
            "fla.modules.rotary.ops": {"rotary_embedding": ("integrations.rotary", "fla_rotary_embedding")},
            "fla.modules.norm.layernorm_gated": {"rmsnorm_fn": ("_mamba2_layer", "fla_rmsnorm_fn")},
-           "fla.modules.activations.ops": {name: ("integrations.fla", "fla_" + name)
-                                           for name in ("swish_fwd", "swish_bwd", "sigmoid_fwd", "sigmoid_bwd")}}
+           "fla.modules.activations.ops": {
+               **{name: ("integrations.fla", "fla_" + name)
+                  for name in ("swish_fwd", "swish_bwd", "sigmoid_fwd", "sigmoid_bwd")},
+               **{name: ("integrations.fla_fused", "fla_" + name) for name in ("swiglu_fwd", "swiglu_fwdbwd")}},
+           "fla.modules.fused_cross_entropy.ops": {
+               "cross_entropy_loss": ("integrations.fla_fused", "fla_cross_entropy_loss")},
+           "fla.modules.fused_linear_cross_entropy.ops": {
+               "fused_linear_cross_entropy_loss": ("integrations.fla_fused", "fla_fused_linear_cross_entropy_loss")}}
+
+# fla's models' helpers that are methods, by "Class.method" in their module: FusedCrossEntropyLoss.forward
+# refuses CPU tensors itself (an assertion) before it calls cross_entropy_loss, so the method is replaced
+# (on the class, for every instance) by one whose CPU calls go to linattn's form of it.
+METHODS = {"fla.modules.fused_cross_entropy.ops": {
+    "FusedCrossEntropyLoss.forward": ("integrations.fla_fused", "fla_fused_cross_entropy_forward")}}
 
 
 # fla's swish ("silu") and sigmoid of ACT2FN are autograd Functions whose forward and backward call these
@@ -203,17 +232,22 @@ def fla_sigmoid_bwd(x, dy, output_contiguous=False):
     return (_float(dy) * s * (1 - s)).to(x.dtype)
 
 
-def _helper_functions(fla):
-    """{name: (fla's function, linattn's)} for HELPERS."""
-    found = {}
-    for module_name, names in HELPERS.items():
+def _fla_helpers(fla, table):
+    """[(the object holding it, its attribute name, fla's function, linattn's)] for HELPERS or METHODS (whose
+    names are "Class.method": the object is the class)."""
+    found = []
+    for module_name, names in table.items():
         module = importlib.import_module(module_name)
         for name, (ours_module, ours) in names.items():
-            if getattr(module, name, None) is None:
+            *owner_path, attr = name.split(".")
+            owner = module
+            for part in owner_path:
+                owner = getattr(owner, part, None)
+            if getattr(owner, attr, None) is None:
                 raise RuntimeError(f"flash-linear-attention {fla.__version__}: {module_name} has no {name}, which "
                                    "linattn.integrations.fla was tested with; install flash-linear-attention==0.6.0")
-            found[name] = (getattr(module, name), getattr(importlib.import_module(f"..{ours_module}", __package__),
-                                                          ours))
+            found.append((owner, attr, getattr(owner, attr),
+                          getattr(importlib.import_module(f"..{ours_module}", __package__), ours)))
     return found
 
 
@@ -295,12 +329,16 @@ def enable():
     # A dispatched function (and its aliases, such as chunk_gdn) is reached through the registry instead.
     dispatched = {id(functions[name]) for name in DISPATCHED} if registries is not None else set()
     originals = {name: (fn, _linattn(name)) for name, fn in functions.items() if id(fn) not in dispatched}
-    originals.update(_helper_functions(fla))
+    originals.update({attr: (fn, ours) for _, attr, fn, ours in _fla_helpers(fla, HELPERS)})
+    methods = _fla_helpers(fla, METHODS)
     backend = _backend_class()()
     for registry in (registries or {}).values():
         registry.register(backend)
     _replace_loaded(originals)
-    _state.update(registries=registries or {}, logged={op: set(r._logged) for op, r in (registries or {}).items()})
+    for cls, attr, original, ours in methods:
+        setattr(cls, attr, _wrapper(f"{cls.__name__}.{attr}", original, ours))
+    _state.update(registries=registries or {}, logged={op: set(r._logged) for op, r in (registries or {}).items()},
+                  methods=methods)
 
 
 def disable():
@@ -312,4 +350,6 @@ def disable():
         registry._backends.pop(_BACKEND, None)
         registry._logged.intersection_update(_state["logged"][operation])  # fla logs each backend choice once
     _restore_loaded()
+    for cls, attr, original, _ in _state["methods"]:
+        setattr(cls, attr, original)
     _state.clear()
