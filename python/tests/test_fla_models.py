@@ -13,6 +13,7 @@ losses. enable() routes their CPU calls to torch forms (linattn.integrations.fla
   same in both (fla's layers under enable(), checked against linattn.layers in test_fla_integration.py and
   test_fla_rwkv7_mamba2.py). Logits, loss (also against F.cross_entropy of the logits) and every parameter's
   gradient; every parameter gets a gradient;
+- a left-padded batch equals its sequences run alone;
 - decoding token by token with the model's cache equals the whole sequence's forward; greedy generate with
   the cache (handed on to the model: transformers 5.25 passes it as `cache=`, which fla 0.6.0's models drop)
   equals generate without it, each token the argmax of the whole forward at its position;
@@ -189,6 +190,20 @@ def test_decoding_with_the_cache_equals_the_whole_forward(fla_models, enabled, f
     assert cached.shape == (2, prompt.shape[1] + new)
     assert torch.equal(cached, uncached)
     assert torch.equal(logits[:, prompt.shape[1] - 1:-1].argmax(-1), cached[:, prompt.shape[1]:])
+
+
+@pytest.mark.parametrize("family", [f for f in MODELS if f != "mom"])
+def test_left_padded_batch_equals_the_sequences_alone(fla_models, enabled, family):
+    """A batch with its second row left-padded by 3 tokens (attention_mask 0 there): each row's logits at its
+    real tokens equal the sequence run alone (fla's layers unpad the batch and pass cu_seqlens on)."""
+    model = _build(fla_models, family).eval()
+    sequences = _tokens(seed=4, shape=(2, 9))
+    ids, mask = sequences.clone(), torch.ones_like(sequences)
+    ids[1, :3], mask[1, :3] = 0, 0
+    with torch.no_grad():
+        batch = model(input_ids=ids, attention_mask=mask).logits
+        _close(batch[:1], model(input_ids=sequences[:1]).logits, "the full row")
+        _close(batch[1:, 3:], model(input_ids=sequences[1:, 3:]).logits, "the padded row's tokens")
 
 
 def test_mom_is_causal_and_decodes_only_with_a_stable_token_sort(fla_models, enabled, monkeypatch):
