@@ -44,8 +44,9 @@ over unchanged. Two ways in, by what fla offers for each function:
   HGRN2's norm-then-projection layer_norm_linear (rms_norm_linear), and the losses: cross_entropy_loss,
   FusedCrossEntropyLoss.forward (a method: it asserts a GPU tensor before calling anything, so enable() replaces
   it on the class; METHODS lists it) and fused_linear_cross_entropy_loss (FusedLinearCrossEntropyLoss, KDA's
-  training loss), one process only (a process_group is refused by name). Ten model families run, forward with
-  labels, backward and decoding with their cache (python/tests/test_fla_models.py).
+  training loss), one process only (a process_group is refused by name). Nine model families run right: forward
+  with labels, backward, padded batches and decoding with their cache; MoM's loss and backward run too, but its
+  outputs are wrong, below (python/tests/test_fla_models.py).
 
 What this cannot reach: the Triton-only helpers that no layer or model of linattn's families calls (the other
 activations of ACT2FN: logsigmoid, sqrelu, gelu; GatedMLP's "powlu" (powglu, powglu_linear), sigmoidglu, the KL
