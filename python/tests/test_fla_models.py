@@ -13,7 +13,8 @@ losses. enable() routes their CPU calls to torch forms (linattn.integrations.fla
   same in both (fla's layers under enable(), checked against linattn.layers in test_fla_integration.py and
   test_fla_rwkv7_mamba2.py). Logits, loss (also against F.cross_entropy of the logits) and every parameter's
   gradient; every parameter gets a gradient;
-- a left-padded batch equals its sequences run alone;
+- a left-padded batch, and sequences packed with cu_seqlens (an empty one among them), equal the sequences run
+  alone;
 - decoding token by token with the model's cache equals the whole sequence's forward; greedy generate with
   the cache (handed on to the model: transformers 5.25 passes it as `cache=`, which fla 0.6.0's models drop)
   equals generate without it, each token the argmax of the whole forward at its position;
@@ -204,6 +205,25 @@ def test_left_padded_batch_equals_the_sequences_alone(fla_models, enabled, famil
         batch = model(input_ids=ids, attention_mask=mask).logits
         _close(batch[:1], model(input_ids=sequences[:1]).logits, "the full row")
         _close(batch[1:, 3:], model(input_ids=sequences[1:, 3:]).logits, "the padded row's tokens")
+
+
+# fla's models that keep packed sequences apart (cu_seqlens handed to every layer). Not the others, by fla's own
+# code: LinearAttentionForCausalLM hands its model no **kwargs (and LinearAttentionModel.forward takes none), so
+# cu_seqlens never reaches its layers; fla's Mamba2 torch path (its CPU path) has no cu_seqlens or seq_idx at all;
+# MoM's unstable sort (below).
+PACKED = ["gated_deltanet", "kda", "gla", "delta_net", "retnet", "hgrn2", "rwkv7"]
+
+
+@pytest.mark.parametrize("family", PACKED)
+def test_packed_sequences_equal_the_sequences_alone(fla_models, enabled, family):
+    """Sequences of 7, 0 and 4 tokens packed in one row with cu_seqlens: the logits of the sequences run apart."""
+    model = _build(fla_models, family).eval()
+    first, second = _tokens(seed=5, shape=(1, 7)), _tokens(seed=6, shape=(1, 4))
+    cu_seqlens = torch.tensor([0, 7, 7, 11], dtype=torch.int32)
+    with torch.no_grad():
+        packed = model(input_ids=torch.cat([first, second], 1), cu_seqlens=cu_seqlens).logits
+        apart = torch.cat([model(input_ids=first).logits, model(input_ids=second).logits], 1)
+    _close(packed, apart, "packed logits")
 
 
 def test_mom_is_causal_and_decodes_only_with_a_stable_token_sort(fla_models, enabled, monkeypatch):
