@@ -94,7 +94,8 @@ def _final_shape(q, v, cu_seqlens, want_final):
 
 
 def _out_shape(q, v):
-    return tuple(v.shape)  # [B, T, HV, V]
+    """[B, T, HV, V], or [B, T, R·H, V] with query groups (q's heads a multiple of v's)."""
+    return (*q.shape[:2], max(q.shape[2], v.shape[2]), v.shape[3])
 
 
 def _outputs_grads(q, v, do, dfinal, want_final):
@@ -241,6 +242,11 @@ def _is_compiling():
     return bool(_compiler_is_compiling is not None and _compiler_is_compiling())
 
 
+def records_graph(tensors):
+    """Whether a call on these tensors records a graph: one of them needs a gradient, or a compiler traces."""
+    return _is_compiling() or (torch.is_grad_enabled() and any(x.requires_grad for x in tensors))
+
+
 def _graph_free(graph_op, compute):
     """graph_op (the torch operator, or the autograd Function) wherever a graph may be recorded: an input
     that needs a gradient, or a compiler tracing; elsewhere compute itself. A decode step (no_grad,
@@ -248,8 +254,7 @@ def _graph_free(graph_op, compute):
     wrapping, which cost more than the step's arithmetic at small states (the same numbers either way)."""
 
     def run(*args):
-        if _is_compiling() or (torch.is_grad_enabled() and any(isinstance(x, Tensor) and x.requires_grad
-                                                                for x in args)):
+        if records_graph([x for x in args if isinstance(x, Tensor)]):
             return graph_op(*args)
         return compute(*args)
 

@@ -23,7 +23,7 @@ def query_groups(q, k, v):
     return HQ // H
 
 
-def by_query_groups(entry, q_at=3):
+def by_query_groups(entry, q_at=3, native=None):
     """Query heads a multiple R of the key/value heads for an entry point whose arguments q, k, v stand at
     q_at (the decayed and delta ones: op, mode, kind, q, k, v, ...; the DPLR one and linattn.torch's
     [B, N, H, D] softmax and linear attention: q, k, v, ...). An entry given output_final_state by keyword
@@ -32,13 +32,15 @@ def by_query_groups(entry, q_at=3):
     q, so the call is R calls over the same k, v and gates, the r-th with query heads r, R + r, 2R + r, ...
     (a strided view of q, no copy), the outputs interleaved back into q's head order; the final state is the
     first call's, and autograd sums the R calls' gradients to k, v, the gates and the initial state. Each
-    call runs the state pass again: R times the state work of a native shared pass (docs/decisions.md)."""
+    call runs the state pass again: R times the state work of a native shared pass (docs/decisions.md).
+    native(args, options), where given, says when the entry takes the grouped q itself (linattn's operators
+    then read the R query heads against one state pass): the entry is called once, unsliced."""
 
     @functools.wraps(entry)
     def run(*args, **options):
         q, k, v = args[q_at:q_at + 3]
         R = query_groups(q, k, v)
-        if R == 1:
+        if R == 1 or (native is not None and native(args, options)):
             return entry(*args, **options)
         stateful = "output_final_state" in options
         want_state = options.pop("output_final_state", False)

@@ -12,8 +12,9 @@ Query heads may also be a multiple R of the key/value heads (ONNX LinearAttentio
 opset 27): q [B, T, R·H, K] over k [B, T, H, K] and v [B, T, H, V], query head i reading key/value head
 i // R and its state; o [B, T, R·H, V], and g, g_gamma, beta, a, b, gk and the states have the H key/value
 heads. Every function here takes them, forward and backward, chunked, token by token and in the decode
-step (R calls over the shared k, v and gates, each with a strided view of q: no copy, R times the state
-work). Query groups and grouped value heads together are refused.
+step, without a copy: the decayed family and the delta rule's forwards read the R query heads against one
+state pass; the delta rule where a graph is recorded, normalize=True and the DPLR rule run R calls over
+strided views of q (R times the state work). Query groups and grouped value heads together are refused.
 
 - chunk_linear_attn, chunk_retention, chunk_simple_gla, chunk_gla, chunk_lightning_attn: the chunked
   engine (training); fused_chunk_linear_attn, fused_chunk_retention, fused_chunk_simple_gla,
@@ -188,8 +189,11 @@ def _extents(q, v):
 
 def _value_heads(q, k, v):
     """HV, v's number of heads: k has q's H heads and HV is a multiple of H (grouped value attention,
-    value head j reading q/k head j // (HV / H)), or the call is refused naming the argument."""
+    value head j reading q/k head j // (HV / H)), or k and v have HV heads of which q's are a multiple
+    (query groups, which linattn._query_groups has checked), or the call is refused naming the argument."""
     H, HV = q.shape[2], v.shape[2]
+    if k.shape[2] == HV and HV > 0 and H % HV == 0:
+        return HV
     if k.shape[2] != H:
         raise ValueError(f"k: expected q's {H} heads, got {k.shape[2]} (shape {list(k.shape)}); or a divisor of "
                          "them equal to v's heads (query heads grouped over key/value heads)")
@@ -279,8 +283,14 @@ def _normalize(o, q, k, scale, z_init, B, T, cu):
     return (o.unflatten(2, (q.shape[2], -1)) / denom.unsqueeze(3)).flatten(2, 3), z_state
 
 
+def _needs_graph(tensors):
+    """Whether a call records an autograd graph (or is traced by a compiler): the delta rule's chunked backward
+    does not take query groups, so such a call runs as R passes; a forward alone runs them natively."""
+    return _fla_ops.records_graph([x for x in tensors if isinstance(x, torch.Tensor)])
+
+
 @_half_through_float32
-@_by_query_groups
+@functools.partial(_by_query_groups, native=lambda args, options: not options.get("normalize"))
 def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
              output_final_state=False, reverse=False, cu_seqlens=None, chunk_size=None, normalize=False,
              state_v_first=False):
@@ -615,7 +625,8 @@ def fused_recurrent_lightning_attn(q, k, v, layer_idx, num_layers, scale=None, i
 
 
 @_half_through_float32
-@_by_query_groups
+@functools.partial(_by_query_groups,
+                   native=lambda args, options: not _needs_graph(list(args[3:]) + list(options.values())))
 def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
            use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=None, use_beta_sigmoid_in_kernel=False,
            allow_neg_eigval=False, state_v_first=False):

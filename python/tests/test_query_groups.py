@@ -243,21 +243,36 @@ def test_parallel_forms_score_per_query_head():
     torch.testing.assert_close(scores, scores_rep, rtol=1e-6, atol=1e-6)
 
 
-def test_q_goes_to_the_operators_as_a_view(monkeypatch):
-    """No copy of q, k or v: each of the R calls reads a strided view of the caller's q."""
-    seen = []
-    forward = _fla_ops.delta_forward
+def _spy(monkeypatch, name):
+    """Records (q's storage, k, v, q's strides, q's heads) of each call of _fla_ops.<name>."""
+    seen, forward = [], getattr(_fla_ops, name)
 
     def spy(q, k, v, *rest):
-        seen.append((q.untyped_storage().data_ptr(), k.data_ptr(), v.data_ptr(), q.stride()))
+        seen.append((q.untyped_storage().data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(), q.shape[2]))
         return forward(q, k, v, *rest)
 
-    monkeypatch.setattr(_fla_ops, "delta_forward", spy)
+    monkeypatch.setattr(_fla_ops, name, spy)
+    return seen
+
+
+def test_the_operators_take_query_groups_natively(monkeypatch):
+    """No copy of q, k or v, and one state pass: the decayed family's operators take the grouped q themselves,
+    forward and backward; the delta rule's forward too, and a call that records a graph (whose chunked backward
+    does not take query groups) runs R passes over strided views of the caller's q."""
     q, k, v, g, beta = _inputs("gated_delta", 1, 20, 2, 3, 4, 4, seed=29)
+    seen = _spy(monkeypatch, "decayed_forward")
+    qg = q.clone().requires_grad_()
+    o, _ = fla.chunk_simple_gla(qg, k, v, g=g)
+    o.sum().backward()
+    assert [(s[0], s[4]) for s in seen] == [(qg.untyped_storage().data_ptr(), 6)] and qg.grad.shape == q.shape
+    seen = _spy(monkeypatch, "delta_forward")
     fla.chunk_gated_delta_rule(q, k, v, g, beta)
+    assert [s[4] for s in seen] == [6] and seen[0][:3] == (q.untyped_storage().data_ptr(), k.data_ptr(), v.data_ptr())
+    seen.clear()
+    fla.chunk_gated_delta_rule(q.requires_grad_(), k, v, g, beta)
     assert len(seen) == 3
-    for q_ptr, k_ptr, v_ptr, stride in seen:
-        assert (q_ptr, k_ptr, v_ptr) == (q.untyped_storage().data_ptr(), k.data_ptr(), v.data_ptr())
+    for q_ptr, k_ptr, v_ptr, stride, heads in seen:
+        assert (q_ptr, k_ptr, v_ptr, heads) == (q.untyped_storage().data_ptr(), k.data_ptr(), v.data_ptr(), 2)
         assert stride[2] == 3 * 4  # every third query head
 
 
@@ -373,3 +388,15 @@ def test_scaled_dot_product_attention_gqa_against_torch_without_repeating(is_cau
     monkeypatch.setattr(torch.Tensor, "repeat_interleave", refuse)
     got = lt.scaled_dot_product_attention(query, key, value, is_causal=is_causal, enable_gqa=True)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_compile_traces_query_groups():
+    """torch.compile(fullgraph=True): the operators' fake shapes have q's heads, so a grouped call traces without
+    a graph break and gives the eager result."""
+    if not hasattr(torch, "compile"):
+        pytest.skip("torch.compile needs torch 2")
+    q, k, v, g, beta = _inputs("gated_delta", 1, 33, 2, 2, 8, 8, seed=47)
+    gla = torch.compile(lambda q, k, v, g: fla.chunk_simple_gla(q, k, v, g=g)[0], fullgraph=True)
+    gdn = torch.compile(lambda q, k, v, g, b: fla.chunk_gated_delta_rule(q, k, v, g, b)[0], fullgraph=True)
+    assert torch.equal(gla(q, k, v, g), fla.chunk_simple_gla(q, k, v, g=g)[0])
+    assert torch.equal(gdn(q, k, v, g, beta), fla.chunk_gated_delta_rule(q, k, v, g, beta)[0])
