@@ -40,12 +40,13 @@ class DplrChunk {
  private:
   const DplrProblem& p_;
   int64_t C_, Cp_, Kp_, Vp_, n_ = 0;
-  std::vector<float> Q_, K_, A_, B_, V_, g_;                  // packed rows [C, Kp] (V: [C, Vp]); g: running log decays
-  std::vector<float> lo_, hi_, mid_, gn_, em_, enm_, zero_;   // per column [Kp]
-  std::vector<float> Ql_, Qe_, Br_, Bd_, Kr_, Kd_, Al_, Ae_;  // the split sides [C, Kp]
-  std::vector<float> BrT_, KrT_;                              // Brᵀ, Krᵀ [Kp, Cp]
-  std::vector<float> Aab_, Aak_, Pqb_, Pqk_, T_;              // [C, Cp]: the score triangles, (I − A_ab)⁻¹
-  std::vector<float> R_, U_, O_;                              // [C, Vp]
+  std::vector<float> Q_, K_, A_, B_, g_;                     // packed rows [C, Kp]; g: running log decays
+  std::vector<float> lo_, hi_, mid_, gn_, em_, enm_, zero_;  // per column [Kp]
+  std::vector<float> Ql_, Qe_, Br_, Kr_, Al_, Ae_;           // the split sides [C, Kp] (Al, Ae: [C + 1, Kp])
+  std::vector<float> BKd_;                                   // [Bd; Kd]: [2n, Kp]
+  std::vector<float> UV_, R_, O_;                            // [U; V]: [2n, Vp]; R, O: [C, Vp]
+  std::vector<float> BrT_, KrT_;                             // Brᵀ, Krᵀ [Kp, Cp]
+  std::vector<float> Aab_, Aak_, Pqb_, Pqk_, T_;             // [C, Cp]: the score triangles, (I − A_ab)⁻¹
 };
 
 }  // namespace linattn::detail
