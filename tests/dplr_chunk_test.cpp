@@ -12,6 +12,7 @@
 
 #include "linattn/dplr.hpp"
 #include "linattn/error.hpp"
+#include "linattn/limits.hpp"
 #include "support/dplr_problem.hpp"
 #include "support/every_target.hpp"
 #include "support/recurrence_threads.hpp"
@@ -71,9 +72,10 @@ TEST(DplrChunk, MatchesOracleForWideHeads) {
   expect_matches({1, 97, 2, 33, 24, -0.3f, 0.0f, AB::uniform, 0.5f, Layout::bhnd});
 }
 
-// Chunks of 1 (the recurrence itself), 16, 64 and longer than the sequence: the same result up to rounding.
+// Chunks of 1 (the recurrence itself), 16, 64, longer than the sequence and at the bound
+// (kMaxDplrChunkSize): the same result up to rounding.
 TEST(DplrChunk, ChunkSizesAgree) {
-  for (int64_t chunk : {1, 16, 37, 64, 300}) {
+  for (int64_t chunk : {int64_t(1), int64_t(16), int64_t(37), int64_t(64), int64_t(300), limits::kMaxDplrChunkSize}) {
     Case c{2, 130, 2, 9, 11, -0.61f, 0.0f, AB::rwkv7, 1.0f};
     c.chunk = chunk;
     expect_matches(c);
@@ -170,7 +172,7 @@ TEST(DplrChunk, RefusesBadArgumentsByName) {
     }
   };
   DplrOptions zero = p.options(), huge = p.options();
-  zero.chunk_size = 0, huge.chunk_size = 1025;
+  zero.chunk_size = 0, huge.chunk_size = limits::kMaxDplrChunkSize + 1;
   expect_error(zero, f.out.view, f.state, "options.chunk_size");
   expect_error(huge, f.out.view, f.state, "options.chunk_size");
   expect_error(p.options(), f.out.view, {}, "state is empty");
