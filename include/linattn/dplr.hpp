@@ -30,14 +30,15 @@ struct DplrOptions {
   std::span<const int64_t> cu_seqlens;
   // Tokens per chunk of the chunked forward, in [1, limits::kMaxDplrChunkSize]; any value gives the same
   // result up to fp32 rounding. A chunk also ends early where a key column's cumulative log decay would span
-  // more than 60 (docs/rwkv7.md, "Numerics"). The token-by-token calls check it and do not use it.
+  // more than 60 (docs/rwkv7.md, "The chunked form"). The token-by-token calls check it and do not use it.
   int64_t chunk_size = 64;
 };
 
 // Chunked (flash-linear-attention's chunk_dplr_delta_rule forward): the arguments of
 // dplr_delta_rule_recurrent_forward with the same meaning (state in: the initial state, zeros for none;
 // out: the final state), the same result up to fp32 rounding, computed a chunk of options.chunk_size
-// tokens at a time with matrix products (docs/rwkv7.md, "The chunked form").
+// tokens at a time with matrix products (docs/rwkv7.md, "The chunked form": on the CPU at K = V = 64 it
+// does 1.8× the token path's arithmetic and measured 2.4–2.7× its time).
 void dplr_delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView a,
                              ConstTensorView b, ConstTensorView gk, std::span<float> state,
                              const DplrOptions& options = {});
