@@ -12,10 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "hwy/targets.h"
 #include "linattn/error.hpp"
 #include "linattn/reference.hpp"
 #include "linattn/threads.hpp"
+#include "support/dplr_problem.hpp"
+#include "support/every_target.hpp"
 #include "support/finite_difference.hpp"
 #include "support/recurrence_threads.hpp"
 #include "support/temp_dir.hpp"
@@ -24,110 +25,17 @@
 namespace linattn::testing {
 namespace {
 
-// How a and b are drawn. uniform: each in ±ab. delta: a = −κ, b = ab·κ with κ a unit vector drawn per token
-// (the delta rule's transition diag(w) − ab·κκᵀ: an eigenvalue near w − ab, negative for ab > 1). grow: a = κ,
-// b = ab·κ with one κ per head for all tokens (an eigenvalue near w + ab > 1 every token: the state grows
-// about (1 + ab)× a token, so the horizon is bounded).
-enum class AB { uniform, delta, grow };
-
-struct Case {
-  int64_t B, T, H, K, V;
-  float gk_lo = -0.7f, gk_hi = 0.0f;  // log decays drawn in [gk_lo, gk_hi]
-  AB ab_kind = AB::uniform;
-  float ab = 0.5f;
-  Layout layout = Layout::bnhd;
-  std::vector<int64_t> cu_seqlens = {};
-  bool states = true;  // an initial state and a final state's gradient (else none)
-};
-
-std::string describe(const Case& c) {
-  std::string s = "B";
-  return s + std::to_string(c.B) + " T" + std::to_string(c.T) + " H" + std::to_string(c.H) + " K" +
-         std::to_string(c.K) + " V" + std::to_string(c.V) + " gk[" + std::to_string(c.gk_lo) + "," +
-         std::to_string(c.gk_hi) + "] ab " + std::to_string(int(c.ab_kind)) + ":" + std::to_string(c.ab) + " " +
-         layout_name(c.layout) + (c.cu_seqlens.empty() ? "" : " packed") + (c.states ? " states" : "");
-}
-
-int64_t sequences(const Case& c) { return c.cu_seqlens.empty() ? c.B : int64_t(c.cu_seqlens.size()) - 1; }
-
-struct Problem {
-  Case c;
-  Tensor32 q, k, v, a, b, gk, dout;
-  std::vector<float> initial, dfinal;
-  DplrOptions options() const {
-    DplrOptions o;
-    o.cu_seqlens = c.cu_seqlens;
-    return o;
-  }
-  size_t state_size() const { return size_t(sequences(c) * c.H * c.K * c.V); }
-};
-
-// a and b for every (batch, token, head) as the case says.
-void draw_ab(Problem& p, std::mt19937_64& rng) {
-  const Case& c = p.c;
-  if (c.ab_kind == AB::uniform) {
-    fill_uniform(p.a.view, rng, -c.ab, c.ab);
-    fill_uniform(p.b.view, rng, -c.ab, c.ab);
-    return;
-  }
-  std::normal_distribution<float> normal;
-  std::vector<float> kappa(size_t(c.K));
-  for (int64_t bi = 0; bi < c.B; ++bi)
-    for (int64_t t = 0; t < c.T; ++t)
-      for (int64_t h = 0; h < c.H; ++h) {
-        float norm = 0;
-        // grow: one κ per head for every token, so that the growth compounds.
-        if (c.ab_kind == AB::grow && t > 0) {
-          for (int64_t d = 0; d < c.K; ++d) p.a.view(bi, t, h, d) = p.a.view(bi, 0, h, d);
-          for (int64_t d = 0; d < c.K; ++d) p.b.view(bi, t, h, d) = p.b.view(bi, 0, h, d);
-          continue;
-        }
-        for (float& x : kappa) x = normal(rng), norm += x * x;
-        for (int64_t d = 0; d < c.K; ++d) {
-          const float unit = kappa[size_t(d)] / std::sqrt(norm);
-          p.a.view(bi, t, h, d) = c.ab_kind == AB::delta ? -unit : unit;
-          p.b.view(bi, t, h, d) = c.ab * unit;
-        }
-      }
-}
-
-Problem make_problem(const Case& c, uint64_t seed = 1) {
-  std::mt19937_64 rng(seed);
-  const std::array<int64_t, 4> keys{c.B, c.T, c.H, c.K}, values{c.B, c.T, c.H, c.V};
-  Problem p{c,
-            random_tensor(keys, c.layout, rng),
-            random_tensor(keys, c.layout, rng),
-            random_tensor(values, c.layout, rng),
-            make_tensor(keys, c.layout),
-            make_tensor(keys, c.layout),
-            random_tensor(keys, c.layout, rng, c.gk_lo, c.gk_hi),
-            random_tensor(values, c.layout, rng),
-            {},
-            {}};
-  draw_ab(p, rng);
-  if (c.states) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (size_t i = 0; i < p.state_size(); ++i) p.initial.push_back(u(rng)), p.dfinal.push_back(u(rng));
-  }
-  return p;
-}
-
-std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+using namespace dplr;  // NOLINT: the shared problem's words
 
 struct Oracle {
   reference::DecayedOutput forward;
   reference::DplrGradients backward;
 };
 Oracle oracle(const Problem& p) {
-  using reference::to_double;
-  const reference::Tensor q = to_double(p.q.view), k = to_double(p.k.view), v = to_double(p.v.view),
-                          a = to_double(p.a.view), b = to_double(p.b.view), gk = to_double(p.gk.view),
-                          dout = to_double(p.dout.view);
-  const std::vector<double> initial = widen(p.initial), dfinal = widen(p.dfinal);
-  const std::vector<double>* init = p.c.states ? &initial : nullptr;
-  return {
-      reference::dplr_delta_rule_forward(q, k, v, a, b, gk, p.options(), init),
-      reference::dplr_delta_rule_backward(dout, p.c.states ? &dfinal : nullptr, q, k, v, a, b, gk, p.options(), init)};
+  const Doubles x(p);
+  const std::vector<double>* init = p.c.states ? &x.initial : nullptr;
+  return {oracle_forward(p), reference::dplr_delta_rule_backward(x.dout, p.c.states ? &x.dfinal : nullptr, x.q, x.k,
+                                                                 x.v, x.a, x.b, x.gk, p.options(), init)};
 }
 
 struct Fast {
@@ -189,14 +97,10 @@ TEST(DplrDeltaRule, MatchesOracleForWideHeadsAndEveryLayout) {
 // the first sweep's odd-row chain ends one row short; more tokens than a run (16) with a ragged last run.
 // Under every Highway target this CPU runs (the rest of the suite runs only the best one).
 TEST(DplrDeltaRule, MatchesOracleOverWholePanelsAndTheirTailsUnderEveryTarget) {
-  hwy::SetSupportedTargetsForTest(0);
-  for (const auto target : hwy::SupportedAndGeneratedTargets()) {
-    SCOPED_TRACE(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
+  for_each_simd_target([] {
     expect_matches_oracle({2, 37, 2, 9, 83, -0.7f, 0.0f, AB::delta, 1.5f});
     expect_matches_oracle({1, 20, 1, 64, 64, -0.3f, 0.0f, AB::uniform, 0.1f, Layout::padded});
-  }
-  hwy::SetSupportedTargetsForTest(0);  // the CPU's own choice again
+  });
 }
 
 // Packed sequences, one of them empty (its final state is its initial state, its dinitial its dfinal), and

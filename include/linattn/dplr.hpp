@@ -8,8 +8,8 @@
 // With a = −k̂ and b = β k̂ it is the delta rule's update (delta.hpp); in general the transition has
 // eigenvalues outside [0, 1] and the state can grow (docs/rwkv7.md, "Numerics").
 // Layout (flash-linear-attention's): q, k, a, b, gk [B, T, H, K], v and out [B, T, H, V], states
-// [N, H, K, V] row-major (N = B, or the number of packed sequences with cu_seqlens). Token by token only
-// for now (forward, backward, decode step): the chunked (WY) form is later work.
+// [N, H, K, V] row-major (N = B, or the number of packed sequences with cu_seqlens). Token by token
+// (forward, backward, decode step) and chunked (forward: the WY form, docs/rwkv7.md "The chunked form").
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -28,7 +28,20 @@ struct DplrOptions {
   // [N + 1], ascending from 0 to T: N sequences packed along the time axis of batch row 0 (B must be
   // 1), each with its own initial and final state. Empty: each batch row is one sequence (N = B).
   std::span<const int64_t> cu_seqlens;
+  // Tokens per chunk of the chunked forward, in [1, limits::kMaxDplrChunkSize]; any value gives the same
+  // result up to fp32 rounding. A chunk also ends early where a key column's cumulative log decay would span
+  // more than 60 (docs/rwkv7.md, "The chunked form"). The token-by-token calls check it and do not use it.
+  int64_t chunk_size = 64;
 };
+
+// Chunked (flash-linear-attention's chunk_dplr_delta_rule forward): the arguments of
+// dplr_delta_rule_recurrent_forward with the same meaning (state in: the initial state, zeros for none;
+// out: the final state), the same result up to fp32 rounding, computed a chunk of options.chunk_size
+// tokens at a time with matrix products (docs/rwkv7.md, "The chunked form": on the CPU at K = V = 64 it
+// does 1.8× the token path's arithmetic and measured 2.4–2.7× its time).
+void dplr_delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView a,
+                             ConstTensorView b, ConstTensorView gk, std::span<float> state,
+                             const DplrOptions& options = {});
 
 // Token by token (flash-linear-attention's fused_recurrent_dplr_delta_rule): out [B, T, H, V]; q, k, a,
 // b, gk [B, T, H, K]; v [B, T, H, V]; state [N, H, K, V] holds the initial state on entry (zeros for

@@ -25,6 +25,8 @@ inline constexpr int64_t kMaxChunkSize = 65536;
 // gradients, 20 MiB), quadratic where the causal linear chunk's is linear. Longer chunks only add work.
 inline constexpr int64_t kMaxDecayChunkSize = 1024;
 inline constexpr int64_t kMaxDeltaChunkSize = 1024;
+// The DPLR delta rule's (RWKV-7) chunk: five [C, C] matrices too (four score triangles and the inverse).
+inline constexpr int64_t kMaxDplrChunkSize = 1024;
 // Random features of an operator chosen by a flag (`run --features`, `bench --features`).
 inline constexpr int64_t kMaxFeatures = 65536;
 // Tokens `generate` samples or times.

@@ -69,4 +69,16 @@ void lower_transposed_product(float* c, int64_t ldc, const float* A, int64_t lda
   }
 }
 
+void unit_lower_inverse(float* T, int64_t ldt, const float* L, int64_t ldl, int64_t n, float sign, const float* f) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = T + t * ldt;
+    std::fill(row, row + padded(n), 0.0f);
+    const float scale = sign * (f ? f[t] : 1.0f);
+    // Whole vectors of columns: the rows above hold zeros right of their diagonals.
+    const int64_t cols = std::min(padded(n), padded(t));
+    if (t > 0) gemm({row, ldt, 1, cols}, plain(L + t * ldl, ldl), {T, ldt, t, cols}, {.row_scale = &scale});
+    row[t] = 1.0f;
+  }
+}
+
 }  // namespace linattn::kernels

@@ -51,4 +51,11 @@ void lower_product(float* c, int64_t ldc, const float* A, int64_t lda, const flo
 void lower_transposed_product(float* c, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb,
                               int64_t n, int64_t cols, bool accumulate);
 
+// T: [n, n] (pitch ldt) = (I − sign · diag(f) L)⁻¹ for L: [n, n] strictly lower (pitch ldl; its diagonal
+// and what lies right of it are not read), f: [n] (null: all ones); the WY form's unit lower-triangular
+// solve. Row by row, T[t, :t] = sign · f_t · L[t, :t] T[:t, :t] and T[t, t] = 1; each row holds 0 right of
+// its diagonal up to padded(n), so that T can enter the lower products above.
+void unit_lower_inverse(float* T, int64_t ldt, const float* L, int64_t ldl, int64_t n, float sign,
+                        const float* f = nullptr);
+
 }  // namespace linattn::kernels

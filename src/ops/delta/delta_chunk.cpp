@@ -81,19 +81,8 @@ int64_t DeltaChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
   // G = strict_lower(Kl Krᵀ) (Krᵀ from load_queries).
   lower_scores(G_.data(), Cp_, Kl(), Kp_, KrT_.data(), Cp_, m, K);
   mask_lower(G_.data(), Cp_, nullptr, 0, m, true);
-  // T = (I + diag(β) G)⁻¹, row by row: T[t, :t] = −β_t G[t, :t] T[:t, :t], T[t, t] = 1 (rows of a unit
-  // lower triangle; the entries to the right of the diagonal stay 0 for the transposed products).
-  for (int64_t t = 0; t < m; ++t) {
-    float* row = T_.data() + t * Cp_;
-    std::fill(row, row + Cp_, 0.0f);
-    const float negative_beta = -beta_[size_t(t)];
-    // Whole vectors of columns: the rows above hold zeros right of their diagonals.
-    const int64_t cols = std::min(Cp_, padded(t));
-    if (t > 0)
-      gemm({row, Cp_, 1, cols}, plain(G_.data() + t * Cp_, Cp_), {T_.data(), Cp_, t, cols},
-           {.row_scale = &negative_beta});
-    row[t] = 1.0f;
-  }
+  // T = (I + diag(β) G)⁻¹ (the entries to the right of the diagonal stay 0 for the transposed products).
+  kernels::unit_lower_inverse(T_.data(), Cp_, G_.data(), Cp_, m, -1.0f, beta_.data());
   // [U | W] = T [β V | −β (K ⊙ e^{b})].
   const float* Kt_rows = Kt();
   for (int64_t t = 0; t < m; ++t) {

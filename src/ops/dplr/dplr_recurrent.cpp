@@ -195,12 +195,7 @@ void backward_tokens(const DplrProblem& p, const Grads& g, std::span<float> dini
 void checked_forward(const char* op, TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                      ConstTensorView a, ConstTensorView b, ConstTensorView gk, std::span<float> state,
                      const DplrOptions& options) {
-  const DplrProblem p = detail::check_dplr_arguments(op, q, k, v, a, b, gk, options);
-  detail::check_output_shape(op, "out", out, q, v);
-  detail::check_token_state(op, state.size(), p);
-  const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("state", state)};
-  detail::check_outputs(op, outputs, detail::input_regions(q, k, v, {{"a", a}, {"b", b}, {"gk", gk}}));
-  forward_tokens(p, out, q, k, v, a, b, gk, state);
+  forward_tokens(detail::check_dplr_forward(op, out, q, k, v, a, b, gk, state, options), out, q, k, v, a, b, gk, state);
 }
 
 }  // namespace
