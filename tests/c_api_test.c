@@ -796,6 +796,7 @@ static int refuses_gigabytes_under_4_gib(void) {
   const linattn_tensor beta = {&zero, LINATTN_F32, {1, 1, 1, 1}, {0, 0, 0, 0}};
   const linattn_tensor narrow = {&zero, LINATTN_F32, {1, 1, 1, 8192}, {0, 0, 0, 0}};
   const linattn_tensor grouped = {&zero, LINATTN_F32, {1, 1, 32, 8192}, {0, 0, 0, 0}};
+  const linattn_tensor queries = {&zero, LINATTN_F32, {1, 1, 4, 32768}, {0, 0, 0, 0}};
   linattn_state* state = NULL;
   int ok = 1;
   if (setrlimit(RLIMIT_AS, &limit) != 0) return 2;
@@ -814,6 +815,12 @@ static int refuses_gigabytes_under_4_gib(void) {
                               "decayed 32 value heads of K = V = 2^13",
                               "linattn_decayed_forward: the chunked scratch of q [1, 1, 1, 8192] with 8192 value "
                               "columns in 32 value heads");
+  /* Query groups (issue 38, ONNX's GQA): 4 query heads over one key/value head of K = V = 2^15; the scratch
+   * holds that head's state (4 GiB), and is checked as well (it was skipped for q with more heads than v). */
+  ok &= refused_out_of_memory(linattn_decayed_forward(&queries, &queries, &wide, &wide, NULL, NULL, NULL, NULL, 0),
+                              "decayed 4 query heads over one head of K = V = 2^15",
+                              "linattn_decayed_forward: the chunked scratch of q [1, 1, 4, 32768] with 32768 value "
+                              "columns in 1 value head");
   return ok ? 0 : 1;
 }
 

@@ -64,8 +64,10 @@ linattn::DeltaRuleOptions delta_options(const char* function, const linattn_delt
 // grouped value heads make a multiple of q's. Shapes the operator refuses count nothing.
 void check_scratch(const char* function, bool delta, const linattn_tensor* q, const linattn_tensor* v,
                    std::span<const int64_t> cu_seqlens, int64_t chunk_size, bool backward) {
-  // The operator's checks name a missing tensor, and value heads not a multiple of q's.
-  if (q == nullptr || v == nullptr || q->extent[2] < 1 || v->extent[2] % q->extent[2] != 0) return;
+  // The operator's checks name a missing tensor, and heads that are not grouped one way or the other (value
+  // heads a multiple of q's, or query heads a multiple of v's: the scratch is per value head either way).
+  if (q == nullptr || v == nullptr || q->extent[2] < 1 || v->extent[2] < 1) return;
+  if (v->extent[2] % q->extent[2] != 0 && q->extent[2] % v->extent[2] != 0) return;
   const int64_t N = cu_seqlens.empty() ? q->extent[0] : int64_t(cu_seqlens.size()) - 1;
   const int64_t HV = v->extent[2];
   std::string what(function);
