@@ -36,10 +36,11 @@ ScanShard agree_on(MPI_Comm comm, const char* op, ConstTensorView q, ConstTensor
     check_scan_options(op, options.cu_seqlens.size(), options.chunk_size, options.scale);
     more();
   });
-  int64_t gamma_hash = 0;
-  for (float x : options.g_gamma) gamma_hash = gamma_hash * 1000003 + std::bit_cast<int32_t>(x);
+  // Unsigned: the hash wraps (a signed product overflowed, undefined, from four entries on).
+  uint64_t gamma_hash = 0;
+  for (float x : options.g_gamma) gamma_hash = gamma_hash * 1000003u + std::bit_cast<uint32_t>(x);
   s.shared("decay", static_cast<int64_t>(options.decay));
-  s.shared("options.g_gamma (hash)", gamma_hash);
+  s.shared("options.g_gamma (hash)", std::bit_cast<int64_t>(gamma_hash));
   return agree_on_shard(comm, op, s, ItemType::Kind::diagonal, q, v, options.scale);
 }
 
