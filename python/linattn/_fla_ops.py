@@ -242,9 +242,11 @@ def _is_compiling():
     return bool(_compiler_is_compiling is not None and _compiler_is_compiling())
 
 
-def records_graph(tensors):
-    """Whether a call on these tensors records a graph: one of them needs a gradient, or a compiler traces."""
-    return _is_compiling() or (torch.is_grad_enabled() and any(x.requires_grad for x in tensors))
+def records_graph(args):
+    """Whether a call on these arguments records a graph: a tensor among them needs a gradient, or a compiler
+    traces (the arguments that are not tensors are passed over, without building a list: a decode step asks)."""
+    return _is_compiling() or (torch.is_grad_enabled() and any(isinstance(x, Tensor) and x.requires_grad
+                                                                for x in args))
 
 
 def _graph_free(graph_op, compute):
@@ -254,7 +256,7 @@ def _graph_free(graph_op, compute):
     wrapping, which cost more than the step's arithmetic at small states (the same numbers either way)."""
 
     def run(*args):
-        if records_graph([x for x in args if isinstance(x, Tensor)]):
+        if records_graph(args):
             return graph_op(*args)
         return compute(*args)
 

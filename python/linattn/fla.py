@@ -283,12 +283,6 @@ def _normalize(o, q, k, scale, z_init, B, T, cu):
     return (o.unflatten(2, (q.shape[2], -1)) / denom.unsqueeze(3)).flatten(2, 3), z_state
 
 
-def _needs_graph(tensors):
-    """Whether a call records an autograd graph (or is traced by a compiler): the delta rule's chunked backward
-    does not take query groups, so such a call runs as R passes; a forward alone runs them natively."""
-    return _fla_ops.records_graph([x for x in tensors if isinstance(x, torch.Tensor)])
-
-
 @_half_through_float32
 @functools.partial(_by_query_groups, native=lambda args, options: not options.get("normalize"))
 def _decayed(op, mode, decay, q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
@@ -624,9 +618,11 @@ def fused_recurrent_lightning_attn(q, k, v, layer_idx, num_layers, scale=None, i
 # D_t = I (delta_rule), exp(g_t) I (gated_delta_rule) or diag(exp g_t) (kda).
 
 
+# The delta rule's chunked backward does not take query groups: a call that records a graph runs R passes, a
+# forward alone runs them natively.
 @_half_through_float32
 @functools.partial(_by_query_groups,
-                   native=lambda args, options: not _needs_graph(list(args[3:]) + list(options.values())))
+                   native=lambda args, options: not _fla_ops.records_graph((*args[3:], *options.values())))
 def _delta(op, mode, gate, q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
            use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=None, use_beta_sigmoid_in_kernel=False,
            allow_neg_eigval=False, state_v_first=False):
