@@ -129,33 +129,36 @@ TEST(DplrChunk, ThreadCountsGiveTheSameResult) {
 
 // A NaN reaches exactly what depends on it, as in the oracle: one in v (sequence 1, head 0, mid-chunk) spoils
 // that value column from its token on; one in gk (sequence 0, head 1) spoils that head from its token on.
-// The NaNs of the chunked outputs and final states stand where the oracle's do, every other value agrees
-// with it, and the heads without a NaN are whole. (The token path keeps the first NaN but not the second:
-// its w = exp(gk) comes out finite for a NaN gk.)
+// The NaNs of the outputs and final states stand where the oracle's do, every other value agrees with it,
+// and the heads without a NaN are whole: chunked, and token by token (whose w = exp(gk), a vector exp over
+// K = 16, passes the NaN on).
 TEST(DplrChunk, NanReachesWhatDependsOnItAsInTheOracle) {
   Problem p = make_problem({1, 150, 2, 16, 16, -0.61f, 0.0f, AB::rwkv7, 1.0f, Layout::bnhd, {0, 70, 150}});
   p.v.view(0, 100, 0, 3) = std::nanf("");
   p.gk.view(0, 20, 1, 5) = std::nanf("");
-  const Forward chunked = run_forward(p, true);
   const reference::DecayedOutput o = oracle_forward(p);
-  int64_t nans = 0;
-  const auto expect_alike = [&](float got, double want, const std::string& where) {
-    EXPECT_EQ(std::isnan(got), std::isnan(want)) << where;
-    if (std::isnan(want)) return void(++nans);
-    EXPECT_NEAR(got, want, 2e-5 * (1.0 + std::abs(want))) << where;
-  };
-  for (int64_t t = 0; t < 150; ++t)
-    for (int64_t h = 0; h < 2; ++h)
-      for (int64_t d = 0; d < 16; ++d) {
-        const float got = chunked.out.view(0, t, h, d);
-        expect_alike(got, o.out(0, t, h, d), "out token " + std::to_string(t) + " head " + std::to_string(h));
-        if ((t < 70 && h == 0) || (t >= 70 && h == 1) || t < 20 || (t >= 70 && t < 100)) {
-          EXPECT_TRUE(std::isfinite(got)) << "token " << t << " head " << h;
+  for (bool chunked_path : {true, false}) {
+    SCOPED_TRACE(chunked_path ? "chunked" : "token by token");
+    const Forward run = run_forward(p, chunked_path);
+    int64_t nans = 0;
+    const auto expect_alike = [&](float got, double want, const std::string& where) {
+      EXPECT_EQ(std::isnan(got), std::isnan(want)) << where;
+      if (std::isnan(want)) return void(++nans);
+      EXPECT_NEAR(got, want, 2e-5 * (1.0 + std::abs(want))) << where;
+    };
+    for (int64_t t = 0; t < 150; ++t)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t d = 0; d < 16; ++d) {
+          const float got = run.out.view(0, t, h, d);
+          expect_alike(got, o.out(0, t, h, d), "out token " + std::to_string(t) + " head " + std::to_string(h));
+          if ((t < 70 && h == 0) || (t >= 70 && h == 1) || t < 20 || (t >= 70 && t < 100)) {
+            EXPECT_TRUE(std::isfinite(got)) << "token " << t << " head " << h;
+          }
         }
-      }
-  for (size_t i = 0; i < chunked.state.size(); ++i)
-    expect_alike(chunked.state[i], o.final_state[i], "state " + std::to_string(i));
-  EXPECT_GT(nans, 0);
+    for (size_t i = 0; i < run.state.size(); ++i)
+      expect_alike(run.state[i], o.final_state[i], "state " + std::to_string(i));
+    EXPECT_GT(nans, 0);
+  }
 }
 
 TEST(DplrChunk, RefusesBadArgumentsByName) {

@@ -317,6 +317,45 @@ TEST(NonFiniteCausality, DeltaRuleLaterTokenLeavesEarlierOutputs) {
       }
 }
 
+// Where the oracle's NaNs stand: element i of got is NaN exactly where want's is.
+void expect_nans_where_the_oracle_has_them(ConstTensorView got, const reference::Tensor& want, const char* what) {
+  const std::vector<double> g = reference::to_double(got).data;
+  int64_t nans = 0, misplaced = 0;
+  for (size_t i = 0; i < want.data.size(); ++i) {
+    nans += std::isnan(want.data[i]);
+    misplaced += std::isnan(g[i]) != std::isnan(want.data[i]);
+  }
+  EXPECT_GT(nans, 0) << what << ": the oracle has no NaN (the poison did not reach it)";
+  EXPECT_EQ(misplaced, 0) << what << ": NaN where the oracle has a number, or the reverse";
+}
+
+// A NaN in one key column of the per-key gate (GLA's g, KDA's g) at token 10 reaches every later output of its
+// head, chunked and token by token, as in the oracle: the token paths' e^g is a vector exp (K = 64 fills whole
+// SIMD lanes), which must pass the NaN on rather than flush it to a finite decay.
+TEST(NonFiniteCausality, NanKeyGateReachesLaterOutputsAsInTheOracle) {
+  Inputs in(1, 40, 2, 64, 8, 64);
+  in.at(in.g, kBad, 0, 5) = kNaN;
+  const reference::Tensor q = reference::to_double(in.q.view), k = reference::to_double(in.k.view),
+                          v = reference::to_double(in.v.view), g = reference::to_double(in.g.view),
+                          beta = reference::to_double(in.beta.view);
+  DecayedAttentionOptions decayed;
+  decayed.decay = Decay::key;
+  const reference::DecayedOutput dwant = reference::decayed_attention_forward(q, k, v, &g, decayed);
+  std::vector<float> zero(in.initial.size(), 0.0f);
+  Tensor32 recurrent = make_tensor({in.B, in.T, in.H, in.V}, Layout::bnhd);
+  decayed_recurrent_forward(recurrent.view, in.q.view, in.k.view, in.v.view, in.gate(), zero, decayed);
+  expect_nans_where_the_oracle_has_them(recurrent.view, dwant.out, "gla token by token");
+  DeltaRuleOptions kda;
+  kda.gate = DeltaGate::key;
+  const reference::DecayedOutput kwant = reference::delta_rule_forward(q, k, v, beta, &g, kda);
+  std::fill(zero.begin(), zero.end(), 0.0f);
+  delta_rule_recurrent_forward(recurrent.view, in.q.view, in.k.view, in.v.view, in.beta.view, in.gate(), zero, kda);
+  expect_nans_where_the_oracle_has_them(recurrent.view, kwant.out, "kda token by token");
+  Tensor32 chunked = make_tensor({in.B, in.T, in.H, in.V}, Layout::bnhd);
+  delta_rule_forward(chunked.view, in.q.view, in.k.view, in.v.view, in.beta.view, in.gate(), kda);
+  expect_nans_where_the_oracle_has_them(chunked.view, kwant.out, "kda chunked");
+}
+
 // out, dq, dv of causal linear attention.
 struct LinearRun {
   Tensor32 out, dq, dk, dv;

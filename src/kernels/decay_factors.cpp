@@ -21,7 +21,8 @@ using V = hn::Vec<D>;
 // The factor exp(sign · (a − b)) of lanes [i, i + L).
 HWY_INLINE V Factor(D d, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, V sign, int64_t i) {
   const V diff = b ? hn::Sub(hn::LoadU(d, a + i), hn::LoadU(d, b + i)) : hn::LoadU(d, a + i);
-  return hn::Exp(d, hn::Mul(sign, diff));
+  const V x = hn::Mul(sign, diff);
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(d, x));  // hn::Exp flushes NaN to 0: it must reach what depends on it
 }
 
 void MulExpDifferenceN(float* y, const float* x, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float sign,
