@@ -10,7 +10,7 @@ torch's [B, H, N, D] order instead (see docs/python.md, docs/pytorch.md).
 - softmax_attention_backward / linear_attention_backward(q, k, v, dout, *, same options) -> (dq, dk, dv)
   (cu_seqlens [N + 1]: sequences packed along the time axis of batch row 0, each attending to itself)
 - decayed_step(q, k, v, g, state, *, decay, ...) / delta_rule_step(q, k, v, beta, g, state, *, gate, ...):
-  one decoding token [B, H, K] against a float32 state [B, H, K, V] advanced in place
+  one decoding token [B, H, K] (float32, or numpy float16) against a float32 state [B, H, K, V] advanced in place
 - RecurrentState(batch, heads, dim, value_dim, feature_map="elu"): .step(q, k, v), .save, .load
 - info(): the CPU's features, the SIMD targets compiled in and the one dispatch chose (a dict)
 - reference: the same functions in fp64 on float64 arrays (the slow oracle the tests trust)
@@ -37,8 +37,6 @@ from ._layout import LAYOUTS, check_layout, from_bnhd, to_bnhd
 from ._linattn import (
     __version__,
     RecurrentState,
-    decayed_step,
-    delta_rule_step,
     has_favor,
     info,
     num_threads,
@@ -91,6 +89,8 @@ def _with_layout(name, positional):
     return call
 
 
+decayed_step = _half.step("decayed_step")
+delta_rule_step = _half.step("delta_rule_step")
 softmax_attention = _with_layout("softmax_attention", ("q", "k", "v"))
 softmax_attention_backward = _with_layout("softmax_attention_backward", ("q", "k", "v", "dout"))
 linear_attention = _with_layout("linear_attention", ("q", "k", "v"))

@@ -53,6 +53,34 @@ def run(name, kwargs):
     return tuple(g.view(np.float16) for g in grads)
 
 
+def step(name):
+    """linattn.<name> (decayed_step, delta_rule_step): float32 arrays run _linattn.<name>; float16 ones (q's
+    dtype: every tensor but the float32 state, which is advanced in place either way) run
+    _linattn.half.<name> on their bits, and o comes back float16."""
+    fast, half = getattr(_linattn, name), getattr(_linattn.half, name)
+    tensors = _STEP_TENSORS[name]
+    positional = (*tensors, "state")
+
+    def call(q, *args, **kwargs):
+        if not (isinstance(q, np.ndarray) and q.dtype == np.float16):
+            return fast(q, *args, **kwargs)
+        if len(args) > len(positional):
+            raise TypeError(f"{name}: expected at most {len(positional) + 1} positional arguments, got {len(args) + 1}")
+        kwargs.update(zip(positional, args))
+        for key in tensors:
+            if kwargs.get(key) is not None:
+                kwargs[key] = _bits(key, kwargs[key])
+        return half(q=q.view(np.uint16), dtype="f16", **kwargs).view(np.float16)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"{fast.__doc__}\n\nfloat16 arrays (numpy's half; every tensor but the state) run in half precision."
+    return call
+
+
+# The tensors after q that a step takes (positionally, before its state).
+_STEP_TENSORS = {"decayed_step": ("k", "v", "g"), "delta_rule_step": ("k", "v", "beta", "g")}
+
+
 class TorchBackend:
     """What linattn.torch's autograd Function calls for torch.float16 / torch.bfloat16 tensors (torch
     without torch.library.custom_op): the half operators on the tensors' bits, results handed back as

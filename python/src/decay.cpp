@@ -1,6 +1,7 @@
 // Decayed linear attention (include/linattn/decay.hpp) on numpy arrays: the chunked forward and
-// backward and the token-by-token recurrence on float32, and the fp64 oracle's forward and backward
-// (linattn.reference) on float64. linattn.fla wraps them in flash-linear-attention's interface.
+// backward, the token-by-token recurrence and the decode step on float32 and on bf16/f16 bits
+// (_linattn.half), and the fp64 oracle's forward and backward (linattn.reference) on float64.
+// linattn.fla wraps them in flash-linear-attention's interface.
 #include "linattn/decay.hpp"
 
 #include <pybind11/stl.h>
@@ -13,6 +14,7 @@
 
 #include "bindings.hpp"
 #include "family_args.hpp"
+#include "linattn/half_attention.hpp"
 #include "recurrence_bindings.hpp"
 
 namespace linattn::python {
@@ -53,17 +55,21 @@ struct DecayBinding {
   static constexpr ChunkedFamily memory = ChunkedFamily::decayed;
   using Args = DecayArgs;
 
-  static void forward(TensorView out, const Inputs<float, 4>& in, const Args& a, std::span<const float> initial,
+  // E: float, or bf16 / f16 (the half-precision overloads, include/linattn/half_attention.hpp).
+  template <class E>
+  static void forward(View4<E> out, const Inputs<E, 4>& in, const Args& a, std::span<const float> initial,
                       std::span<float> final_state) {
     decayed_attention_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), a.options(), initial, final_state);
   }
-  static void backward(const std::array<TensorView, 4>& d, std::span<float> dinitial, ConstTensorView dout,
-                       std::span<const float> dfinal, const Inputs<float, 4>& in, const Args& a,
+  template <class E>
+  static void backward(const std::array<View4<E>, 4>& d, std::span<float> dinitial, View4<const E> dout,
+                       std::span<const float> dfinal, const Inputs<E, 4>& in, const Args& a,
                        std::span<const float> initial) {
     decayed_attention_backward(d[0], d[1], d[2], d[3], dinitial, dout, dfinal, in.view(0), in.view(1), in.view(2),
                                in.view(3), a.options(), initial);
   }
-  static void recurrent(TensorView out, const Inputs<float, 4>& in, std::span<float> state, const Args& a) {
+  template <class E>
+  static void recurrent(View4<E> out, const Inputs<E, 4>& in, std::span<float> state, const Args& a) {
     decayed_recurrent_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), state, a.options());
   }
   static void recurrent_from(TensorView out, const Inputs<float, 4>& in, std::span<const float> initial,
@@ -82,21 +88,65 @@ struct DecayBinding {
   }
 };
 
-// decayed_attention and its backward, on T = float arrays or the oracle's T = double.
-template <class T>
-void def_decayed(py::module_& m, const char* dtype) {
+// decayed_recurrent and decayed_step on P = float arrays or half bits.
+template <class P>
+void def_decayed_tokens(py::module_& m, const char* dtype_text) {
+  using py::arg;
+  m.def(
+      "decayed_recurrent",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const py::object& state,
+         const std::string& decay, const std::string& dtype, const py::object& g_gamma, std::optional<float> scale,
+         const py::object& cu_seqlens) {
+        return by_element<P>(dtype, [&]<class E>() {
+          return recurrence_tokens<DecayBinding, E>({q, k, v, g}, state,
+                                                    decay_args(decay, g_gamma, scale, cu_seqlens, 64), false);
+        });
+      },
+      arg("q"), arg("k"), arg("v"), arg("g"), arg("state"), py::kw_only(), arg("decay"), dtype_arg<P>(),
+      arg("g_gamma") = py::none(), arg("scale") = py::none(), arg("cu_seqlens") = py::none(),
+      with_dtype("o [B, T, H, V] of decayed_attention token by token; state: a C-contiguous float32 [N, H, K, V] "
+                 "array holding the initial state, overwritten with the final state",
+                 dtype_text)
+          .c_str());
+  // One token on the caller's state, advanced in place (the token-by-token driver on the array itself:
+  // a RecurrentState would cost a copy of the state in and out of every step).
+  m.def(
+      "decayed_step",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const py::object& state,
+         const std::string& decay, const std::string& dtype, const py::object& g_gamma, std::optional<float> scale) {
+        return by_element<P>(dtype, [&]<class E>() {
+          return recurrence_tokens<DecayBinding, E>({q, k, v, g}, state,
+                                                    decay_args(decay, g_gamma, scale, py::none(), 64), true);
+        });
+      },
+      arg("q"), arg("k"), arg("v"), arg("g"), arg("state"), py::kw_only(), arg("decay"), dtype_arg<P>(),
+      arg("g_gamma") = py::none(), arg("scale") = py::none(),
+      with_dtype("o [B, H, V] of one decoding token (decayed_step): q, k [B, H, K], v [B, H, V], g [B, H] or "
+                 "[B, H, 1] (simple_gla), [B, H, K] (gla), None otherwise; state: a C-contiguous float32 "
+                 "[B, H, K, V] array, advanced in place",
+                 dtype_text)
+          .c_str());
+}
+
+// decayed_attention and its backward on P = float arrays, half bits (P = HalfBits) or the oracle's P = double;
+// the token-by-token recurrence and the decode step on float and half.
+template <class P>
+void def_decayed(py::module_& m, const char* dtype_text) {
   using py::arg;
   m.def(
       "decayed_attention",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const std::string& decay,
-         const py::object& g_gamma, std::optional<float> scale, const py::object& initial_state,
-         bool output_final_state, const py::object& cu_seqlens, int64_t chunk_size) {
-        return recurrence_forward<DecayBinding, T>(
-            {q, k, v, g}, decay_args(decay, g_gamma, scale, cu_seqlens, chunk_size), initial_state, output_final_state);
+         const std::string& dtype, const py::object& g_gamma, std::optional<float> scale,
+         const py::object& initial_state, bool output_final_state, const py::object& cu_seqlens, int64_t chunk_size) {
+        return by_element<P>(dtype, [&]<class E>() {
+          return recurrence_forward<DecayBinding, E>({q, k, v, g},
+                                                     decay_args(decay, g_gamma, scale, cu_seqlens, chunk_size),
+                                                     initial_state, output_final_state);
+        });
       },
-      arg("q"), arg("k"), arg("v"), arg("g") = py::none(), py::kw_only(), arg("decay"), arg("g_gamma") = py::none(),
-      arg("scale") = py::none(), arg("initial_state") = py::none(), arg("output_final_state") = false,
-      arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
+      arg("q"), arg("k"), arg("v"), arg("g") = py::none(), py::kw_only(), arg("decay"), dtype_arg<P>(),
+      arg("g_gamma") = py::none(), arg("scale") = py::none(), arg("initial_state") = py::none(),
+      arg("output_final_state") = false, arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
       with_dtype(
           "(o [B, T, HV, V], final_state [N, HV, K, V] or None) of S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ, "
           "o_t = scale · S_tᵀ q_t (q, k [B, T, H, K], v [B, T, HV, V], HV a multiple of H: value head j reads "
@@ -104,42 +154,34 @@ void def_decayed(py::module_& m, const char* dtype) {
           "reading head i / R's state, o [B, T, R·H, V]); decay: \"linear\", \"retention\", \"lightning\" (g_gamma "
           "[HV]), \"simple_gla\" "
           "(g [B, T, HV] or [B, T, HV, 1]), \"gla\" (g [B, T, HV, K])",
-          dtype)
+          dtype_text)
           .c_str());
   m.def(
       "decayed_attention_backward",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const py::object& dout,
-         const py::object& dfinal_state, const std::string& decay, const py::object& g_gamma,
+         const py::object& dfinal_state, const std::string& decay, const std::string& dtype, const py::object& g_gamma,
          std::optional<float> scale, const py::object& initial_state, const py::object& cu_seqlens,
          int64_t chunk_size) {
-        return recurrence_backward<DecayBinding, T>(
-            {q, k, v, g}, dout, dfinal_state, decay_args(decay, g_gamma, scale, cu_seqlens, chunk_size), initial_state);
+        return by_element<P>(dtype, [&]<class E>() {
+          return recurrence_backward<DecayBinding, E>({q, k, v, g}, dout, dfinal_state,
+                                                      decay_args(decay, g_gamma, scale, cu_seqlens, chunk_size),
+                                                      initial_state);
+        });
       },
       arg("q"), arg("k"), arg("v"), arg("g"), arg("dout"), arg("dfinal_state") = py::none(), py::kw_only(),
-      arg("decay"), arg("g_gamma") = py::none(), arg("scale") = py::none(), arg("initial_state") = py::none(),
-      arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
+      arg("decay"), dtype_arg<P>(), arg("g_gamma") = py::none(), arg("scale") = py::none(),
+      arg("initial_state") = py::none(), arg("cu_seqlens") = py::none(), arg("chunk_size") = 64,
       with_dtype("(dq, dk, dv, dg or None, dinitial_state or None) of decayed_attention for dout [B, T, H, V] and "
                  "dfinal_state [N, H, K, V] (None: zero); dinitial_state is returned when initial_state is given",
-                 dtype)
+                 dtype_text)
           .c_str());
+  if constexpr (!std::is_same_v<P, double>) def_decayed_tokens<P>(m, dtype_text);  // the oracle has none
 }
 
 }  // namespace
 
 void bind_decay(py::module_& m) {
-  def_float32_and_oracle(m, []<class T>(py::module_& module, const char* dtype) { def_decayed<T>(module, dtype); });
-  m.def(
-      "decayed_recurrent",
-      [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const py::object& state,
-         const std::string& decay, const py::object& g_gamma, std::optional<float> scale,
-         const py::object& cu_seqlens) {
-        return recurrence_tokens<DecayBinding>({q, k, v, g}, state, decay_args(decay, g_gamma, scale, cu_seqlens, 64),
-                                               false);
-      },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("state"), py::kw_only(), py::arg("decay"),
-      py::arg("g_gamma") = py::none(), py::arg("scale") = py::none(), py::arg("cu_seqlens") = py::none(),
-      "o [B, T, H, V] of decayed_attention token by token; state: a C-contiguous float32 [N, H, K, V] array "
-      "holding the initial state, overwritten with the final state.");
+  def_every_precision(m, []<class P>(py::module_& module, const char* dtype) { def_decayed<P>(module, dtype); });
   m.def(
       "decayed_recurrent_forward",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const std::string& decay,
@@ -153,20 +195,6 @@ void bind_decay(py::module_& m) {
       py::arg("output_final_state") = false, py::arg("cu_seqlens") = py::none(),
       "(o [B, T, H, V], final_state [N, H, K, V] or None) of decayed_attention token by token; initial_state "
       "(None: zeros) is left unchanged: the final state is a new array, written as the initial one is read.");
-  // One token on the caller's state, advanced in place (the token-by-token driver on the array itself:
-  // a RecurrentState would cost a copy of the state in and out of every step).
-  m.def(
-      "decayed_step",
-      [](const py::object& q, const py::object& k, const py::object& v, const py::object& g, const py::object& state,
-         const std::string& decay, const py::object& g_gamma, std::optional<float> scale) {
-        return recurrence_tokens<DecayBinding>({q, k, v, g}, state, decay_args(decay, g_gamma, scale, py::none(), 64),
-                                               true);
-      },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("state"), py::kw_only(), py::arg("decay"),
-      py::arg("g_gamma") = py::none(), py::arg("scale") = py::none(),
-      "o [B, H, V] of one decoding token (decayed_step): q, k [B, H, K], v [B, H, V], g [B, H] or [B, H, 1] "
-      "(simple_gla), [B, H, K] (gla), None otherwise; state: a C-contiguous float32 [B, H, K, V] array, "
-      "advanced in place.");
 }
 
 }  // namespace linattn::python

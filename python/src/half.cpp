@@ -10,6 +10,7 @@
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "elements.hpp"
 #include "linattn/boundary.hpp"
 #include "linattn/half_attention.hpp"
 #include "linformer_args.hpp"
@@ -18,23 +19,6 @@ namespace linattn::python {
 namespace {
 
 using Bits = uint16_t;
-
-template <class H>
-View4<const H> as(View4<const Bits> x) {
-  return {reinterpret_cast<const H*>(x.data), x.extent, x.stride};
-}
-template <class H>
-View4<H> as(View4<Bits> x) {
-  return {reinterpret_cast<H*>(x.data), x.extent, x.stride};
-}
-
-// Runs body.template operator()<H>() for the dtype named ("bf16" or "f16"; ValueError otherwise).
-template <class Body>
-auto by_dtype(const std::string& dtype, Body&& body) {
-  if (dtype == "bf16") return body.template operator()<bf16>();
-  if (dtype == "f16") return body.template operator()<f16>();
-  throw py::value_error("dtype: expected \"bf16\" or \"f16\", got \"" + dtype + "\"");
-}
 
 struct Inputs {
   InputView<Bits> q, k, v;
@@ -47,10 +31,8 @@ Inputs inputs(const char* op, const py::object& q, const py::object& k, const py
               const py::object& lengths) {
   Inputs in{input_view<Bits>(q, "q", 4, "[B, Nq, H, D]"), input_view<Bits>(k, "k", 4, "[B, Nk, H, D]"),
             input_view<Bits>(v, "v", 4, "[B, Nk, H, E]"), key_lengths_arg(lengths)};
-  const auto shape = [](View4<const Bits> x) {
-    return ConstTensorView(reinterpret_cast<const float*>(x.data), x.extent, x.stride);
-  };
-  boundary::check_attention_inputs(op, shape(in.q.view), shape(in.k.view), shape(in.v.view));
+  // The shapes in float32 terms: the check reads shapes, not values.
+  boundary::check_attention_inputs(op, shape_of(in.q.view), shape_of(in.k.view), shape_of(in.v.view));
   return in;
 }
 struct Grads {
@@ -71,9 +53,10 @@ py::tuple softmax_saving(const py::object& q, const py::object& k, const py::obj
   OutputArray<Bits> out = output_array<Bits>(in.out_extent());
   py::array_t<float> lse(std::vector<py::ssize_t>{in.q.view.extent[0], in.q.view.extent[2], in.q.view.extent[1]});
   const std::span<float> lse_span(lse.mutable_data(), size_t(lse.size()));
-  by_dtype(dtype, [&]<class H>() {
+  by_element<HalfBits>(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
-    softmax_attention_forward(as<H>(out.view), lse_span, as<H>(in.q.view), as<H>(in.k.view), as<H>(in.v.view), options);
+    softmax_attention_forward(as_elements<H>(out.view), lse_span, as_elements<H>(in.q.view), as_elements<H>(in.k.view),
+                              as_elements<H>(in.v.view), options);
   });
   return py::make_tuple(out.array, lse);
 }
@@ -90,10 +73,11 @@ py::tuple softmax_backward_saved(const py::object& q, const py::object& k, const
   const std::vector<int64_t> cu = cu_seqlens_arg(cu_seqlens);
   const SoftmaxAttentionOptions options = softmax_options(in.key_lengths, causal, scale, cu);
   Grads g(in);
-  by_dtype(dtype, [&]<class H>() {
+  by_element<HalfBits>(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
-    softmax_attention_backward(as<H>(g.dq.view), as<H>(g.dk.view), as<H>(g.dv.view), as<H>(d.view), as<H>(in.q.view),
-                               as<H>(in.k.view), as<H>(in.v.view), as<H>(o.view),
+    softmax_attention_backward(as_elements<H>(g.dq.view), as_elements<H>(g.dk.view), as_elements<H>(g.dv.view),
+                               as_elements<H>(d.view), as_elements<H>(in.q.view), as_elements<H>(in.k.view),
+                               as_elements<H>(in.v.view), as_elements<H>(o.view),
                                std::span<const float>(l.data(), size_t(l.size())), options);
   });
   return g.arrays();
@@ -107,9 +91,10 @@ py::array linear_forward(const py::object& q, const py::object& k, const py::obj
   const LinearAttentionOptions options =
       linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed, cu);
   OutputArray<Bits> out = output_array<Bits>(in.out_extent());
-  by_dtype(dtype, [&]<class H>() {
+  by_element<HalfBits>(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
-    linear_attention_forward(as<H>(out.view), as<H>(in.q.view), as<H>(in.k.view), as<H>(in.v.view), options);
+    linear_attention_forward(as_elements<H>(out.view), as_elements<H>(in.q.view), as_elements<H>(in.k.view),
+                             as_elements<H>(in.v.view), options);
   });
   return out.array;
 }
@@ -124,10 +109,11 @@ py::tuple linear_backward(const py::object& q, const py::object& k, const py::ob
   const LinearAttentionOptions options =
       linear_options(in.key_lengths, in.q.view.extent[3], feature_map, causal, eps, n_features, seed, cu);
   Grads g(in);
-  by_dtype(dtype, [&]<class H>() {
+  by_element<HalfBits>(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
-    linear_attention_backward(as<H>(g.dq.view), as<H>(g.dk.view), as<H>(g.dv.view), as<H>(d.view), as<H>(in.q.view),
-                              as<H>(in.k.view), as<H>(in.v.view), options);
+    linear_attention_backward(as_elements<H>(g.dq.view), as_elements<H>(g.dk.view), as_elements<H>(g.dv.view),
+                              as_elements<H>(d.view), as_elements<H>(in.q.view), as_elements<H>(in.k.view),
+                              as_elements<H>(in.v.view), options);
   });
   return g.arrays();
 }
@@ -141,10 +127,10 @@ py::tuple linformer_saving(const py::object& q, const py::object& k, const py::o
   OutputArray<Bits> out = output_array<Bits>(in.out_extent());
   py::array_t<float> lse(std::vector<py::ssize_t>{in.q.view.extent[0], in.q.view.extent[2], in.q.view.extent[1]});
   const std::span<float> lse_span(lse.mutable_data(), size_t(lse.size()));
-  by_dtype(dtype, [&]<class H>() {
+  by_element<HalfBits>(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
-    linformer_attention_forward(as<H>(out.view), lse_span, as<H>(in.q.view), as<H>(in.k.view), as<H>(in.v.view), p.e(),
-                                p.f(), p.options);
+    linformer_attention_forward(as_elements<H>(out.view), lse_span, as_elements<H>(in.q.view),
+                                as_elements<H>(in.k.view), as_elements<H>(in.v.view), p.e(), p.f(), p.options);
   });
   return py::make_tuple(out.array, lse);
 }
@@ -161,10 +147,11 @@ py::tuple linformer_backward_saved(const py::object& q, const py::object& k, con
   const auto l = py::array_t<float, py::array::c_style>::ensure(lse);
   Grads g(in);
   const ProjectionGrads dp(p);
-  by_dtype(dtype, [&]<class H>() {
+  by_element<HalfBits>(dtype, [&]<class H>() {
     py::gil_scoped_release nogil;
-    linformer_attention_backward(as<H>(g.dq.view), as<H>(g.dk.view), as<H>(g.dv.view), dp.de, dp.df, as<H>(d.view),
-                                 as<H>(in.q.view), as<H>(in.k.view), as<H>(in.v.view), p.e(), p.f(), as<H>(o.view),
+    linformer_attention_backward(as_elements<H>(g.dq.view), as_elements<H>(g.dk.view), as_elements<H>(g.dv.view), dp.de,
+                                 dp.df, as_elements<H>(d.view), as_elements<H>(in.q.view), as_elements<H>(in.k.view),
+                                 as_elements<H>(in.v.view), p.e(), p.f(), as_elements<H>(o.view),
                                  std::span<const float>(l.data(), size_t(l.size())), p.options);
   });
   return py::make_tuple(g.dq.array, g.dk.array, g.dv.array, dp.e(), dp.f());
@@ -174,8 +161,9 @@ py::tuple linformer_backward_saved(const py::object& q, const py::object& k, con
 
 void bind_half(py::module_& m) {
   using py::arg;
-  py::module_ h =
-      m.def_submodule("half", "softmax, linear and Linformer attention on bf16/f16 bits held as uint16 arrays.");
+  py::module_ h = m.def_submodule("half",
+                                  "softmax, linear and Linformer attention, the decayed family and the delta rule on "
+                                  "bf16/f16 bits held as uint16 arrays.");
   h.def("_linformer_attention_saving", &linformer_saving, arg("q"), arg("k"), arg("v"), arg("E"), arg("F") = py::none(),
         py::kw_only(), arg("dtype"), arg("key_lengths") = py::none(), arg("scale") = py::none(),
         "(out bits [B, Nq, H, E], lse float32 [B, H, Nq]); E and F float32.");

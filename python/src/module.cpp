@@ -14,11 +14,11 @@ PYBIND11_MODULE(_linattn, m) {
   bind_reference(m);
   bind_state(m);
   bind_linformer(m);
-  bind_decay(m);  // after bind_reference: it adds to m.reference
-  bind_delta(m);  // likewise
-  bind_dplr(m);   // likewise
-  bind_info(m);
   bind_half(m);
+  bind_decay(m);  // after bind_reference and bind_half: it adds to m.reference and m.half
+  bind_delta(m);  // likewise
+  bind_dplr(m);   // after bind_reference
+  bind_info(m);
   m.def("set_num_threads", &linattn::set_num_threads, py::arg("threads"),
         "Threads used by the operators (0: the OpenMP default); results are identical for any count.");
   m.def("num_threads", &linattn::num_threads);

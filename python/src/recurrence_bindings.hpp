@@ -3,14 +3,17 @@
 // tensors and its calls in a descriptor; these templates do the rest, the same way for each: view and
 // check the numpy arguments (naming each), size the outputs and the [N, H, K, V] states, check the
 // memory a chunked call will take, release the GIL, call, and hand the gradients back in the shapes
-// their tensors came in. T = float runs the library; T = double the fp64 oracle (linattn.reference).
+// their tensors came in. T = float runs the library; T = bf16 or f16 its half-precision operators on
+// uint16 arrays holding the bits (_linattn.half: states stay float32); T = double the fp64 oracle
+// (linattn.reference).
 //
 // A descriptor F holds:
 //   tensors            std::array<TensorSpec, N>: q, k, v first, then the family's own
 //   chunked            true: forward/backward are the chunked calls (memory: their ChunkedFamily);
 //                      false: the forward is the recurrence run on a copy of initial_state
 //   Args               the keyword options of one call, with cu_seqlens (and chunk_size when chunked)
-//   forward, backward, recurrent (Inputs<float, N>) and forward64, backward64 (Inputs<double, N>);
+//   forward, backward, recurrent (Inputs<float, N>; templates on the element type where the family's
+//   half-precision operators are bound too) and forward64, backward64 (Inputs<double, N>);
 //   recurrent_from (the recurrence from a read-only initial state into a fresh final one) where the
 //   family has it
 #include <pybind11/pybind11.h>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "arrays.hpp"
+#include "elements.hpp"
 #include "family_args.hpp"
 #include "linattn/reference.hpp"
 #include "memory_estimates.hpp"
@@ -69,18 +73,22 @@ void def_float32_and_oracle(py::module_& m, Def def) {
   def.template operator()<double>(reference, "float64, the fp64 oracle, token by token");
 }
 
-template <class T>
-const char* dtype_name() {
-  return std::is_same_v<T, float> ? "float32" : "float64";
+// def_float32_and_oracle, and def<HalfBits>(m.half, ...): the family's half-precision operators under the
+// same signatures (bind_half has made m.half).
+template <class Def>
+void def_every_precision(py::module_& m, Def def) {
+  def_float32_and_oracle(m, def);
+  auto half = py::reinterpret_borrow<py::module_>(m.attr("half"));
+  def.template operator()<HalfBits>(half, "bf16 or f16 bits held as uint16, dtype naming which; states float32");
 }
 
 // The tensors of one call: how each came (its view, 3 or 4 dims, or None), and for the oracle
 // (T = double) fp64 copies of the given ones.
 template <class T, size_t N>
 struct Inputs {
-  std::array<TrailingView<T>, N> given;
+  std::array<TrailingView<stored_t<T>>, N> given;
   std::array<reference::Tensor, N> fp64;
-  View4<const T> view(size_t i) const { return given[i].in.view; }
+  View4<const T> view(size_t i) const { return as_elements<const T>(given[i].in.view); }
   const reference::Tensor* ptr(size_t i) const { return given[i].given ? &fp64[i] : nullptr; }
   // The states have v's heads (grouped value heads: a multiple of q's; query groups: k's, q's a multiple of
   // them), and out the more of q's and v's.
@@ -102,18 +110,19 @@ template <class T, size_t N>
 Inputs<T, N> recurrence_inputs(const std::array<TensorSpec, N>& specs, const Tensors<N>& tensors, bool step = false) {
   Inputs<T, N> in;
   for (size_t i = 0; i < N; ++i) {
+    using S = stored_t<T>;
     const TensorSpec& s = specs[i];
     const char* shape = step ? s.token_shape : s.shape;
-    TrailingView<T>& g = in.given[i];
+    TrailingView<S>& g = in.given[i];
     if (s.kind == TensorKind::required && tensors[i].is_none())
       throw py::type_error(std::string(s.name) + ": expected a " + dtype_name<T>() + " array " + first_form(shape) +
                            ", got None");
     if (s.kind == TensorKind::plain)
-      g = {input_view<T>(tensors[i], s.name, step ? 3 : 4, shape), true, false};
+      g = {input_view<S>(tensors[i], s.name, step ? 3 : 4, shape), true, false};
     else if (step)
-      g = {token_arg<T>(tensors[i], s.name, shape), !tensors[i].is_none(), false};
+      g = {token_arg<S>(tensors[i], s.name, shape), !tensors[i].is_none(), false};
     else
-      g = trailing_arg<T>(tensors[i], s.name, shape);
+      g = trailing_arg<S>(tensors[i], s.name, shape);
     if constexpr (std::is_same_v<T, double>)
       if (g.given) in.fp64[i] = tensor64(g.in.keep, s.name, shape);
   }
@@ -138,19 +147,20 @@ py::tuple recurrence_forward(const Tensors<N>& tensors, const typename F::Args& 
                           output_final_state ? py::object(array64(r.final_state, extent)) : py::none());
   } else {
     if constexpr (F::chunked)
-      check_chunked_memory(F::memory, in.view(0), in.view(2), extent, a.chunk_size, output_final_state, false);
+      check_chunked_memory(F::memory, shape_of(in.view(0)), shape_of(in.view(2)), extent, a.chunk_size,
+                           output_final_state, false);
     py::array_t<float> initial, final_state;
     if (!initial_state.is_none()) initial = state_arg<float>(initial_state, "initial_state", extent, false);
     // Without a chunked forward the recurrence advances a copy of initial_state (the caller's stays as it was).
     if (output_final_state || !F::chunked) final_state = zero_state(extent);
-    OutputArray<float> out = output_array<float>(in.out_extent());
+    OutputArray<stored_t<T>> out = output_array<stored_t<T>>(in.out_extent());
     {
       py::gil_scoped_release nogil;
       if constexpr (F::chunked) {
-        F::forward(out.view, in, a, span_of(initial), mutable_span(final_state));
+        F::forward(as_elements<T>(out.view), in, a, span_of(initial), mutable_span(final_state));
       } else {
         std::copy(initial.data(), initial.data() + initial.size(), final_state.mutable_data());
-        F::recurrent(out.view, in, mutable_span(final_state), a);
+        F::recurrent(as_elements<T>(out.view), in, mutable_span(final_state), a);
       }
     }
     return py::make_tuple(out.array, output_final_state ? py::object(final_state) : py::none());
@@ -185,25 +195,27 @@ py::tuple recurrence_backward(const Tensors<N>& tensors, const py::object& dout,
       result[i] = in.given[i].given ? trailing_result(to_array(r.d[i]), in.given[i]) : py::none();
     result[N] = initial ? py::object(array64(r.dinitial_state, extent)) : py::none();
   } else {
-    const InputView<float> d = input_view<float>(dout, "dout", 4, "[B, T, H, V]");
+    const InputView<stored_t<T>> d = input_view<stored_t<T>>(dout, "dout", 4, "[B, T, H, V]");
     const auto extent = in.state_extent(a.cu_seqlens);
     if constexpr (F::chunked)
-      check_chunked_memory(F::memory, in.view(0), in.view(2), extent, a.chunk_size, !initial_state.is_none(), true);
+      check_chunked_memory(F::memory, shape_of(in.view(0)), shape_of(in.view(2)), extent, a.chunk_size,
+                           !initial_state.is_none(), true);
     py::array_t<float> initial, dfinal, dinitial;
     if (!initial_state.is_none()) {
       initial = state_arg<float>(initial_state, "initial_state", extent, false);
       dinitial = zero_state(extent);
     }
     if (!dfinal_state.is_none()) dfinal = state_arg<float>(dfinal_state, "dfinal_state", extent, false);
-    std::array<OutputArray<float>, N> grads;
-    std::array<TensorView, N> views;
+    std::array<OutputArray<stored_t<T>>, N> grads;
+    std::array<View4<T>, N> views;
     for (size_t i = 0; i < N; ++i) {
-      if (in.given[i].given) grads[i] = output_array<float>(in.view(i).extent);
-      views[i] = grads[i].view;
+      if (in.given[i].given) grads[i] = output_array<stored_t<T>>(in.view(i).extent);
+      views[i] = as_elements<T>(grads[i].view);
     }
     {
       py::gil_scoped_release nogil;
-      F::backward(views, mutable_span(dinitial), d.view, span_of(dfinal), in, a, span_of(initial));
+      F::backward(views, mutable_span(dinitial), as_elements<const T>(d.view), span_of(dfinal), in, a,
+                  span_of(initial));
     }
     for (size_t i = 0; i < N; ++i) result[i] = trailing_result(grads[i].array, in.given[i]);
     result[N] = initial_state.is_none() ? py::object(py::none()) : py::object(dinitial);
@@ -211,16 +223,17 @@ py::tuple recurrence_backward(const Tensors<N>& tensors, const py::object& dout,
   return std::apply([](auto&... r) { return py::make_tuple(r...); }, result);
 }
 
-// o [B, T, H, V] token by token (float32), on `state` [N, H, K, V], the caller's array advanced in place.
-// `step`: one decoding token, q, k [B, H, K] and o [B, H, V], against a [B, H, K, V] state.
-template <class F, size_t N = F::tensors.size()>
+// o [B, T, H, V] token by token (T = float, or a half type's bits), on `state` [N, H, K, V], the caller's
+// float32 array advanced in place. `step`: one decoding token, q, k [B, H, K] and o [B, H, V], against a
+// [B, H, K, V] state.
+template <class F, class T = float, size_t N = F::tensors.size()>
 py::array recurrence_tokens(const Tensors<N>& tensors, const py::object& state, const typename F::Args& a, bool step) {
-  const Inputs<float, N> in = recurrence_inputs<float>(F::tensors, tensors, step);
+  const Inputs<T, N> in = recurrence_inputs<T>(F::tensors, tensors, step);
   py::array_t<float> S = state_arg<float>(state, "state", in.state_extent(a.cu_seqlens), true);
-  OutputArray<float> out = output_array<float>(in.out_extent(), !step);
+  OutputArray<stored_t<T>> out = output_array<stored_t<T>>(in.out_extent(), !step);
   {
     py::gil_scoped_release nogil;
-    F::recurrent(out.view, in, mutable_span(S), a);
+    F::recurrent(as_elements<T>(out.view), in, mutable_span(S), a);
   }
   return out.array;
 }
