@@ -211,3 +211,38 @@ def test_bad_dtypes_are_refused_by_name():
     with pytest.raises(TypeError, match="state: expected"):  # states stay float32
         _linattn.half.decayed_recurrent(bits["q"], bits["k"], bits["v"], None, np.zeros((1, 1, 4, 4), np.float64),
                                         decay="linear", dtype="bf16")
+
+
+def _rounded(x, dtype):
+    """float32 values rounded once to the half type, as bits."""
+    return torch.from_numpy(np.ascontiguousarray(x)).to(_DTYPES[dtype]).view(torch.int16).numpy().view(np.uint16)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("shape", [(2, 97, 3, 17, 9, 3, None), (1, 130, 2, 64, 64, 4, None),
+                                   (1, 70, 2, 16, 8, 2, np.array([0, 30, 30, 70]))])
+def test_chunked_forwards_are_the_float32_result_rounded_once(dtype, shape):
+    """The chunked forwards read the half rows in place, widening each chunk's rows as they pack them (exact)
+    and rounding out once as they write it: bit for bit the float32 operator's output on the widened inputs,
+    rounded to nearest even, for every gate, grouped value heads (HV = 2·H) and packed sequences."""
+    B, T, H, K, V, HV, cu = shape
+    rng = np.random.default_rng(T)
+    x = {"q": rng.standard_normal((B, T, H, K)) * 0.5, "k": rng.standard_normal((B, T, H, K)) * 0.5,
+         "v": rng.standard_normal((B, T, HV, V)) * 0.5, "beta": rng.uniform(0, 1, (B, T, HV)),
+         "gk": -np.abs(rng.standard_normal((B, T, HV, K))), "g1": -np.abs(rng.standard_normal((B, T, HV)))}
+    bits, vals = _split({key: value.astype(np.float32) for key, value in x.items()}, dtype)
+    for gate, g in (("kda", "gk"), ("gated_delta_rule", "g1"), ("delta_rule", None)):
+        o, _ = _linattn.half.delta_rule(bits["q"], bits["k"], bits["v"], bits["beta"], bits.get(g), gate=gate,
+                                        dtype=dtype, use_qk_l2norm=True, cu_seqlens=cu)
+        o32, _ = _linattn.delta_rule(vals["q"], vals["k"], vals["v"], vals["beta"], vals.get(g), gate=gate,
+                                     use_qk_l2norm=True, cu_seqlens=cu)
+        np.testing.assert_array_equal(o, _rounded(o32, dtype), err_msg=gate)
+    if HV != H:  # the decayed family without grouped value heads: v and g with q's heads
+        bits = {key: value[:, :, :H] if key in ("v", "gk", "g1") else value for key, value in bits.items()}
+        vals = {key: value[:, :, :H] if key in ("v", "gk", "g1") else value for key, value in vals.items()}
+    for decay, g in (("gla", "gk"), ("simple_gla", "g1"), ("linear", None)):
+        o, _ = _linattn.half.decayed_attention(bits["q"], bits["k"], bits["v"], bits.get(g), decay=decay,
+                                               dtype=dtype, cu_seqlens=cu)
+        o32, _ = _linattn.decayed_attention(vals["q"], vals["k"], vals["v"], vals.get(g), decay=decay,
+                                            cu_seqlens=cu)
+        np.testing.assert_array_equal(o, _rounded(o32, dtype), err_msg=decay)

@@ -2,6 +2,7 @@
 // Copies between the strided rows of one head of a [B, N, H, D] view and the contiguous, zero-padded
 // tiles the kernels work on (any layout looks the same to them once packed). Single-threaded.
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/tile.hpp"
 #include "linattn/half.hpp"
@@ -53,5 +54,20 @@ void add_rows(HeadRows<float> dst, int64_t n0, ConstTile src);
 // dst(n0 + r, c) = src[r, c] rounded to nearest even, for r < src.rows, c < src.cols (bf16 or f16 rows).
 template <HalfType H>
 void unpack_rows(HeadRows<H> dst, int64_t n0, ConstTile src);
+// dst(n0 + r, c) = src[r, c] for r < src.rows, c < src.cols, in rows of either storage (half: rounded to
+// nearest even): a chunk's outputs.
+template <class T>
+void store_rows(HeadRows<T> dst, int64_t n0, ConstTile src) {
+  if constexpr (std::is_same_v<T, float>)
+    unpack_rows(dst, n0, src, src.rows);
+  else
+    unpack_rows(dst, n0, src);
+}
+// One element as fp32, of either storage.
+inline float widened(float x) { return x; }
+template <HalfType H>
+float widened(H x) {
+  return to_float(x);
+}
 
 }  // namespace linattn::kernels

@@ -15,10 +15,15 @@
 
 namespace linattn::detail {
 
-NextChunk next_chunk_rows(const RecurrenceHead& x, int64_t t0, int64_t n) {
-  // q's first query head of x at head x.qk() of its view, beside k's rows (the same head without query groups).
-  return {kernels::head_rows_ahead(query_view(x.q, x.queries, 0), x.k, false, x.b, x.qk(), t0, n),
-          kernels::head_rows_ahead(x.v, x.g, false, x.b, x.h, t0, n)};
+template <class E>
+NextChunk next_chunk_rows(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t n) {
+  if constexpr (std::is_same_v<E, float>) {
+    // q's first query head of x at head x.qk() of its view, beside k's rows (the same head without query groups).
+    return {kernels::head_rows_ahead(query_view(x.q, x.queries, 0), x.k, false, x.b, x.qk(), t0, n),
+            kernels::head_rows_ahead(x.v, x.g, false, x.b, x.h, t0, n)};
+  } else {
+    return {};
+  }
 }
 
 DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward)
@@ -53,9 +58,10 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
   }
 }
 
-int64_t DecayChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n, Sides sides) {
+template <class E>
+int64_t DecayChunk::load(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t end, int64_t n, Sides sides) {
   const int64_t K = p_.K, V = p_.V, limit = std::min(C_, end - t0);
-  const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
+  const kernels::HeadRows<const E> g = kernels::head_rows(x.g, x.b, x.h);
   if (per_key_) {
     // Cumulative log decays per column; the chunk stops before the token that would make a column span
     // more than kMaxLogSpan (a single token always fits).
@@ -68,7 +74,8 @@ int64_t DecayChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
     // Each token's decay a = e^{g} (e^{−inf} = 0: a reset); row_factors forms every factor as a product of them.
     n_ = n > 0 ? n : limit;
     const float constant = float(std::exp(constant_log_decay(o_, x.h)));
-    for (int64_t t = 0; t < n_; ++t) a_[size_t(t)] = p_.decay == Decay::token ? std::exp(g.at(t0 + t)[0]) : constant;
+    for (int64_t t = 0; t < n_; ++t)
+      a_[size_t(t)] = p_.decay == Decay::token ? std::exp(kernels::widened(g.at(t0 + t)[0])) : constant;
   }
   const int64_t rows = n_;
   kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.qk()), t0, rows);
@@ -88,7 +95,8 @@ int64_t DecayChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64
   return n_;
 }
 
-void DecayChunk::load_queries(const RecurrenceHead& x, int64_t t0, int64_t r) {
+template <class E>
+void DecayChunk::load_queries(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r) {
   const int64_t K = p_.K, rows = n_;
   kernels::pack_rows({Q_.data(), Kp_, rows, K}, kernels::head_rows(x.q, x.b, x.q_head(r)), t0, rows, p_.scale);
   if (per_key_) {
@@ -150,7 +158,8 @@ void DecayChunk::advance(float* S, const kernels::RowsAhead* ahead) {
                 {.accumulate = true, .ahead = ahead});
 }
 
-void DecayChunk::read_out(const float* S, TensorView out, const RecurrenceHead& x, int64_t t0, int64_t r,
+template <class E>
+void DecayChunk::read_out(const float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r,
                           const kernels::RowsAhead* ahead) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   intra_scores(A_.data(), intra_left(), T_.data(), Kp_, K);
@@ -158,10 +167,11 @@ void DecayChunk::read_out(const float* S, TensorView out, const RecurrenceHead& 
   kernels::lower_product(O_.data(), Vp_, A_.data(), Cp_, V_.data(), Vp_, n, V, false);
   kernels::gemm({O_.data(), Vp_, n, V}, kernels::plain(Qe_.data(), Kp_), {S, Vp_, K, V},
                 {.accumulate = true, .ahead = ahead});
-  kernels::unpack_rows(kernels::head_rows(out, x.b, x.out_head(r)), t0, {O_.data(), Vp_, n, V}, n);
+  kernels::store_rows(kernels::head_rows(out, x.b, x.out_head(r)), t0, {O_.data(), Vp_, n, V});
 }
 
-void DecayChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next) {
+template <class E>
+void DecayChunk::forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0, const NextChunk* next) {
   // The keys' side transposed once: every query head's scores use it (per key, K̂ is formed again, equal).
   kernels::transpose(T_.data(), Cp_, intra_right(), Kp_, n_, p_.K);
   for (int64_t r = 0; r < x.queries; ++r) {
@@ -298,5 +308,15 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   store_group_rows(dk, x, t0, dK_.data(), Kp_, n, K);
   kernels::unpack_rows(kernels::head_rows(dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
 }
+
+// The element types the chunked forward reads (the backward and the state-only loads: float).
+#define LINATTN_DECAY_CHUNK(E)                                                                        \
+  template NextChunk next_chunk_rows<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t);                \
+  template int64_t DecayChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t, Sides); \
+  template void DecayChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t, const NextChunk*);
+LINATTN_DECAY_CHUNK(float)
+LINATTN_DECAY_CHUNK(bf16)
+LINATTN_DECAY_CHUNK(f16)
+#undef LINATTN_DECAY_CHUNK
 
 }  // namespace linattn::detail

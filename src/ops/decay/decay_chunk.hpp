@@ -10,6 +10,7 @@
 //    of each column, Q̂ = Q ⊙ e^{b − m}, K̂ = K ⊙ e^{m − b}. A chunk ends early where a column's b
 //    would span more than kMaxLogSpan, so no factor exceeds e^{kMaxLogSpan/2} (docs/decayed-attention.md).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/gemm.hpp"
@@ -24,8 +25,18 @@ namespace linattn::detail {
 struct NextChunk {
   kernels::RowsAhead qk, vg;
 };
-// Tokens [t0, t0 + n) of head x (n ≤ 0: nothing to fetch); views whose rows are not contiguous are left out.
-NextChunk next_chunk_rows(const RecurrenceHead& x, int64_t t0, int64_t n);
+// Tokens [t0, t0 + n) of head x (n ≤ 0: nothing to fetch); views whose rows are not contiguous are left out,
+// as are half-precision ones (RowsAhead counts floats).
+template <class E>
+NextChunk next_chunk_rows(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t n);
+
+// The chunked forward after the call's checks: every (sequence, head)'s chunks, heads in lockstep groups, over
+// the threads (decayed_attention.cpp). E: float, or bf16 / f16 read and written in place, each chunk's rows
+// widened as they are packed and out rounded as it is written (decay_half.cpp): no fp32 copy of a tensor.
+template <class E>
+void decayed_forward_chunks(const DecayProblem& p, const DecayedAttentionOptions& options, View4<E> out,
+                            View4<const E> q, View4<const E> k, View4<const E> v, View4<const E> g,
+                            std::span<const float> initial_state, std::span<float> final_state);
 
 // The scratch of one thread: chunks of up to C tokens of one head at a time.
 class DecayChunk {
@@ -37,13 +48,16 @@ class DecayChunk {
   enum class Sides { all, state };
   // Reads tokens [t0, t0 + n) of head `x` (n ≤ 0: as many as fit, up to `end`); returns n.
   // Forms Q, K, V, the cumulative log decays and every decay factor of the chunk (Sides::state: K, V
-  // and the factors of the state's update only).
-  int64_t load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n = 0, Sides sides = Sides::all);
+  // and the factors of the state's update only). E: float, or bf16 / f16 rows widened as they are packed.
+  template <class E>
+  int64_t load(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t end, int64_t n = 0, Sides sides = Sides::all);
 
   // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out. With query
   // groups every query head of x reads S (and the chunk's K, V and decays) in turn, each forming its own Q
   // and scores, before S advances once. next: the rows to prefetch meanwhile (null: none).
-  void forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0, const NextChunk* next = nullptr);
+  // E: out's and x's element type (half: out rounded to nearest even as it is written).
+  template <class E>
+  void forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0, const NextChunk* next = nullptr);
   // S ← diag(e^{b_n}) S + (K ⊙ e^{b_n − b})ᵀ V: the state after the chunk, without the outputs.
   void advance(float* S, const kernels::RowsAhead* ahead = nullptr);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
@@ -63,13 +77,15 @@ class DecayChunk {
   void intra_scores(float* A, const float* left, const float* right_t, int64_t depth_pitch, int64_t depth);
   // Q from query head r of x and the factors formed from it (Q ⊙ e^b; per key Q̂ as well, and K̂ and
   // K ⊙ e^{b_n − b} again, the same values).
-  void load_queries(const RecurrenceHead& x, int64_t t0, int64_t r);
+  template <class E>
+  void load_queries(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r);
   // The backward's Q side for query head r of x, and the other query heads' shares (decay_chunk.cpp).
   void query_grads(const float* S, ConstTensorView dout, const RecurrenceHead& x, int64_t t0, int64_t r);
   void other_queries_backward(const float* S, ConstTensorView dout, TensorView dq, double* gate_grad,
                               const RecurrenceHead& x, int64_t t0);
   // The chunk's rows of out's head x.out_head(r) from S and the transposed right side in T_.
-  void read_out(const float* S, TensorView out, const RecurrenceHead& x, int64_t t0, int64_t r,
+  template <class E>
+  void read_out(const float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r,
                 const kernels::RowsAhead* ahead);
   void scale_state(float* S) const;  // S ← diag(e^{b_n}) S
   // Per row: e^{b_n}, e^{b_n − b_t} and K ⊙ e^{b_n − b}; with the queries also e^{b_t}, W and Q ⊙ e^{b}.

@@ -54,9 +54,10 @@ void final_gate_share(DecayChunk& chunk, const RecurrenceHead& x, const detail::
   }
 }
 
-// One head of a lockstep group: its tensors, its state index and what its sweeps keep.
+// One head of a lockstep group: its tensors (of element type E), its state index and what its sweeps keep.
+template <class E = float>
 struct HeadRun {
-  RecurrenceHead x;
+  detail::RecurrenceHeadOf<E> x;
   int64_t index = 0;                // of the [N, H, K, V] states
   int64_t t = 0;                    // forward: the next token
   std::vector<float> S, dS;         // [K, Vp]: the state; backward: the state's gradient
@@ -70,7 +71,8 @@ struct HeadRun {
 // The rows that follow head runs[i]'s chunk ending at t in the lockstep order of the window [w, w_end)
 // (every head enters a window at its start): the rest of its window, else the next head's share of
 // it, else the first head's next window.
-detail::NextChunk next_in_lockstep(const std::vector<HeadRun>& runs, size_t i, int64_t t, int64_t w, int64_t w_end,
+template <class E>
+detail::NextChunk next_in_lockstep(const std::vector<HeadRun<E>>& runs, size_t i, int64_t t, int64_t w, int64_t w_end,
                                    int64_t end, int64_t C) {
   if (t < w_end) return detail::next_chunk_rows(runs[i].x, t, w_end - t);
   if (i + 1 < runs.size()) return detail::next_chunk_rows(runs[i + 1].x, w, w_end - w);
@@ -83,9 +85,9 @@ detail::NextChunk next_in_lockstep(const std::vector<HeadRun>& runs, size_t i, i
 // there are fewer sequences than threads. A head's arithmetic does not depend on its group. The
 // backward's shares are whole groups of value heads (p.group of them reading one q/k head), in order:
 // their chunks add to the same rows of dq and dk (recurrence/group_rows.hpp).
-template <class Body>
-void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward, ConstTensorView q,
-                    ConstTensorView k, ConstTensorView v, ConstTensorView g, Body body) {
+template <class E, class Body>
+void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward, View4<const E> q,
+                    View4<const E> k, View4<const E> v, View4<const E> g, Body body) {
   const int64_t sequences = int64_t(p.sequences.size()), threads = std::max(1, omp_get_max_threads());
   const int64_t unit = backward ? p.group : 1, units = p.H / unit;  // heads that one task keeps together
   const int64_t groups = std::clamp<int64_t>((threads + sequences - 1) / std::max<int64_t>(sequences, 1), 1, units);
@@ -94,7 +96,7 @@ void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& option
 #pragma omp parallel if (tasks > 1)
   {
     std::optional<DecayChunk> chunk;
-    std::vector<HeadRun> runs;
+    std::vector<HeadRun<E>> runs;
     errors.run([&] { chunk.emplace(p, options, backward); });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task)
@@ -104,8 +106,8 @@ void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& option
         if (h0 >= h1) return;
         runs.resize(size_t(h1 - h0));
         for (int64_t h = h0; h < h1; ++h) {
-          HeadRun& r = runs[size_t(h - h0)];
-          r.x = RecurrenceHead{q, k, v, g, {}, s.b, h, p.group, p.queries}, r.index = s.n * p.H + h, r.t = s.begin;
+          HeadRun<E>& r = runs[size_t(h - h0)];
+          r.x = {q, k, v, g, {}, s.b, h, p.group, p.queries}, r.index = s.n * p.H + h, r.t = s.begin;
         }
         body(*chunk, s, runs);
       });
@@ -114,6 +116,41 @@ void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& option
 }
 
 }  // namespace
+
+template <class E>
+void detail::decayed_forward_chunks(const DecayProblem& p, const DecayedAttentionOptions& options, View4<E> out,
+                                    View4<const E> q, View4<const E> k, View4<const E> v, View4<const E> g,
+                                    std::span<const float> initial_state, std::span<float> final_state) {
+  const int64_t C = options.chunk_size;
+  for_each_group(p, options, false, q, k, v, g,
+                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun<E>>& runs) {
+                   for (HeadRun<E>& r : runs) {
+                     r.S.resize(size_t(p.K * chunk.Vp()));
+                     load_state(r.S.data(), chunk.Vp(), initial_state, p, r.index);
+                   }
+                   for (int64_t w = s.begin; w < s.end; w += C) {
+                     const int64_t w_end = std::min(w + C, s.end);
+                     for (size_t i = 0; i < runs.size(); ++i) {
+                       HeadRun<E>& r = runs[i];
+                       while (r.t < w_end) {
+                         const int64_t n = chunk.load(r.x, r.t, w_end);
+                         const detail::NextChunk next = next_in_lockstep(runs, i, r.t + n, w, w_end, s.end, C);
+                         chunk.forward(r.S.data(), out, r.x, r.t, &next);
+                         r.t += n;
+                       }
+                     }
+                   }
+                   for (HeadRun<E>& r : runs) store_state(final_state, r.S.data(), chunk.Vp(), p, r.index);
+                 });
+}
+#define LINATTN_DECAYED_FORWARD(E)                                                                                \
+  template void detail::decayed_forward_chunks<E>(const DecayProblem&, const DecayedAttentionOptions&, View4<E>,  \
+                                                  View4<const E>, View4<const E>, View4<const E>, View4<const E>, \
+                                                  std::span<const float>, std::span<float>);
+LINATTN_DECAYED_FORWARD(float)
+LINATTN_DECAYED_FORWARD(bf16)
+LINATTN_DECAYED_FORWARD(f16)
+#undef LINATTN_DECAYED_FORWARD
 
 void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                ConstTensorView g, const DecayedAttentionOptions& options,
@@ -127,27 +164,7 @@ void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorVie
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
   detail::check_outputs(op, outputs, inputs);
-  const int64_t C = options.chunk_size;
-  for_each_group(p, options, false, q, k, v, g,
-                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun>& runs) {
-                   for (HeadRun& r : runs) {
-                     r.S.resize(size_t(p.K * chunk.Vp()));
-                     load_state(r.S.data(), chunk.Vp(), initial_state, p, r.index);
-                   }
-                   for (int64_t w = s.begin; w < s.end; w += C) {
-                     const int64_t w_end = std::min(w + C, s.end);
-                     for (size_t i = 0; i < runs.size(); ++i) {
-                       HeadRun& r = runs[i];
-                       while (r.t < w_end) {
-                         const int64_t n = chunk.load(r.x, r.t, w_end);
-                         const detail::NextChunk next = next_in_lockstep(runs, i, r.t + n, w, w_end, s.end, C);
-                         chunk.forward(r.S.data(), out, r.x, r.t, &next);
-                         r.t += n;
-                       }
-                     }
-                   }
-                   for (HeadRun& r : runs) store_state(final_state, r.S.data(), chunk.Vp(), p, r.index);
-                 });
+  detail::decayed_forward_chunks(p, options, out, q, k, v, g, initial_state, final_state);
 }
 
 void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView dg,
@@ -163,10 +180,10 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
   const int64_t cols = p.gate_cols();
   const int64_t C = options.chunk_size;
   for_each_group(p, options, true, q, k, v, g,
-                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun>& runs) {
+                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun<>>& runs) {
                    const int64_t KVp = p.K * chunk.Vp();
                    // Sweep 1, forward: the state before each chunk (and after the last), and each chunk's start.
-                   for (HeadRun& r : runs) {
+                   for (HeadRun<>& r : runs) {
                      r.states.clear();
                      r.states.reserve(size_t((s.end - s.begin) / C + 2) * KVp);
                      r.states.resize(size_t(KVp));
@@ -175,7 +192,7 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                    }
                    for (int64_t w = s.begin; w < s.end; w += C) {
                      const int64_t w_end = std::min(w + C, s.end);
-                     for (HeadRun& r : runs)
+                     for (HeadRun<>& r : runs)
                        while (r.starts.back() < w_end) {
                          r.starts.push_back(r.starts.back() +
                                             chunk.load(r.x, r.starts.back(), w_end, 0, DecayChunk::Sides::state));
@@ -185,7 +202,7 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                        }
                    }
                    // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
-                   for (HeadRun& r : runs) {
+                   for (HeadRun<>& r : runs) {
                      r.dS.resize(size_t(KVp));
                      load_state(r.dS.data(), chunk.Vp(), dfinal_state, p, r.index);
                      r.gate_grad.resize(size_t(C * cols)), r.gate_sum.assign(size_t(cols), 0.0);
@@ -199,7 +216,7 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                      r.t = int64_t(last);  // the chunk the reverse sweep takes next
                    }
                    for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
-                     for (HeadRun& r : runs)
+                     for (HeadRun<>& r : runs)
                        for (; r.t >= 0 && r.starts[size_t(r.t)] >= w; --r.t) {
                          const size_t i = size_t(r.t);
                          const int64_t t0 = r.starts[i];
@@ -216,7 +233,7 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
                            kernels::reverse_running_sums(dg.data + dg.offset(s.b, t0, r.x.h, 0), dg.stride[1],
                                                          dg.stride[3], r.gate_grad.data(), n, cols, r.gate_sum.data());
                        }
-                   for (HeadRun& r : runs) {
+                   for (HeadRun<>& r : runs) {
                      store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
                    }
                  });

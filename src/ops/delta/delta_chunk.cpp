@@ -53,18 +53,19 @@ DeltaChunk::DeltaChunk(const DeltaProblem& p, int64_t chunk_size, bool backward)
   if (gated_) db_.resize(CK);
 }
 
-int64_t DeltaChunk::load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n) {
+template <class E>
+int64_t DeltaChunk::load(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t end, int64_t n) {
   const int64_t K = p_.K, V = p_.V, rows = n > 0 ? n : std::min(C_, end - t0);
   n_ = rows;
   if (gated_) {
     // Cumulative log decays per column (one per token broadcast over the columns for the gated delta
     // rule); the chunk stops before the token that would make a column span more than kMaxLogSpan,
     // counting the chunk's start (b = 0), so e^{b} and e^{b_n − b} stay within e^{±kMaxLogSpan} too.
-    const kernels::HeadRows<const float> g = kernels::head_rows(x.g, x.b, x.h);
+    const kernels::HeadRows<const E> g = kernels::head_rows(x.g, x.b, x.h);
     if (p_.gate == Gate::key) {
       kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
     } else {  // one log decay per token, broadcast over the columns
-      for (int64_t t = 0; t < rows; ++t) std::fill_n(b_.data() + t * Kp_, K, g.at(t0 + t)[0]);
+      for (int64_t t = 0; t < rows; ++t) std::fill_n(b_.data() + t * Kp_, K, kernels::widened(g.at(t0 + t)[0]));
     }
     // The midpoint m of each column's b over the chunk's rows (the scores pair rows with rows), and the
     // column factors e^{m}, e^{b_n − m} that turn e^{b − m} into e^{b} and e^{m − b} into e^{b_n − b}.
@@ -107,7 +108,8 @@ void DeltaChunk::l2norm_rows(float* X, float* r, float factor) {
   }
 }
 
-void DeltaChunk::load_queries(const RecurrenceHead& x, int64_t t0, int64_t r) {
+template <class E>
+void DeltaChunk::load_queries(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r) {
   const int64_t K = p_.K, m = n_;
   kernels::pack_rows({Q_.data(), Kp_, C_, K}, kernels::head_rows(x.q, x.b, x.q_head(r)), t0, m,
                      p_.qk_l2norm ? 1.0f : p_.scale);
@@ -148,7 +150,8 @@ void DeltaChunk::advance(float* S) {
   gemm({S, Vp_, p_.K, p_.V}, transposed(Kd(), Kp_), {N, ldn_, n_, p_.V}, {.accumulate = true});
 }
 
-void DeltaChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0) {
+template <class E>
+void DeltaChunk::forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float* N = written_values(S, false);
   // Every query head of x reads S and N in turn (query groups; one otherwise), then S advances once.
@@ -157,7 +160,7 @@ void DeltaChunk::forward(float* S, TensorView out, const RecurrenceHead& x, int6
     // O = P N + (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
     lower_product(O_.data(), Vp_, P_.data(), Cp_, N, ldn_, n, V, false);
     gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V}, {.accumulate = true});
-    kernels::unpack_rows(kernels::head_rows(out, x.b, x.out_head(r)), t0, {O_.data(), Vp_, n, V}, n);
+    kernels::store_rows(kernels::head_rows(out, x.b, x.out_head(r)), t0, {O_.data(), Vp_, n, V});
   }
   if (gated_)
     for (int64_t c = 0; c < K; ++c) {
@@ -283,5 +286,14 @@ void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads& d, 
     for (int64_t c = 0; c < cols; ++c) row[c * d.dg.stride[3]] = float(sum[size_t(c)]);
   }
 }
+
+// The element types the chunked forward reads (the backward: float).
+#define LINATTN_DELTA_CHUNK(E)                                                                 \
+  template int64_t DeltaChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t); \
+  template void DeltaChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t);
+LINATTN_DELTA_CHUNK(float)
+LINATTN_DELTA_CHUNK(bf16)
+LINATTN_DELTA_CHUNK(f16)
+#undef LINATTN_DELTA_CHUNK
 
 }  // namespace linattn::detail

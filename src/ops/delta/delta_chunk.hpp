@@ -10,6 +10,7 @@
 // within e^{±kMaxLogSpan/2}: a chunk ends early where a column's b would span more than kMaxLogSpan
 // (the decayed family's policy, docs/delta-rule.md "Numerics").
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/decay_factors.hpp"
@@ -18,6 +19,14 @@
 
 namespace linattn::detail {
 
+// The chunked forward after the call's checks: every (sequence, head)'s chunks over the threads
+// (delta_rule.cpp). E: float, or bf16 / f16 read and written in place, each chunk's rows widened as they are
+// packed and out rounded as it is written (delta_half.cpp): no fp32 copy of a tensor.
+template <class E>
+void delta_forward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> out, View4<const E> q, View4<const E> k,
+                          View4<const E> v, View4<const E> beta, View4<const E> g, std::span<const float> initial_state,
+                          std::span<float> final_state);
+
 // The scratch of one thread: chunks of up to C tokens of one head at a time.
 class DeltaChunk {
  public:
@@ -25,11 +34,13 @@ class DeltaChunk {
 
   // Reads tokens [t0, t0 + n) of head `x` (n ≤ 0: as many as fit, up to `end`); returns n. Forms Q,
   // K (normalised where asked), V, β, the decay factors, the scores G and P and the inverse T.
-  int64_t load(const RecurrenceHead& x, int64_t t0, int64_t end, int64_t n = 0);
+  template <class E>
+  int64_t load(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t end, int64_t n = 0);
 
   // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out (with query
   // groups, of each query head of x, all against the same S and N before S advances once).
-  void forward(float* S, TensorView out, const RecurrenceHead& x, int64_t t0);
+  template <class E>
+  void forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0);
   // The state after the chunk, without the outputs.
   void advance(float* S);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
@@ -44,7 +55,8 @@ class DeltaChunk {
 
  private:
   // Q from query head r of x (normalised where asked), the split sides and P.
-  void load_queries(const RecurrenceHead& x, int64_t t0, int64_t r);
+  template <class E>
+  void load_queries(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r);
   void l2norm_rows(float* X, float* r, float factor);
   // N = U + W S (pitch ldn_): into X where keep_x is false.
   float* written_values(const float* S, bool keep_x);

@@ -1,8 +1,11 @@
-// The chunked delta rule over bf16/f16 tensors (linattn/half_attention.hpp), through the shared conversion
-// layer (kernels/half_views.hpp); the states stay fp32 spans. The token-by-token forward and the decode step
-// read half rows in place (delta_recurrent.cpp).
+// The chunked delta rule over bf16/f16 tensors (linattn/half_attention.hpp): the forward reads and writes
+// the half rows in place, chunk by chunk; the backward runs through the shared conversion layer
+// (kernels/half_views.hpp). The states stay fp32 spans. The token-by-token forward and the decode step read
+// half rows in place too (delta_recurrent.cpp).
 #include "kernels/half_views.hpp"
 #include "linattn/half_attention.hpp"
+#include "ops/delta/delta_chunk.hpp"
+#include "ops/recurrence/half_forward.hpp"
 
 namespace linattn {
 namespace {
@@ -13,15 +16,15 @@ template <HalfType H>
 void delta_rule_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
                         const DeltaRuleOptions& options, std::span<const float> initial_state,
                         std::span<float> final_state) {
-  kernels::HalfCall<H> c("delta_rule_forward");
-  const ConstTensorView q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v), b32 = c.in("beta", beta),
-                        g32 = c.in("g", g);
-  const TensorView out32 = c.out("out", out);
-  c.in_region(region("initial_state", initial_state));
-  c.out_region(region("final_state", final_state));
-  c.check();
-  delta_rule_forward(out32, q32, k32, v32, b32, g32, options, initial_state, final_state);
-  c.store();
+  const char* op = "delta_rule_forward";
+  detail::check_half_forward_regions(op, out, q, k, v, {{"beta", beta}, {"g", g}}, initial_state, final_state);
+  using kernels::shape_view;
+  const detail::DeltaProblem p = detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v),
+                                                               shape_view(beta), shape_view(g), options);
+  detail::check_recurrence_output(op, "out", shape_view(out), shape_view(q), shape_view(v));
+  detail::check_state_span(op, "initial_state", initial_state.size(), p);
+  detail::check_state_span(op, "final_state", final_state.size(), p);
+  detail::delta_forward_chunks(p, options.chunk_size, out, q, k, v, beta, g, initial_state, final_state);
 }
 
 template <HalfType H>

@@ -56,6 +56,33 @@ void for_each_head(const DeltaProblem& p, int64_t chunk_size, bool backward, int
 
 }  // namespace
 
+template <class E>
+void detail::delta_forward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> out, View4<const E> q,
+                                  View4<const E> k, View4<const E> v, View4<const E> beta, View4<const E> g,
+                                  std::span<const float> initial_state, std::span<float> final_state) {
+  for_each_head(p, chunk_size, false, 1, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
+    DeltaChunk& chunk = scratch.chunk;
+    std::vector<float>& S = scratch.S;
+    const detail::RecurrenceHeadOf<E> x{q, k, v, g, beta, s.b, h, p.group, p.queries};
+    const int64_t index = s.n * p.H + h, Vp = chunk.Vp();
+    detail::load_state_rows(S.data(), p.K, p.V, Vp, initial_state, index);
+    for (int64_t t = s.begin; t < s.end;) {
+      const int64_t n = chunk.load(x, t, s.end);
+      chunk.forward(S.data(), out, x, t);
+      t += n;
+    }
+    detail::store_state_rows(final_state, S.data(), p.K, p.V, Vp, index);
+  });
+}
+#define LINATTN_DELTA_FORWARD(E)                                                                                \
+  template void detail::delta_forward_chunks<E>(const DeltaProblem&, int64_t, View4<E>, View4<const E>,         \
+                                                View4<const E>, View4<const E>, View4<const E>, View4<const E>, \
+                                                std::span<const float>, std::span<float>);
+LINATTN_DELTA_FORWARD(float)
+LINATTN_DELTA_FORWARD(bf16)
+LINATTN_DELTA_FORWARD(f16)
+#undef LINATTN_DELTA_FORWARD
+
 void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView beta,
                         ConstTensorView g, const DeltaRuleOptions& options, std::span<const float> initial_state,
                         std::span<float> final_state) {
@@ -68,19 +95,7 @@ void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, Co
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};
   detail::check_outputs(op, outputs, inputs);
-  for_each_head(p, options.chunk_size, false, 1, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
-    DeltaChunk& chunk = scratch.chunk;
-    std::vector<float>& S = scratch.S;
-    const RecurrenceHead x{q, k, v, g, beta, s.b, h, p.group, p.queries};
-    const int64_t index = s.n * p.H + h, Vp = chunk.Vp();
-    detail::load_state_rows(S.data(), p.K, p.V, Vp, initial_state, index);
-    for (int64_t t = s.begin; t < s.end;) {
-      const int64_t n = chunk.load(x, t, s.end);
-      chunk.forward(S.data(), out, x, t);
-      t += n;
-    }
-    detail::store_state_rows(final_state, S.data(), p.K, p.V, Vp, index);
-  });
+  detail::delta_forward_chunks(p, options.chunk_size, out, q, k, v, beta, g, initial_state, final_state);
 }
 
 void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView dbeta, TensorView dg,

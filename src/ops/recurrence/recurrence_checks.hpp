@@ -47,8 +47,10 @@ struct RecurrenceProblem {
 
 // One (sequence, value head)'s tensors (beta: the delta rule's; empty elsewhere); q and k are read at
 // head qk() (RecurrenceProblem::group), or with query groups q at q_head(r) and out at out_head(r).
-struct RecurrenceHead {
-  ConstTensorView q, k, v, g, beta;
+// E: the tensors' element type, float or (the chunked forwards reading half rows as they pack) bf16, f16.
+template <class E>
+struct RecurrenceHeadOf {
+  View4<const E> q, k, v, g, beta;
   int64_t b, h;
   int64_t group = 1;
   int64_t queries = 1;
@@ -56,6 +58,7 @@ struct RecurrenceHead {
   int64_t q_head(int64_t r = 0) const { return qk() * queries + r; }
   int64_t out_head(int64_t r = 0) const { return h * queries + r; }
 };
+using RecurrenceHead = RecurrenceHeadOf<float>;
 
 // Query groups without copies: query head h · queries + r of x (q or out, [B, T, queries · H, D]) as head h
 // of a view with k's H heads, on the same memory.
