@@ -246,3 +246,47 @@ def test_chunked_forwards_are_the_float32_result_rounded_once(dtype, shape):
         o32, _ = _linattn.decayed_attention(vals["q"], vals["k"], vals["v"], vals.get(g), decay=decay,
                                             cu_seqlens=cu)
         np.testing.assert_array_equal(o, _rounded(o32, dtype), err_msg=decay)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("shape", [(2, 97, 3, 17, 9, 3, 3, None), (1, 130, 2, 64, 64, 2, 2, None),
+                                   (1, 70, 2, 16, 8, 2, 6, np.array([0, 30, 30, 70])),
+                                   (1, 33, 2, 8, 8, 4, 2, None)])
+def test_chunked_backwards_are_the_float32_gradients_rounded_once(dtype, shape):
+    """The chunked backwards read and write the half rows in place (query groups included); with grouped value
+    heads (HV = 2·H: dq and dk summed over a group) they widen copies. Either way every gradient is bit for bit
+    the float32 operator's on the widened inputs, rounded once, and dinitial_state is the float32 one."""
+    B, T, H, K, V, HV, HQ, cu = shape
+    rng = np.random.default_rng(T + HQ)
+    x = {"q": rng.standard_normal((B, T, HQ, K)) * 0.5, "k": rng.standard_normal((B, T, H, K)) * 0.5,
+         "v": rng.standard_normal((B, T, HV, V)) * 0.5, "beta": rng.uniform(0, 1, (B, T, HV)),
+         "gk": -np.abs(rng.standard_normal((B, T, HV, K))), "g1": -np.abs(rng.standard_normal((B, T, HV))),
+         "dout": rng.standard_normal((B, T, max(HQ, HV), V))}
+    bits, vals = _split({key: value.astype(np.float32) for key, value in x.items()}, dtype)
+    states = B if cu is None else len(cu) - 1
+    initial = rng.standard_normal((states, HV, K, V)).astype(np.float32)
+
+    def expect_same(got, want, what):
+        for name, a, b in zip(("dq", "dk", "dv", "dbeta or dg", "dg"), got[:-1], want[:-1]):
+            if b is None:
+                assert a is None, f"{what} {name}"
+            else:
+                np.testing.assert_array_equal(a, _rounded(b, dtype), err_msg=f"{what} {name}")
+        np.testing.assert_array_equal(got[-1], want[-1], err_msg=f"{what} dinitial_state")
+
+    if HQ == H:  # the delta rule takes grouped value heads; its backward's query groups run in Python
+        for gate, g in (("kda", "gk"), ("gated_delta_rule", "g1"), ("delta_rule", None)):
+            run = dict(gate=gate, use_qk_l2norm=True, cu_seqlens=cu, initial_state=initial)
+            got = _linattn.half.delta_rule_backward(*[bits.get(key) for key in ("q", "k", "v", "beta")], bits.get(g),
+                                                    bits["dout"], dtype=dtype, **run)
+            want = _linattn.delta_rule_backward(*[vals.get(key) for key in ("q", "k", "v", "beta")], vals.get(g),
+                                                vals["dout"], **run)
+            expect_same(got, want, gate)
+    if HV == H:  # the decayed family: query groups natively, no grouped value heads
+        for decay, g in (("gla", "gk"), ("simple_gla", "g1"), ("linear", None)):
+            run = dict(decay=decay, cu_seqlens=cu, initial_state=initial)
+            got = _linattn.half.decayed_attention_backward(bits["q"], bits["k"], bits["v"], bits.get(g), bits["dout"],
+                                                           dtype=dtype, **run)
+            want = _linattn.decayed_attention_backward(vals["q"], vals["k"], vals["v"], vals.get(g), vals["dout"],
+                                                       **run)
+            expect_same(got, want, decay)

@@ -63,11 +63,20 @@ void store_rows(HeadRows<T> dst, int64_t n0, ConstTile src) {
   else
     unpack_rows(dst, n0, src);
 }
-// One element as fp32, of either storage.
+// One element as fp32, of either storage, and one fp32 value as T (half: rounded to nearest even).
 inline float widened(float x) { return x; }
 template <HalfType H>
 float widened(H x) {
   return to_float(x);
+}
+template <class T>
+T narrowed(float x) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return to_bf16(x);
+  else if constexpr (std::is_same_v<T, f16>)
+    return to_f16(x);
+  else
+    return x;
 }
 
 }  // namespace linattn::kernels

@@ -184,7 +184,8 @@ void DecayChunk::forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, i
 
 // The Q side of a chunk's backward for query head r of x (its Q loaded): dO, A = mask(Q̂ K̂ᵀ) ⊙ W,
 // dA = mask(dO Vᵀ) ⊙ W with its diagonal apart, and dQ without the diagonal's share.
-void DecayChunk::query_grads(const float* S, ConstTensorView dout, const RecurrenceHead& x, int64_t t0, int64_t r) {
+template <class E>
+void DecayChunk::query_grads(const float* S, View4<const E> dout, const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float *left = intra_left(), *right = intra_right();
   const float* W = per_key_ || p_.decay == Decay::none ? nullptr : W_.data();
@@ -226,8 +227,9 @@ void add_tile(float* dst, const float* src, int64_t ld, int64_t n, int64_t cols)
 // Query heads 1 .. R − 1 of x (query groups), before the first's: each one's dq, and its shares of dk (dAᵀ Q̂
 // into dKq_, Q ⊙ dQ's diagonal in diagK_), dv (Aᵀ dO into dVq_) and the gate (Q ⊙ dQ), and its Q ⊙ e^b and
 // dO kept for dS's update after the first's.
-void DecayChunk::other_queries_backward(const float* S, ConstTensorView dout, TensorView dq, double* gate_grad,
-                                        const RecurrenceHead& x, int64_t t0) {
+template <class E>
+void DecayChunk::other_queries_backward(const float* S, View4<const E> dout, View4<E> dq, double* gate_grad,
+                                        const RecurrenceHeadOf<E>& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_, cols = p_.gate_cols();
   for (int64_t r = 1; r < x.queries; ++r) {
     load_queries(x, t0, r);
@@ -252,8 +254,9 @@ void DecayChunk::other_queries_backward(const float* S, ConstTensorView dout, Te
   load_queries(x, t0, 0);
 }
 
-void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
-                          double* gate_grad, bool final_chunk, const RecurrenceHead& x, int64_t t0) {
+template <class E>
+void DecayChunk::backward(const float* S, float* dS, View4<const E> dout, View4<E> dq, View4<E> dk, View4<E> dv,
+                          double* gate_grad, bool final_chunk, const RecurrenceHeadOf<E>& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_, R = x.queries;
   if (R > 1) other_queries_backward(S, dout, dq, gate_grad, x, t0);
   query_grads(S, dout, x, t0, 0);
@@ -306,14 +309,16 @@ void DecayChunk::backward(const float* S, float* dS, ConstTensorView dout, Tenso
   // group's value heads in order on one thread); with query groups, the first query head's dq.
   store_group_rows(query_view(dq, R, 0), x, t0, dQ_.data(), Kp_, n, K, p_.scale);
   store_group_rows(dk, x, t0, dK_.data(), Kp_, n, K);
-  kernels::unpack_rows(kernels::head_rows(dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
+  kernels::store_rows(kernels::head_rows(dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V});
 }
 
-// The element types the chunked forward reads (the backward and the state-only loads: float).
-#define LINATTN_DECAY_CHUNK(E)                                                                        \
-  template NextChunk next_chunk_rows<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t);                \
-  template int64_t DecayChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t, Sides); \
-  template void DecayChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t, const NextChunk*);
+// The element types the chunked drivers read and write.
+#define LINATTN_DECAY_CHUNK(E)                                                                                       \
+  template NextChunk next_chunk_rows<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t);                               \
+  template int64_t DecayChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t, Sides);                \
+  template void DecayChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t, const NextChunk*);     \
+  template void DecayChunk::backward<E>(const float*, float*, View4<const E>, View4<E>, View4<E>, View4<E>, double*, \
+                                        bool, const RecurrenceHeadOf<E>&, int64_t);
 LINATTN_DECAY_CHUNK(float)
 LINATTN_DECAY_CHUNK(bf16)
 LINATTN_DECAY_CHUNK(f16)

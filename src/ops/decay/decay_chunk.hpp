@@ -38,6 +38,15 @@ void decayed_forward_chunks(const DecayProblem& p, const DecayedAttentionOptions
                             View4<const E> q, View4<const E> k, View4<const E> v, View4<const E> g,
                             std::span<const float> initial_state, std::span<float> final_state);
 
+// The chunked backward after the call's checks (decayed_attention.cpp). E: float, or bf16 / f16 read and
+// written in place, every gradient rounded once (decay_half.cpp; grouped value heads, whose dq and dk are
+// sums over value heads, excepted: they go through fp32 copies).
+template <class E>
+void decayed_backward_chunks(const DecayProblem& p, const DecayedAttentionOptions& options, View4<E> dq, View4<E> dk,
+                             View4<E> dv, View4<E> dg, std::span<float> dinitial_state, View4<const E> dout,
+                             std::span<const float> dfinal_state, View4<const E> q, View4<const E> k, View4<const E> v,
+                             View4<const E> g, std::span<const float> initial_state);
+
 // The scratch of one thread: chunks of up to C tokens of one head at a time.
 class DecayChunk {
  public:
@@ -67,8 +76,10 @@ class DecayChunk {
   // sequence's last chunk, whose last token's pair with the final state the caller accounts for. With query
   // groups every query head's read-out adds its share (its dq its own; dk, dv, the gate and dS their sums).
   // Leaves the first query head loaded.
-  void backward(const float* S, float* dS, ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
-                double* gate_grad, bool final_chunk, const RecurrenceHead& x, int64_t t0);
+  // E: float, or a half type read and written in place (dq, dk rounded once: no grouped value heads).
+  template <class E>
+  void backward(const float* S, float* dS, View4<const E> dout, View4<E> dq, View4<E> dk, View4<E> dv,
+                double* gate_grad, bool final_chunk, const RecurrenceHeadOf<E>& x, int64_t t0);
 
   int64_t Vp() const { return Vp_; }
   const DecayProblem& problem() const { return p_; }
@@ -80,9 +91,11 @@ class DecayChunk {
   template <class E>
   void load_queries(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r);
   // The backward's Q side for query head r of x, and the other query heads' shares (decay_chunk.cpp).
-  void query_grads(const float* S, ConstTensorView dout, const RecurrenceHead& x, int64_t t0, int64_t r);
-  void other_queries_backward(const float* S, ConstTensorView dout, TensorView dq, double* gate_grad,
-                              const RecurrenceHead& x, int64_t t0);
+  template <class E>
+  void query_grads(const float* S, View4<const E> dout, const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r);
+  template <class E>
+  void other_queries_backward(const float* S, View4<const E> dout, View4<E> dq, double* gate_grad,
+                              const RecurrenceHeadOf<E>& x, int64_t t0);
   // The chunk's rows of out's head x.out_head(r) from S and the transposed right side in T_.
   template <class E>
   void read_out(const float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0, int64_t r,

@@ -1,11 +1,11 @@
-// The chunked decayed family over bf16/f16 tensors (linattn/half_attention.hpp): the forward reads and
-// writes the half rows in place, chunk by chunk; the backward runs through the shared conversion layer
-// (kernels/half_views.hpp). The states stay fp32 spans. The token-by-token forward and the decode step read
-// half rows in place too (decayed_recurrent.cpp).
+// The chunked decayed family over bf16/f16 tensors (linattn/half_attention.hpp): the forward and the backward
+// read and write the half rows in place, chunk by chunk; a backward with grouped value heads runs through the
+// shared conversion layer (kernels/half_views.hpp), its dq and dk being sums over value heads. The states stay fp32
+// spans. The token-by-token forward and the decode step read half rows in place too (decayed_recurrent.cpp).
 #include "kernels/half_views.hpp"
 #include "linattn/half_attention.hpp"
 #include "ops/decay/decay_chunk.hpp"
-#include "ops/recurrence/half_forward.hpp"
+#include "ops/recurrence/half_regions.hpp"
 
 namespace linattn {
 namespace {
@@ -19,7 +19,8 @@ void decayed_attention_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H>
                                const DecayedAttentionOptions& options, std::span<const float> initial_state,
                                std::span<float> final_state) {
   const char* op = "decayed_attention_forward";
-  detail::check_half_forward_regions(op, out, q, k, v, {{"g", g}}, initial_state, final_state);
+  detail::check_half_regions<H>(op, {{"out", out}}, {{"q", q}, {"k", k}, {"v", v}, {"g", g}},
+                                {region("final_state", final_state)}, {region("initial_state", initial_state)});
   using kernels::shape_view;
   const detail::DecayProblem p =
       detail::check_decay_arguments(op, shape_view(q), shape_view(k), shape_view(v), shape_view(g), options);
@@ -34,7 +35,26 @@ void decayed_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfO
                                 std::span<float> dinitial_state, HalfIn<H> dout, std::span<const float> dfinal_state,
                                 HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g,
                                 const DecayedAttentionOptions& options, std::span<const float> initial_state) {
-  kernels::HalfCall<H> c("decayed_attention_backward");
+  const char* op = "decayed_attention_backward";
+  using kernels::shape_view;
+  const ConstTensorView g_shape = shape_view(g);
+  const detail::DecayProblem p =
+      detail::check_decay_arguments(op, shape_view(q), shape_view(k), shape_view(v), g_shape, options);
+  detail::check_recurrence_backward_shapes(op, p, detail::decay_signature(g_shape, options), shape_view(dout),
+                                           shape_view(q), shape_view(v),
+                                           {{"dq", detail::output_shape_view(dq), shape_view(q), "q"},
+                                            {"dk", detail::output_shape_view(dk), shape_view(k), "k"},
+                                            {"dv", detail::output_shape_view(dv), shape_view(v), "v"}},
+                                           detail::output_shape_view(dg), dinitial_state, dfinal_state, initial_state);
+  if (p.group == 1) {  // in place; grouped value heads sum dq and dk over a group, in fp32 below
+    detail::check_half_regions<H>(op, {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dg", dg}},
+                                  {{"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"g", g}},
+                                  {region("dinitial_state", dinitial_state)},
+                                  {region("initial_state", initial_state), region("dfinal_state", dfinal_state)});
+    return detail::decayed_backward_chunks(p, options, dq, dk, dv, dg, dinitial_state, dout, dfinal_state, q, k, v, g,
+                                           initial_state);
+  }
+  kernels::HalfCall<H> c(op);
   const ConstTensorView do32 = c.in("dout", dout), q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v),
                         g32 = c.in("g", g);
   const TensorView dq32 = c.out("dq", dq), dk32 = c.out("dk", dk), dv32 = c.out("dv", dv), dg32 = c.out("dg", dg);

@@ -16,6 +16,7 @@
 #include "core/parallel_errors.hpp"
 #include "core/validate.hpp"
 #include "kernels/decay_factors.hpp"
+#include "kernels/pack.hpp"
 #include "ops/decay/decay_checks.hpp"
 #include "ops/decay/decay_chunk.hpp"
 #include "ops/recurrence/state_rows.hpp"
@@ -36,8 +37,9 @@ void store_state(std::span<float> to, const float* S, int64_t Vp, const DecayPro
 
 // out[c] (or out[0], one gate per token) += Σ_v dS_T ⊙ a_T S_{T−1}: the last token's gate gradient from
 // the final state. S_last: the state before the last chunk, which starts at t_last.
-void final_gate_share(DecayChunk& chunk, const RecurrenceHead& x, const detail::Sequence& s, const float* S_last,
-                      int64_t t_last, const float* dS, double* out) {
+template <class E>
+void final_gate_share(DecayChunk& chunk, const detail::RecurrenceHeadOf<E>& x, const detail::Sequence& s,
+                      const float* S_last, int64_t t_last, const float* dS, double* out) {
   const DecayProblem& p = chunk.problem();
   const int64_t Vp = chunk.Vp(), T = s.end - 1;
   std::vector<float> S(S_last, S_last + p.K * Vp);
@@ -45,9 +47,9 @@ void final_gate_share(DecayChunk& chunk, const RecurrenceHead& x, const detail::
     chunk.load(x, t_last, T, T - t_last, DecayChunk::Sides::state);
     chunk.advance(S.data());
   }
-  const float* g = x.g.data + x.g.offset(x.b, T, x.h, 0);
+  const E* g = x.g.data + x.g.offset(x.b, T, x.h, 0);
   for (int64_t c = 0; c < p.K; ++c) {
-    const double a = std::exp(double(g[(p.decay == Decay::key ? c : 0) * x.g.stride[3]]));
+    const double a = std::exp(double(kernels::widened(g[(p.decay == Decay::key ? c : 0) * x.g.stride[3]])));
     double sum = 0;
     for (int64_t e = 0; e < p.V; ++e) sum += double(dS[c * Vp + e]) * S[size_t(c * Vp + e)];
     out[p.decay == Decay::key ? c : 0] += a * sum;
@@ -66,6 +68,7 @@ struct HeadRun {
   std::vector<double> gate_grad;    // backward: the chunk's per-token ∂L/∂b, [C, gate columns]
   std::vector<double> gate_sum;     // backward: Σ_{u ≥ t} ∂L/∂b_u so far, [gate columns]
   std::vector<double> final_share;  // backward: the final state's part of the last token's ∂L/∂b
+  std::vector<float> gate_rows;     // backward, half dg: the chunk's dg in fp32, [C, gate columns]
 };
 
 // The rows that follow head runs[i]'s chunk ending at t in the lockstep order of the window [w, w_end)
@@ -77,6 +80,21 @@ detail::NextChunk next_in_lockstep(const std::vector<HeadRun<E>>& runs, size_t i
   if (t < w_end) return detail::next_chunk_rows(runs[i].x, t, w_end - t);
   if (i + 1 < runs.size()) return detail::next_chunk_rows(runs[i + 1].x, w, w_end - w);
   return detail::next_chunk_rows(runs[0].x, w_end, std::min(C, end - w_end));
+}
+
+// dg_t = Σ_{u ≥ t} ∂L/∂b_u for the chunk's n tokens from t0 (b_u is the sum of g up to u): the chunks come
+// from the end, so the sums carry from one to the one before it (r.gate_sum). Half dg: formed in fp32, then
+// rounded once.
+template <class E>
+void store_gate_grads(View4<E> dg, HeadRun<E>& r, int64_t b, int64_t t0, int64_t n, int64_t cols) {
+  if constexpr (std::is_same_v<E, float>) {
+    kernels::reverse_running_sums(dg.data + dg.offset(b, t0, r.x.h, 0), dg.stride[1], dg.stride[3], r.gate_grad.data(),
+                                  n, cols, r.gate_sum.data());
+  } else {
+    r.gate_rows.resize(size_t(n * cols));
+    kernels::reverse_running_sums(r.gate_rows.data(), cols, 1, r.gate_grad.data(), n, cols, r.gate_sum.data());
+    kernels::store_rows(kernels::head_rows(dg, b, r.x.h), t0, {r.gate_rows.data(), cols, n, cols});
+  }
 }
 
 // Runs body(chunk, sequence, runs) for every group of heads of every sequence, over the threads. The
@@ -152,6 +170,79 @@ LINATTN_DECAYED_FORWARD(bf16)
 LINATTN_DECAYED_FORWARD(f16)
 #undef LINATTN_DECAYED_FORWARD
 
+template <class E>
+void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttentionOptions& options, View4<E> dq,
+                                     View4<E> dk, View4<E> dv, View4<E> dg, std::span<float> dinitial_state,
+                                     View4<const E> dout, std::span<const float> dfinal_state, View4<const E> q,
+                                     View4<const E> k, View4<const E> v, View4<const E> g,
+                                     std::span<const float> initial_state) {
+  const int64_t cols = p.gate_cols();
+  const int64_t C = options.chunk_size;
+  for_each_group(p, options, true, q, k, v, g,
+                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun<E>>& runs) {
+                   const int64_t KVp = p.K * chunk.Vp();
+                   // Sweep 1, forward: the state before each chunk (and after the last), and each chunk's start.
+                   for (HeadRun<E>& r : runs) {
+                     r.states.clear();
+                     r.states.reserve(size_t((s.end - s.begin) / C + 2) * KVp);
+                     r.states.resize(size_t(KVp));
+                     r.starts.assign(1, s.begin);
+                     load_state(r.states.data(), chunk.Vp(), initial_state, p, r.index);
+                   }
+                   for (int64_t w = s.begin; w < s.end; w += C) {
+                     const int64_t w_end = std::min(w + C, s.end);
+                     for (HeadRun<E>& r : runs)
+                       while (r.starts.back() < w_end) {
+                         r.starts.push_back(r.starts.back() +
+                                            chunk.load(r.x, r.starts.back(), w_end, 0, DecayChunk::Sides::state));
+                         r.states.resize(r.states.size() + size_t(KVp));
+                         std::copy_n(r.states.end() - 2 * KVp, KVp, r.states.end() - KVp);
+                         chunk.advance(r.states.data() + r.states.size() - KVp);
+                       }
+                   }
+                   // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
+                   for (HeadRun<E>& r : runs) {
+                     r.dS.resize(size_t(KVp));
+                     load_state(r.dS.data(), chunk.Vp(), dfinal_state, p, r.index);
+                     r.gate_grad.resize(size_t(C * cols)), r.gate_sum.assign(size_t(cols), 0.0);
+                     r.final_share.assign(size_t(cols), 0.0);
+                     // The final state's part of ∂L/∂b at the last token T: Σ_v dS_T ⊙ a_T S_{T−1}, with a_T S_{T−1}
+                     // formed directly (S_T − k_T v_Tᵀ would cancel two O(1) terms under strong decay).
+                     const size_t last = r.starts.size() - 2;
+                     if (cols > 0 && r.starts.size() >= 2)
+                       final_gate_share(chunk, r.x, s, r.states.data() + last * size_t(KVp), r.starts[last],
+                                        r.dS.data(), r.final_share.data());
+                     r.t = int64_t(last);  // the chunk the reverse sweep takes next
+                   }
+                   for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
+                     for (HeadRun<E>& r : runs)
+                       for (; r.t >= 0 && r.starts[size_t(r.t)] >= w; --r.t) {
+                         const size_t i = size_t(r.t);
+                         const int64_t t0 = r.starts[i];
+                         const int64_t n = chunk.load(r.x, t0, s.end, r.starts[i + 1] - t0);
+                         const bool final_chunk = i + 2 == r.starts.size();
+                         std::fill_n(r.gate_grad.begin(), n * cols, 0.0);
+                         if (final_chunk)
+                           std::copy(r.final_share.begin(), r.final_share.end(), r.gate_grad.begin() + (n - 1) * cols);
+                         chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv,
+                                        r.gate_grad.data(), final_chunk, r.x, t0);
+                         if (cols > 0) store_gate_grads(dg, r, s.b, t0, n, cols);
+                       }
+                   for (HeadRun<E>& r : runs) {
+                     store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
+                   }
+                 });
+}
+#define LINATTN_DECAYED_BACKWARD(E)                                                                                \
+  template void detail::decayed_backward_chunks<E>(const DecayProblem&, const DecayedAttentionOptions&, View4<E>,  \
+                                                   View4<E>, View4<E>, View4<E>, std::span<float>, View4<const E>, \
+                                                   std::span<const float>, View4<const E>, View4<const E>,         \
+                                                   View4<const E>, View4<const E>, std::span<const float>);
+LINATTN_DECAYED_BACKWARD(float)
+LINATTN_DECAYED_BACKWARD(bf16)
+LINATTN_DECAYED_BACKWARD(f16)
+#undef LINATTN_DECAYED_BACKWARD
+
 void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                ConstTensorView g, const DecayedAttentionOptions& options,
                                std::span<const float> initial_state, std::span<float> final_state) {
@@ -177,66 +268,8 @@ void decayed_attention_backward(TensorView dq, TensorView dk, TensorView dv, Ten
   detail::check_recurrence_backward(op, p, detail::decay_signature(g, options), dout, q, k, v, {{"g", g}},
                                     {{"dq", dq, q, "q"}, {"dk", dk, k, "k"}, {"dv", dv, v, "v"}}, dg, dinitial_state,
                                     dfinal_state, initial_state);
-  const int64_t cols = p.gate_cols();
-  const int64_t C = options.chunk_size;
-  for_each_group(p, options, true, q, k, v, g,
-                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun<>>& runs) {
-                   const int64_t KVp = p.K * chunk.Vp();
-                   // Sweep 1, forward: the state before each chunk (and after the last), and each chunk's start.
-                   for (HeadRun<>& r : runs) {
-                     r.states.clear();
-                     r.states.reserve(size_t((s.end - s.begin) / C + 2) * KVp);
-                     r.states.resize(size_t(KVp));
-                     r.starts.assign(1, s.begin);
-                     load_state(r.states.data(), chunk.Vp(), initial_state, p, r.index);
-                   }
-                   for (int64_t w = s.begin; w < s.end; w += C) {
-                     const int64_t w_end = std::min(w + C, s.end);
-                     for (HeadRun<>& r : runs)
-                       while (r.starts.back() < w_end) {
-                         r.starts.push_back(r.starts.back() +
-                                            chunk.load(r.x, r.starts.back(), w_end, 0, DecayChunk::Sides::state));
-                         r.states.resize(r.states.size() + size_t(KVp));
-                         std::copy_n(r.states.end() - 2 * KVp, KVp, r.states.end() - KVp);
-                         chunk.advance(r.states.data() + r.states.size() - KVp);
-                       }
-                   }
-                   // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
-                   for (HeadRun<>& r : runs) {
-                     r.dS.resize(size_t(KVp));
-                     load_state(r.dS.data(), chunk.Vp(), dfinal_state, p, r.index);
-                     r.gate_grad.resize(size_t(C * cols)), r.gate_sum.assign(size_t(cols), 0.0);
-                     r.final_share.assign(size_t(cols), 0.0);
-                     // The final state's part of ∂L/∂b at the last token T: Σ_v dS_T ⊙ a_T S_{T−1}, with a_T S_{T−1}
-                     // formed directly (S_T − k_T v_Tᵀ would cancel two O(1) terms under strong decay).
-                     const size_t last = r.starts.size() - 2;
-                     if (cols > 0 && r.starts.size() >= 2)
-                       final_gate_share(chunk, r.x, s, r.states.data() + last * size_t(KVp), r.starts[last],
-                                        r.dS.data(), r.final_share.data());
-                     r.t = int64_t(last);  // the chunk the reverse sweep takes next
-                   }
-                   for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
-                     for (HeadRun<>& r : runs)
-                       for (; r.t >= 0 && r.starts[size_t(r.t)] >= w; --r.t) {
-                         const size_t i = size_t(r.t);
-                         const int64_t t0 = r.starts[i];
-                         const int64_t n = chunk.load(r.x, t0, s.end, r.starts[i + 1] - t0);
-                         const bool final_chunk = i + 2 == r.starts.size();
-                         std::fill_n(r.gate_grad.begin(), n * cols, 0.0);
-                         if (final_chunk)
-                           std::copy(r.final_share.begin(), r.final_share.end(), r.gate_grad.begin() + (n - 1) * cols);
-                         chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv,
-                                        r.gate_grad.data(), final_chunk, r.x, t0);
-                         // dg_t = Σ_{u ≥ t} ∂L/∂b_u (b_u is the sum of g up to u): the chunks come from the
-                         // end, so the sums carry from one to the one before it.
-                         if (cols > 0)
-                           kernels::reverse_running_sums(dg.data + dg.offset(s.b, t0, r.x.h, 0), dg.stride[1],
-                                                         dg.stride[3], r.gate_grad.data(), n, cols, r.gate_sum.data());
-                       }
-                   for (HeadRun<>& r : runs) {
-                     store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
-                   }
-                 });
+  detail::decayed_backward_chunks(p, options, dq, dk, dv, dg, dinitial_state, dout, dfinal_state, q, k, v, g,
+                                  initial_state);
 }
 
 }  // namespace linattn

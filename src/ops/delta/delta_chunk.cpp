@@ -170,8 +170,9 @@ void DeltaChunk::forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, i
   gemm({S, Vp_, K, V}, transposed(Kd(), Kp_), {N, ldn_, n, V}, {.accumulate = true});
 }
 
-void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const Grads& d, const RecurrenceHead& x,
-                          int64_t t0) {
+template <class E>
+void DeltaChunk::backward(const float* S, float* dS, View4<const E> dout, const Grads<E>& d,
+                          const RecurrenceHeadOf<E>& x, int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   written_values(S, true);
   kernels::pack_rows({dO_.data(), Vp_, n, V}, kernels::head_rows(dout, x.b, x.h), t0, n);
@@ -249,8 +250,8 @@ void DeltaChunk::backward(const float* S, float* dS, ConstTensorView dout, const
   // heads in order on one thread: see delta_rule.cpp).
   detail::store_group_rows(d.dq, x, t0, dQ_.data(), Kp_, n, K, p_.qk_l2norm ? 1.0f : p_.scale);
   detail::store_group_rows(d.dk, x, t0, dK_.data(), Kp_, n, K);
-  kernels::unpack_rows(kernels::head_rows(d.dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V}, n);
-  kernels::unpack_rows(kernels::head_rows(d.dbeta, x.b, x.h), t0, {dB_.data(), 1, n, 1}, n);
+  kernels::store_rows(kernels::head_rows(d.dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V});
+  kernels::store_rows(kernels::head_rows(d.dbeta, x.b, x.h), t0, {dB_.data(), 1, n, 1});
 }
 
 // ∂L/∂b_t per column from every factor that holds b_t, then dg_t = Σ_{u ≥ t} ∂L/∂b_u over the chunk
@@ -262,7 +263,9 @@ kernels::SplitSides DeltaChunk::side_grads(int64_t r) const {
   return {dQe_.data() + r, dQl_.data() + r, dKt_.data() + r, dKl_.data() + r, dKr_.data() + r, dKd_.data() + r};
 }
 
-void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads& d, const RecurrenceHead& x, int64_t t0) {
+template <class E>
+void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads<E>& d, const RecurrenceHeadOf<E>& x,
+                               int64_t t0) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   std::vector<double> last(size_t(K), 0.0);
   for (int64_t t = 0; t < n; ++t) {
@@ -281,16 +284,18 @@ void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads& d, 
   const int64_t cols = p_.gate_cols();
   std::vector<double> sum(size_t(cols), 0.0);
   for (int64_t t = n - 1; t >= 0; --t) {
-    float* row = d.dg.data + d.dg.offset(x.b, t0 + t, x.h, 0);
+    E* row = d.dg.data + d.dg.offset(x.b, t0 + t, x.h, 0);
     for (int64_t c = 0; c < K; ++c) sum[size_t(cols == 1 ? 0 : c)] += db_[size_t(t * Kp_ + c)];
-    for (int64_t c = 0; c < cols; ++c) row[c * d.dg.stride[3]] = float(sum[size_t(c)]);
+    for (int64_t c = 0; c < cols; ++c) row[c * d.dg.stride[3]] = kernels::narrowed<E>(float(sum[size_t(c)]));
   }
 }
 
-// The element types the chunked forward reads (the backward: float).
+// The element types the chunked drivers read and write.
 #define LINATTN_DELTA_CHUNK(E)                                                                 \
   template int64_t DeltaChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t); \
-  template void DeltaChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t);
+  template void DeltaChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t); \
+  template void DeltaChunk::backward<E>(const float*, float*, View4<const E>, const Grads<E>&, \
+                                        const RecurrenceHeadOf<E>&, int64_t);
 LINATTN_DELTA_CHUNK(float)
 LINATTN_DELTA_CHUNK(bf16)
 LINATTN_DELTA_CHUNK(f16)

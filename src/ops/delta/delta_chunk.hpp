@@ -22,6 +22,14 @@ namespace linattn::detail {
 // The chunked forward after the call's checks: every (sequence, head)'s chunks over the threads
 // (delta_rule.cpp). E: float, or bf16 / f16 read and written in place, each chunk's rows widened as they are
 // packed and out rounded as it is written (delta_half.cpp): no fp32 copy of a tensor.
+// The chunked backward after the call's checks (delta_rule.cpp). E: float, or bf16 / f16 read and written in
+// place, every gradient rounded once (delta_half.cpp; grouped value heads excepted, as for the decayed family).
+template <class E>
+void delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> dq, View4<E> dk, View4<E> dv,
+                           View4<E> dbeta, View4<E> dg, std::span<float> dinitial_state, View4<const E> dout,
+                           std::span<const float> dfinal_state, View4<const E> q, View4<const E> k, View4<const E> v,
+                           View4<const E> beta, View4<const E> g, std::span<const float> initial_state);
+
 template <class E>
 void delta_forward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> out, View4<const E> q, View4<const E> k,
                           View4<const E> v, View4<const E> beta, View4<const E> g, std::span<const float> initial_state,
@@ -45,10 +53,13 @@ class DeltaChunk {
   void advance(float* S);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
   // rows of dq, dk, dv, dbeta and dg, and leaves in dS the gradient of the state before the chunk.
+  // E: float, or a half type written in place, each gradient rounded once (no grouped value heads).
+  template <class E = float>
   struct Grads {
-    TensorView dq, dk, dv, dbeta, dg;
+    View4<E> dq, dk, dv, dbeta, dg;
   };
-  void backward(const float* S, float* dS, ConstTensorView dout, const Grads& grads, const RecurrenceHead& x,
+  template <class E>
+  void backward(const float* S, float* dS, View4<const E> dout, const Grads<E>& grads, const RecurrenceHeadOf<E>& x,
                 int64_t t0);
 
   int64_t Vp() const { return Vp_; }
@@ -62,7 +73,8 @@ class DeltaChunk {
   float* written_values(const float* S, bool keep_x);
   // The gradients of a row's sides (dQe, dQl, dKt, dKl, dKr, dKd) from element r on.
   kernels::SplitSides side_grads(int64_t r) const;
-  void gate_gradient(const float* S, const float* dS, const Grads& grads, const RecurrenceHead& x, int64_t t0);
+  template <class E>
+  void gate_gradient(const float* S, const float* dS, const Grads<E>& grads, const RecurrenceHeadOf<E>& x, int64_t t0);
 
   const DeltaProblem& p_;
   bool gated_;

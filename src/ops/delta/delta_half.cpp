@@ -1,11 +1,11 @@
-// The chunked delta rule over bf16/f16 tensors (linattn/half_attention.hpp): the forward reads and writes
-// the half rows in place, chunk by chunk; the backward runs through the shared conversion layer
-// (kernels/half_views.hpp). The states stay fp32 spans. The token-by-token forward and the decode step read
-// half rows in place too (delta_recurrent.cpp).
+// The chunked delta rule over bf16/f16 tensors (linattn/half_attention.hpp): the forward and the backward read
+// and write the half rows in place, chunk by chunk; a backward with grouped value heads runs through the shared
+// conversion layer (kernels/half_views.hpp), its dq and dk being sums over value heads. The states stay fp32 spans. The
+// token-by-token forward and the decode step read half rows in place too (delta_recurrent.cpp).
 #include "kernels/half_views.hpp"
 #include "linattn/half_attention.hpp"
 #include "ops/delta/delta_chunk.hpp"
-#include "ops/recurrence/half_forward.hpp"
+#include "ops/recurrence/half_regions.hpp"
 
 namespace linattn {
 namespace {
@@ -17,7 +17,8 @@ void delta_rule_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, Hal
                         const DeltaRuleOptions& options, std::span<const float> initial_state,
                         std::span<float> final_state) {
   const char* op = "delta_rule_forward";
-  detail::check_half_forward_regions(op, out, q, k, v, {{"beta", beta}, {"g", g}}, initial_state, final_state);
+  detail::check_half_regions<H>(op, {{"out", out}}, {{"q", q}, {"k", k}, {"v", v}, {"beta", beta}, {"g", g}},
+                                {region("final_state", final_state)}, {region("initial_state", initial_state)});
   using kernels::shape_view;
   const detail::DeltaProblem p = detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v),
                                                                shape_view(beta), shape_view(g), options);
@@ -32,7 +33,27 @@ void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> d
                          std::span<float> dinitial_state, HalfIn<H> dout, std::span<const float> dfinal_state,
                          HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
                          const DeltaRuleOptions& options, std::span<const float> initial_state) {
-  kernels::HalfCall<H> c("delta_rule_backward");
+  const char* op = "delta_rule_backward";
+  using kernels::shape_view;
+  const ConstTensorView beta_shape = shape_view(beta), g_shape = shape_view(g);
+  const detail::DeltaProblem p =
+      detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v), beta_shape, g_shape, options);
+  detail::check_recurrence_backward_shapes(op, p, detail::delta_signature(beta_shape, g_shape, options),
+                                           shape_view(dout), shape_view(q), shape_view(v),
+                                           {{"dq", detail::output_shape_view(dq), shape_view(q), "q"},
+                                            {"dk", detail::output_shape_view(dk), shape_view(k), "k"},
+                                            {"dv", detail::output_shape_view(dv), shape_view(v), "v"},
+                                            {"dbeta", detail::output_shape_view(dbeta), beta_shape, "beta"}},
+                                           detail::output_shape_view(dg), dinitial_state, dfinal_state, initial_state);
+  if (p.group == 1) {  // in place; grouped value heads sum dq and dk over a group, in fp32 below
+    detail::check_half_regions<H>(op, {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dbeta", dbeta}, {"dg", dg}},
+                                  {{"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"beta", beta}, {"g", g}},
+                                  {region("dinitial_state", dinitial_state)},
+                                  {region("initial_state", initial_state), region("dfinal_state", dfinal_state)});
+    return detail::delta_backward_chunks(p, options.chunk_size, dq, dk, dv, dbeta, dg, dinitial_state, dout,
+                                         dfinal_state, q, k, v, beta, g, initial_state);
+  }
+  kernels::HalfCall<H> c(op);
   const ConstTensorView do32 = c.in("dout", dout), q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v),
                         b32 = c.in("beta", beta), g32 = c.in("g", g);
   const TensorView dq32 = c.out("dq", dq), dk32 = c.out("dk", dk), dv32 = c.out("dv", dv), db32 = c.out("dbeta", dbeta),

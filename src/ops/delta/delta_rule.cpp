@@ -83,6 +83,56 @@ LINATTN_DELTA_FORWARD(bf16)
 LINATTN_DELTA_FORWARD(f16)
 #undef LINATTN_DELTA_FORWARD
 
+template <class E>
+void detail::delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> dq, View4<E> dk, View4<E> dv,
+                                   View4<E> dbeta, View4<E> dg, std::span<float> dinitial_state, View4<const E> dout,
+                                   std::span<const float> dfinal_state, View4<const E> q, View4<const E> k,
+                                   View4<const E> v, View4<const E> beta, View4<const E> g,
+                                   std::span<const float> initial_state) {
+  const DeltaChunk::Grads<E> grads{dq, dk, dv, dbeta, dg};
+  // With grouped value heads, the value heads of one q/k head all write that head's rows of dq and dk: one
+  // task takes a whole group, in order, the first head writing the rows and the others adding to them. No
+  // two threads touch the same rows (packed sequences hold disjoint tokens), nothing is locked or reduced
+  // afterwards, and the sum's order is fixed, so the result is the same for any thread count.
+  for_each_head(p, chunk_size, true, p.group, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
+    DeltaChunk& chunk = scratch.chunk;
+    std::vector<float>&states = scratch.states, &dS = scratch.dS;
+    std::vector<int64_t>& starts = scratch.starts;
+    const detail::RecurrenceHeadOf<E> x{q, k, v, g, beta, s.b, h, p.group};
+    const int64_t index = s.n * p.H + h, Vp = chunk.Vp(), KVp = p.K * Vp;
+    // Sweep 1, forward: the state before each chunk, and each chunk's start (chunks may end early).
+    states.resize(size_t(KVp));
+    starts.assign(1, s.begin);
+    detail::load_state_rows(states.data(), p.K, p.V, Vp, initial_state, index);
+    while (starts.back() < s.end) {
+      const int64_t n = chunk.load(x, starts.back(), s.end);
+      if (starts.back() + n < s.end) {
+        states.resize(states.size() + size_t(KVp));
+        std::copy_n(states.end() - 2 * KVp, KVp, states.end() - KVp);
+        chunk.advance(states.data() + states.size() - KVp);
+      }
+      starts.push_back(starts.back() + n);
+    }
+    // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
+    detail::load_state_rows(dS.data(), p.K, p.V, Vp, dfinal_state, index);
+    for (int64_t i = int64_t(starts.size()) - 2; i >= 0; --i) {
+      const int64_t t0 = starts[size_t(i)];
+      chunk.load(x, t0, s.end, starts[size_t(i) + 1] - t0);
+      chunk.backward(states.data() + i * KVp, dS.data(), dout, grads, x, t0);
+    }
+    detail::store_state_rows(dinitial_state, dS.data(), p.K, p.V, Vp, index);
+  });
+}
+#define LINATTN_DELTA_BACKWARD(E)                                                                                      \
+  template void detail::delta_backward_chunks<E>(const DeltaProblem&, int64_t, View4<E>, View4<E>, View4<E>, View4<E>, \
+                                                 View4<E>, std::span<float>, View4<const E>, std::span<const float>,   \
+                                                 View4<const E>, View4<const E>, View4<const E>, View4<const E>,       \
+                                                 View4<const E>, std::span<const float>);
+LINATTN_DELTA_BACKWARD(float)
+LINATTN_DELTA_BACKWARD(bf16)
+LINATTN_DELTA_BACKWARD(f16)
+#undef LINATTN_DELTA_BACKWARD
+
 void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView beta,
                         ConstTensorView g, const DeltaRuleOptions& options, std::span<const float> initial_state,
                         std::span<float> final_state) {
@@ -108,39 +158,8 @@ void delta_rule_backward(TensorView dq, TensorView dk, TensorView dv, TensorView
       op, p, detail::delta_signature(beta, g, options), dout, q, k, v, {{"g", g}, {"beta", beta}},
       {{"dq", dq, q, "q"}, {"dk", dk, k, "k"}, {"dv", dv, v, "v"}, {"dbeta", dbeta, beta, "beta"}}, dg, dinitial_state,
       dfinal_state, initial_state);
-  const DeltaChunk::Grads grads{dq, dk, dv, dbeta, dg};
-  // With grouped value heads, the value heads of one q/k head all write that head's rows of dq and dk: one
-  // task takes a whole group, in order, the first head writing the rows and the others adding to them. No
-  // two threads touch the same rows (packed sequences hold disjoint tokens), nothing is locked or reduced
-  // afterwards, and the sum's order is fixed, so the result is the same for any thread count.
-  for_each_head(p, options.chunk_size, true, p.group, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
-    DeltaChunk& chunk = scratch.chunk;
-    std::vector<float>&states = scratch.states, &dS = scratch.dS;
-    std::vector<int64_t>& starts = scratch.starts;
-    const RecurrenceHead x{q, k, v, g, beta, s.b, h, p.group};
-    const int64_t index = s.n * p.H + h, Vp = chunk.Vp(), KVp = p.K * Vp;
-    // Sweep 1, forward: the state before each chunk, and each chunk's start (chunks may end early).
-    states.resize(size_t(KVp));
-    starts.assign(1, s.begin);
-    detail::load_state_rows(states.data(), p.K, p.V, Vp, initial_state, index);
-    while (starts.back() < s.end) {
-      const int64_t n = chunk.load(x, starts.back(), s.end);
-      if (starts.back() + n < s.end) {
-        states.resize(states.size() + size_t(KVp));
-        std::copy_n(states.end() - 2 * KVp, KVp, states.end() - KVp);
-        chunk.advance(states.data() + states.size() - KVp);
-      }
-      starts.push_back(starts.back() + n);
-    }
-    // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
-    detail::load_state_rows(dS.data(), p.K, p.V, Vp, dfinal_state, index);
-    for (int64_t i = int64_t(starts.size()) - 2; i >= 0; --i) {
-      const int64_t t0 = starts[size_t(i)];
-      chunk.load(x, t0, s.end, starts[size_t(i) + 1] - t0);
-      chunk.backward(states.data() + i * KVp, dS.data(), dout, grads, x, t0);
-    }
-    detail::store_state_rows(dinitial_state, dS.data(), p.K, p.V, Vp, index);
-  });
+  detail::delta_backward_chunks(p, options.chunk_size, dq, dk, dv, dbeta, dg, dinitial_state, dout, dfinal_state, q, k,
+                                v, beta, g, initial_state);
 }
 
 }  // namespace linattn

@@ -101,11 +101,11 @@ RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, 
   return p;
 }
 
-void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const Signature& s, ConstTensorView dout,
-                               ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                               std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
-                               TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
-                               std::span<const float> initial_state) {
+void check_recurrence_backward_shapes(const char* op, const RecurrenceProblem& p, const Signature& s,
+                                      ConstTensorView dout, ConstTensorView q, ConstTensorView v,
+                                      std::initializer_list<Gradient> grads, TensorView dg,
+                                      std::span<float> dinitial_state, std::span<const float> dfinal_state,
+                                      std::span<const float> initial_state) {
   if (!s.query_groups_backward) refuse_query_groups(op, p);
   check_recurrence_output(op, "dout", dout, q, v);
   for (const Gradient& d : grads) check_like(op, d.name, d.grad, d.input, d.input_name);
@@ -116,6 +116,14 @@ void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const
   check_state_span(op, "initial_state", initial_state.size(), p);
   check_state_span(op, "dfinal_state", dfinal_state.size(), p);
   check_state_span(op, "dinitial_state", dinitial_state.size(), p);
+}
+
+void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const Signature& s, ConstTensorView dout,
+                               ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                               std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
+                               TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
+                               std::span<const float> initial_state) {
+  check_recurrence_backward_shapes(op, p, s, dout, q, v, grads, dg, dinitial_state, dfinal_state, initial_state);
   std::vector<boundary::Region> in = input_regions(q, k, v, inputs);
   for (const boundary::Region& r : {boundary::region("dout", dout), boundary::region("dfinal_state", dfinal_state),
                                     boundary::region("initial_state", initial_state)})

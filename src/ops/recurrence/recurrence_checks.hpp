@@ -131,6 +131,13 @@ void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const
                                std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
                                TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
                                std::span<const float> initial_state);
+// Its checks but the aliasing rule: for half-precision views, whose regions the caller registers with their own
+// element size (q, v, dout, the gradients and dg as shape views).
+void check_recurrence_backward_shapes(const char* op, const RecurrenceProblem& p, const Signature& signature,
+                                      ConstTensorView dout, ConstTensorView q, ConstTensorView v,
+                                      std::initializer_list<Gradient> grads, TensorView dg,
+                                      std::span<float> dinitial_state, std::span<const float> dfinal_state,
+                                      std::span<const float> initial_state);
 // The name of enumerator e, from names given in the enum's order ("unknown" outside it).
 template <class E, size_t N>
 std::string enum_name(E e, const char* const (&names)[N]) {
