@@ -117,10 +117,12 @@ double chunked_scratch_bytes(const ChunkedScratch& s) {
     return 0;
   const double N = double(s.sequences), T = double(s.T), H = double(s.H), K = double(s.K), V = double(s.V);
   const double C = std::min(double(s.chunk_size), T), threads = std::max(1, num_threads());
-  // The decayed family splits each sequence's heads into enough groups for every thread, each run as
-  // one task; the delta rule runs a task per (sequence, head).
-  const double groups = s.delta ? H : std::clamp(std::ceil(threads / N), 1.0, H);
-  const double heads_per_task = s.delta ? 1 : std::ceil(H / groups);
+  // The forwards and the decayed backward split each sequence's heads into enough groups for every thread, the
+  // heads of a group in lockstep, each with its state (ops/recurrence/chunked_driver.hpp); the delta rule's
+  // backward runs a task per (sequence, head).
+  const bool task_per_head = s.delta && s.backward;
+  const double groups = task_per_head ? H : std::clamp(std::ceil(threads / N), 1.0, H);
+  const double heads_per_task = task_per_head ? 1 : std::ceil(H / groups);
   const double live = std::min(threads, N * groups);
   const double per_head = K * V * ((s.delta ? 2 : 1) + (s.backward ? std::ceil(T / C) + 1 : 0));
   const double per_thread = (s.delta ? 5 : 3) * C * C + 4 * C * (K + V) + std::max(K, V) * C;

@@ -15,17 +15,6 @@
 
 namespace linattn::detail {
 
-template <class E>
-NextChunk next_chunk_rows(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t n) {
-  if constexpr (std::is_same_v<E, float>) {
-    // q's first query head of x at head x.qk() of its view, beside k's rows (the same head without query groups).
-    return {kernels::head_rows_ahead(query_view(x.q, x.queries, 0), x.k, false, x.b, x.qk(), t0, n),
-            kernels::head_rows_ahead(x.v, x.g, false, x.b, x.h, t0, n)};
-  } else {
-    return {};
-  }
-}
-
 DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward)
     : p_(p),
       o_(options),
@@ -314,7 +303,6 @@ void DecayChunk::backward(const float* S, float* dS, View4<const E> dout, View4<
 
 // The element types the chunked drivers read and write.
 #define LINATTN_DECAY_CHUNK(E)                                                                                       \
-  template NextChunk next_chunk_rows<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t);                               \
   template int64_t DecayChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t, Sides);                \
   template void DecayChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t, const NextChunk*);     \
   template void DecayChunk::backward<E>(const float*, float*, View4<const E>, View4<E>, View4<E>, View4<E>, double*, \

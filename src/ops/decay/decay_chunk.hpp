@@ -16,19 +16,9 @@
 #include "kernels/gemm.hpp"
 #include "linattn/view.hpp"
 #include "ops/decay/decay_checks.hpp"
+#include "ops/recurrence/chunked_driver.hpp"
 
 namespace linattn::detail {
-
-// The rows of the chunk a thread takes next, for this chunk's products to prefetch while they run: its
-// q and k during the read-out, its v and g during the state's update. (On [B, T, H, K] storage a chunk's
-// rows lie H·K floats apart; loaded cold, each row's miss waits alone.)
-struct NextChunk {
-  kernels::RowsAhead qk, vg;
-};
-// Tokens [t0, t0 + n) of head x (n ≤ 0: nothing to fetch); views whose rows are not contiguous are left out,
-// as are half-precision ones (RowsAhead counts floats).
-template <class E>
-NextChunk next_chunk_rows(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t n);
 
 // The chunked forward after the call's checks: every (sequence, head)'s chunks, heads in lockstep groups, over
 // the threads (decayed_attention.cpp). E: float, or bf16 / f16 read and written in place, each chunk's rows

@@ -1,19 +1,15 @@
 // The decayed family's chunked drivers: the boundary check, then per (sequence, head) a sweep of
-// chunks (decay_chunk.hpp). The forward carries the state S: [K, V] from chunk to chunk; the backward
-// runs the chunks forward once for the state before each, then in reverse with the state's gradient,
-// and forms dg from each token's ∂L/∂b by a reverse cumulative sum. Work is split over (sequence, head)
-// only, so every head's arithmetic is the same for any thread count. With grouped value heads (v with HV
-// heads, q and k with HV / group) a head is a value head, reading q and k at its group's head. With query
-// groups (q and out with R·H heads over k's and v's H) a head is a k/v head: its state advances once a
+// chunks (decay_chunk.hpp), a sequence's heads in lockstep (the shared driver, recurrence/chunked_driver.hpp). The
+// forward carries the state S: [K, V] from chunk to chunk; the backward runs the chunks forward once for the state
+// before each, then in reverse with the state's gradient, and forms dg from each token's ∂L/∂b by a reverse cumulative
+// sum. Work is split over (sequence, head) only, so every head's arithmetic is the same for any thread count. With
+// grouped value heads (v with HV heads, q and k with HV / group) a head is a value head, reading q and k at its group's
+// head. With query groups (q and out with R·H heads over k's and v's H) a head is a k/v head: its state advances once a
 // chunk, after each of its R query heads has read it out (the forward; the backward refuses them).
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <vector>
 
-#include "core/parallel_errors.hpp"
 #include "core/validate.hpp"
 #include "kernels/decay_factors.hpp"
 #include "kernels/pack.hpp"
@@ -56,31 +52,17 @@ void final_gate_share(DecayChunk& chunk, const detail::RecurrenceHeadOf<E>& x, c
   }
 }
 
-// One head of a lockstep group: its tensors (of element type E), its state index and what its sweeps keep.
+// One head of a lockstep group (recurrence/chunked_driver.hpp) and what the backward's sweeps keep.
 template <class E = float>
-struct HeadRun {
-  detail::RecurrenceHeadOf<E> x;
-  int64_t index = 0;                // of the [N, H, K, V] states
-  int64_t t = 0;                    // forward: the next token
-  std::vector<float> S, dS;         // [K, Vp]: the state; backward: the state's gradient
-  std::vector<float> states;        // backward: the state before each chunk, [chunks + 1, K, Vp]
-  std::vector<int64_t> starts;      // backward: each chunk's first token, then the sequence's end
-  std::vector<double> gate_grad;    // backward: the chunk's per-token ∂L/∂b, [C, gate columns]
-  std::vector<double> gate_sum;     // backward: Σ_{u ≥ t} ∂L/∂b_u so far, [gate columns]
-  std::vector<double> final_share;  // backward: the final state's part of the last token's ∂L/∂b
-  std::vector<float> gate_rows;     // backward, half dg: the chunk's dg in fp32, [C, gate columns]
+struct HeadRun : detail::HeadSweep<E> {
+  std::vector<float> dS;            // [K, Vp]: the state's gradient
+  std::vector<float> states;        // the state before each chunk, [chunks + 1, K, Vp]
+  std::vector<int64_t> starts;      // each chunk's first token, then the sequence's end
+  std::vector<double> gate_grad;    // the chunk's per-token ∂L/∂b, [C, gate columns]
+  std::vector<double> gate_sum;     // Σ_{u ≥ t} ∂L/∂b_u so far, [gate columns]
+  std::vector<double> final_share;  // the final state's part of the last token's ∂L/∂b
+  std::vector<float> gate_rows;     // half dg: the chunk's dg in fp32, [C, gate columns]
 };
-
-// The rows that follow head runs[i]'s chunk ending at t in the lockstep order of the window [w, w_end)
-// (every head enters a window at its start): the rest of its window, else the next head's share of
-// it, else the first head's next window.
-template <class E>
-detail::NextChunk next_in_lockstep(const std::vector<HeadRun<E>>& runs, size_t i, int64_t t, int64_t w, int64_t w_end,
-                                   int64_t end, int64_t C) {
-  if (t < w_end) return detail::next_chunk_rows(runs[i].x, t, w_end - t);
-  if (i + 1 < runs.size()) return detail::next_chunk_rows(runs[i + 1].x, w, w_end - w);
-  return detail::next_chunk_rows(runs[0].x, w_end, std::min(C, end - w_end));
-}
 
 // dg_t = Σ_{u ≥ t} ∂L/∂b_u for the chunk's n tokens from t0 (b_u is the sum of g up to u): the chunks come
 // from the end, so the sums carry from one to the one before it (r.gate_sum). Half dg: formed in fp32, then
@@ -97,40 +79,14 @@ void store_gate_grads(View4<E> dg, HeadRun<E>& r, int64_t b, int64_t t0, int64_t
   }
 }
 
-// Runs body(chunk, sequence, runs) for every group of heads of every sequence, over the threads. The
-// heads of a group advance in lockstep, window by window of C tokens, so that a window's rows of all
-// its heads ([T, H, K] storage) are read in memory order; a group takes a share of the heads only when
-// there are fewer sequences than threads. A head's arithmetic does not depend on its group. The
-// backward's shares are whole groups of value heads (p.group of them reading one q/k head), in order:
-// their chunks add to the same rows of dq and dk (recurrence/group_rows.hpp).
-template <class E, class Body>
-void for_each_group(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward, View4<const E> q,
-                    View4<const E> k, View4<const E> v, View4<const E> g, Body body) {
-  const int64_t sequences = int64_t(p.sequences.size()), threads = std::max(1, omp_get_max_threads());
-  const int64_t unit = backward ? p.group : 1, units = p.H / unit;  // heads that one task keeps together
-  const int64_t groups = std::clamp<int64_t>((threads + sequences - 1) / std::max<int64_t>(sequences, 1), 1, units);
-  const int64_t per_group = (units + groups - 1) / groups * unit, tasks = sequences * groups;
-  detail::ParallelErrors errors;  // out of memory included: nothing may leave the region
-#pragma omp parallel if (tasks > 1)
-  {
-    std::optional<DecayChunk> chunk;
-    std::vector<HeadRun<E>> runs;
-    errors.run([&] { chunk.emplace(p, options, backward); });
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task)
-      errors.run([&] {
-        const detail::Sequence& s = p.sequences[size_t(task / groups)];
-        const int64_t h0 = task % groups * per_group, h1 = std::min(p.H, h0 + per_group);
-        if (h0 >= h1) return;
-        runs.resize(size_t(h1 - h0));
-        for (int64_t h = h0; h < h1; ++h) {
-          HeadRun<E>& r = runs[size_t(h - h0)];
-          r.x = {q, k, v, g, {}, s.b, h, p.group, p.queries}, r.index = s.n * p.H + h, r.t = s.begin;
-        }
-        body(*chunk, s, runs);
-      });
-  }
-  errors.rethrow();
+// The chunked drivers' view of a call's tensors, and a thread's chunk.
+template <class E>
+detail::RecurrenceHeadOf<E> call_tensors(const DecayProblem& p, View4<const E> q, View4<const E> k, View4<const E> v,
+                                         View4<const E> g) {
+  return {q, k, v, g, {}, 0, 0, p.group, p.queries};
+}
+auto chunk_maker(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward) {
+  return [&p, &options, backward] { return DecayChunk(p, options, backward); };
 }
 
 }  // namespace
@@ -139,27 +95,8 @@ template <class E>
 void detail::decayed_forward_chunks(const DecayProblem& p, const DecayedAttentionOptions& options, View4<E> out,
                                     View4<const E> q, View4<const E> k, View4<const E> v, View4<const E> g,
                                     std::span<const float> initial_state, std::span<float> final_state) {
-  const int64_t C = options.chunk_size;
-  for_each_group(p, options, false, q, k, v, g,
-                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun<E>>& runs) {
-                   for (HeadRun<E>& r : runs) {
-                     r.S.resize(size_t(p.K * chunk.Vp()));
-                     load_state(r.S.data(), chunk.Vp(), initial_state, p, r.index);
-                   }
-                   for (int64_t w = s.begin; w < s.end; w += C) {
-                     const int64_t w_end = std::min(w + C, s.end);
-                     for (size_t i = 0; i < runs.size(); ++i) {
-                       HeadRun<E>& r = runs[i];
-                       while (r.t < w_end) {
-                         const int64_t n = chunk.load(r.x, r.t, w_end);
-                         const detail::NextChunk next = next_in_lockstep(runs, i, r.t + n, w, w_end, s.end, C);
-                         chunk.forward(r.S.data(), out, r.x, r.t, &next);
-                         r.t += n;
-                       }
-                     }
-                   }
-                   for (HeadRun<E>& r : runs) store_state(final_state, r.S.data(), chunk.Vp(), p, r.index);
-                 });
+  detail::lockstep_forward<DecayChunk>(p, options.chunk_size, call_tensors(p, q, k, v, g), out, initial_state,
+                                       final_state, chunk_maker(p, options, false));
 }
 #define LINATTN_DECAYED_FORWARD(E)                                                                                \
   template void detail::decayed_forward_chunks<E>(const DecayProblem&, const DecayedAttentionOptions&, View4<E>,  \
@@ -178,60 +115,63 @@ void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttenti
                                      std::span<const float> initial_state) {
   const int64_t cols = p.gate_cols();
   const int64_t C = options.chunk_size;
-  for_each_group(p, options, true, q, k, v, g,
-                 [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun<E>>& runs) {
-                   const int64_t KVp = p.K * chunk.Vp();
-                   // Sweep 1, forward: the state before each chunk (and after the last), and each chunk's start.
-                   for (HeadRun<E>& r : runs) {
-                     r.states.clear();
-                     r.states.reserve(size_t((s.end - s.begin) / C + 2) * KVp);
-                     r.states.resize(size_t(KVp));
-                     r.starts.assign(1, s.begin);
-                     load_state(r.states.data(), chunk.Vp(), initial_state, p, r.index);
-                   }
-                   for (int64_t w = s.begin; w < s.end; w += C) {
-                     const int64_t w_end = std::min(w + C, s.end);
-                     for (HeadRun<E>& r : runs)
-                       while (r.starts.back() < w_end) {
-                         r.starts.push_back(r.starts.back() +
-                                            chunk.load(r.x, r.starts.back(), w_end, 0, DecayChunk::Sides::state));
-                         r.states.resize(r.states.size() + size_t(KVp));
-                         std::copy_n(r.states.end() - 2 * KVp, KVp, r.states.end() - KVp);
-                         chunk.advance(r.states.data() + r.states.size() - KVp);
-                       }
-                   }
-                   // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
-                   for (HeadRun<E>& r : runs) {
-                     r.dS.resize(size_t(KVp));
-                     load_state(r.dS.data(), chunk.Vp(), dfinal_state, p, r.index);
-                     r.gate_grad.resize(size_t(C * cols)), r.gate_sum.assign(size_t(cols), 0.0);
-                     r.final_share.assign(size_t(cols), 0.0);
-                     // The final state's part of ∂L/∂b at the last token T: Σ_v dS_T ⊙ a_T S_{T−1}, with a_T S_{T−1}
-                     // formed directly (S_T − k_T v_Tᵀ would cancel two O(1) terms under strong decay).
-                     const size_t last = r.starts.size() - 2;
-                     if (cols > 0 && r.starts.size() >= 2)
-                       final_gate_share(chunk, r.x, s, r.states.data() + last * size_t(KVp), r.starts[last],
-                                        r.dS.data(), r.final_share.data());
-                     r.t = int64_t(last);  // the chunk the reverse sweep takes next
-                   }
-                   for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
-                     for (HeadRun<E>& r : runs)
-                       for (; r.t >= 0 && r.starts[size_t(r.t)] >= w; --r.t) {
-                         const size_t i = size_t(r.t);
-                         const int64_t t0 = r.starts[i];
-                         const int64_t n = chunk.load(r.x, t0, s.end, r.starts[i + 1] - t0);
-                         const bool final_chunk = i + 2 == r.starts.size();
-                         std::fill_n(r.gate_grad.begin(), n * cols, 0.0);
-                         if (final_chunk)
-                           std::copy(r.final_share.begin(), r.final_share.end(), r.gate_grad.begin() + (n - 1) * cols);
-                         chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv,
-                                        r.gate_grad.data(), final_chunk, r.x, t0);
-                         if (cols > 0) store_gate_grads(dg, r, s.b, t0, n, cols);
-                       }
-                   for (HeadRun<E>& r : runs) {
-                     store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
-                   }
-                 });
+  // The backward's shares are whole groups of value heads (p.group of them reading one q/k head), in order:
+  // their chunks add to the same rows of dq and dk (recurrence/group_rows.hpp).
+  detail::for_each_head_group<DecayChunk, HeadRun<E>>(
+      p, p.group, call_tensors(p, q, k, v, g), chunk_maker(p, options, true),
+      [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun<E>>& runs) {
+        const int64_t KVp = p.K * chunk.Vp();
+        // Sweep 1, forward: the state before each chunk (and after the last), and each chunk's start.
+        for (HeadRun<E>& r : runs) {
+          r.states.clear();
+          r.states.reserve(size_t((s.end - s.begin) / C + 2) * KVp);
+          r.states.resize(size_t(KVp));
+          r.starts.assign(1, s.begin);
+          load_state(r.states.data(), chunk.Vp(), initial_state, p, r.index);
+        }
+        for (int64_t w = s.begin; w < s.end; w += C) {
+          const int64_t w_end = std::min(w + C, s.end);
+          for (HeadRun<E>& r : runs)
+            while (r.starts.back() < w_end) {
+              r.starts.push_back(r.starts.back() +
+                                 chunk.load(r.x, r.starts.back(), w_end, 0, DecayChunk::Sides::state));
+              r.states.resize(r.states.size() + size_t(KVp));
+              std::copy_n(r.states.end() - 2 * KVp, KVp, r.states.end() - KVp);
+              chunk.advance(r.states.data() + r.states.size() - KVp);
+            }
+        }
+        // Sweep 2, in reverse: the state's gradient from dfinal_state back to dinitial_state.
+        for (HeadRun<E>& r : runs) {
+          r.dS.resize(size_t(KVp));
+          load_state(r.dS.data(), chunk.Vp(), dfinal_state, p, r.index);
+          r.gate_grad.resize(size_t(C * cols)), r.gate_sum.assign(size_t(cols), 0.0);
+          r.final_share.assign(size_t(cols), 0.0);
+          // The final state's part of ∂L/∂b at the last token T: Σ_v dS_T ⊙ a_T S_{T−1}, with a_T S_{T−1}
+          // formed directly (S_T − k_T v_Tᵀ would cancel two O(1) terms under strong decay).
+          const size_t last = r.starts.size() - 2;
+          if (cols > 0 && r.starts.size() >= 2)
+            final_gate_share(chunk, r.x, s, r.states.data() + last * size_t(KVp), r.starts[last], r.dS.data(),
+                             r.final_share.data());
+          r.t = int64_t(last);  // the chunk the reverse sweep takes next
+        }
+        for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
+          for (HeadRun<E>& r : runs)
+            for (; r.t >= 0 && r.starts[size_t(r.t)] >= w; --r.t) {
+              const size_t i = size_t(r.t);
+              const int64_t t0 = r.starts[i];
+              const int64_t n = chunk.load(r.x, t0, s.end, r.starts[i + 1] - t0);
+              const bool final_chunk = i + 2 == r.starts.size();
+              std::fill_n(r.gate_grad.begin(), n * cols, 0.0);
+              if (final_chunk)
+                std::copy(r.final_share.begin(), r.final_share.end(), r.gate_grad.begin() + (n - 1) * cols);
+              chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv, r.gate_grad.data(),
+                             final_chunk, r.x, t0);
+              if (cols > 0) store_gate_grads(dg, r, s.b, t0, n, cols);
+            }
+        for (HeadRun<E>& r : runs) {
+          store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
+        }
+      });
 }
 #define LINATTN_DECAYED_BACKWARD(E)                                                                                \
   template void detail::decayed_backward_chunks<E>(const DecayProblem&, const DecayedAttentionOptions&, View4<E>,  \

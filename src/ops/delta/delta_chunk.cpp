@@ -151,7 +151,7 @@ void DeltaChunk::advance(float* S) {
 }
 
 template <class E>
-void DeltaChunk::forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0) {
+void DeltaChunk::forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0, const NextChunk* next) {
   const int64_t K = p_.K, V = p_.V, n = n_;
   const float* N = written_values(S, false);
   // Every query head of x reads S and N in turn (query groups; one otherwise), then S advances once.
@@ -159,7 +159,9 @@ void DeltaChunk::forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, i
     if (r > 0) load_queries(x, t0, r);
     // O = P N + (Q ⊙ e^b) S (the triangle first: overwriting, it needs no per-row ranges).
     lower_product(O_.data(), Vp_, P_.data(), Cp_, N, ldn_, n, V, false);
-    gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V}, {.accumulate = true});
+    // The next chunk's q and k arrive during the last query head's product.
+    gemm({O_.data(), Vp_, n, V}, plain(Qe(), Kp_), {S, Vp_, K, V},
+         {.accumulate = true, .ahead = next && r + 1 == x.queries ? &next->qk : nullptr});
     kernels::store_rows(kernels::head_rows(out, x.b, x.out_head(r)), t0, {O_.data(), Vp_, n, V});
   }
   if (gated_)
@@ -167,7 +169,8 @@ void DeltaChunk::forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, i
       const float f = std::exp(bn_[size_t(c)]);
       for (int64_t e = 0; e < V; ++e) S[c * Vp_ + e] *= f;
     }
-  gemm({S, Vp_, K, V}, transposed(Kd(), Kp_), {N, ldn_, n, V}, {.accumulate = true});
+  gemm({S, Vp_, K, V}, transposed(Kd(), Kp_), {N, ldn_, n, V},
+       {.accumulate = true, .ahead = next ? &next->vg : nullptr});
 }
 
 template <class E>
@@ -291,10 +294,10 @@ void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads<E>& 
 }
 
 // The element types the chunked drivers read and write.
-#define LINATTN_DELTA_CHUNK(E)                                                                 \
-  template int64_t DeltaChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t); \
-  template void DeltaChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t); \
-  template void DeltaChunk::backward<E>(const float*, float*, View4<const E>, const Grads<E>&, \
+#define LINATTN_DELTA_CHUNK(E)                                                                                   \
+  template int64_t DeltaChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t);                   \
+  template void DeltaChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t, const NextChunk*); \
+  template void DeltaChunk::backward<E>(const float*, float*, View4<const E>, const Grads<E>&,                   \
                                         const RecurrenceHeadOf<E>&, int64_t);
 LINATTN_DELTA_CHUNK(float)
 LINATTN_DELTA_CHUNK(bf16)

@@ -16,6 +16,7 @@
 #include "kernels/decay_factors.hpp"
 #include "linattn/view.hpp"
 #include "ops/delta/delta_checks.hpp"
+#include "ops/recurrence/chunked_driver.hpp"
 
 namespace linattn::detail {
 
@@ -47,8 +48,9 @@ class DeltaChunk {
 
   // S: [K, Vp] (the state before the chunk, then after it); writes the chunk's rows of out (with query
   // groups, of each query head of x, all against the same S and N before S advances once).
+  // next: the rows to prefetch meanwhile (null: none; recurrence/chunked_driver.hpp).
   template <class E>
-  void forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0);
+  void forward(float* S, View4<E> out, const RecurrenceHeadOf<E>& x, int64_t t0, const NextChunk* next = nullptr);
   // The state after the chunk, without the outputs.
   void advance(float* S);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's

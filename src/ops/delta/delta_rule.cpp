@@ -1,7 +1,9 @@
 // The delta rule's chunked drivers: the boundary check, then per (sequence, head) a sweep of chunks
-// (delta_chunk.hpp). The forward carries the state S: [K, V] from chunk to chunk; the backward runs
-// the chunks forward once for the state before each, then in reverse with the state's gradient. Work
-// is split over (sequence, head) only, so every head's arithmetic is the same for any thread count.
+// (delta_chunk.hpp). The forward carries the state S: [K, V] from chunk to chunk, a sequence's heads in
+// lockstep (the shared driver, recurrence/chunked_driver.hpp); the backward runs each head's chunks forward
+// once for the state before each, then in reverse with the state's gradient, one head at a time (a head's
+// stash of states is the sequence's length: lockstep would hold one per head of a group). Work is split over
+// (sequence, head) only, so every head's arithmetic is the same for any thread count.
 #include <omp.h>
 
 #include <algorithm>
@@ -60,19 +62,9 @@ template <class E>
 void detail::delta_forward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> out, View4<const E> q,
                                   View4<const E> k, View4<const E> v, View4<const E> beta, View4<const E> g,
                                   std::span<const float> initial_state, std::span<float> final_state) {
-  for_each_head(p, chunk_size, false, 1, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
-    DeltaChunk& chunk = scratch.chunk;
-    std::vector<float>& S = scratch.S;
-    const detail::RecurrenceHeadOf<E> x{q, k, v, g, beta, s.b, h, p.group, p.queries};
-    const int64_t index = s.n * p.H + h, Vp = chunk.Vp();
-    detail::load_state_rows(S.data(), p.K, p.V, Vp, initial_state, index);
-    for (int64_t t = s.begin; t < s.end;) {
-      const int64_t n = chunk.load(x, t, s.end);
-      chunk.forward(S.data(), out, x, t);
-      t += n;
-    }
-    detail::store_state_rows(final_state, S.data(), p.K, p.V, Vp, index);
-  });
+  detail::lockstep_forward<DeltaChunk>(
+      p, chunk_size, detail::RecurrenceHeadOf<E>{q, k, v, g, beta, 0, 0, p.group, p.queries}, out, initial_state,
+      final_state, [&p, chunk_size] { return DeltaChunk(p, chunk_size, false); });
 }
 #define LINATTN_DELTA_FORWARD(E)                                                                                \
   template void detail::delta_forward_chunks<E>(const DeltaProblem&, int64_t, View4<E>, View4<const E>,         \
