@@ -130,11 +130,10 @@ void expect_criterion(const std::string& what, const Result<H>& r, const referen
   EXPECT_LE(half_error, 2 * base_error) << what << ": half " << half_error << ", baseline " << base_error;
 }
 
-// A half call that reads its rows in place against the fp32 call on the same (widened) values and a state
-// of the same storage: out the fp32 result rounded, bit for bit, and S the same bits.
+// A half call that reads its rows in place against the fp32 call on the same (widened) values: its output
+// the fp32 result rounded once, bit for bit.
 template <class H>
-void expect_same_bits(const std::string& what, View4<const float> f, View4<const H> h, const RecurrentState& fp32_state,
-                      const RecurrentState& half_state) {
+void expect_rounded_bits(const std::string& what, View4<const float> f, View4<const H> h) {
   const auto& e = f.extent;
   int64_t differ = 0;
   for (int64_t b = 0; b < e[0]; ++b)
@@ -144,6 +143,12 @@ void expect_same_bits(const std::string& what, View4<const float> f, View4<const
           differ +=
               std::bit_cast<uint32_t>(round_f<H>(f(b, n, hh, d))) != std::bit_cast<uint32_t>(to_float(h(b, n, hh, d)));
   EXPECT_EQ(differ, 0) << what << ": outputs that differ from the fp32 call's, rounded";
+}
+// The same for a decode step, with a state of the same storage: S the same bits too.
+template <class H>
+void expect_same_bits(const std::string& what, View4<const float> f, View4<const H> h, const RecurrentState& fp32_state,
+                      const RecurrentState& half_state) {
+  expect_rounded_bits<H>(what, f, h);
   if (fp32_state.dtype() == DType::bf16) {
     const auto x = fp32_state.S_bf16(), y = half_state.S_bf16();
     EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end(), [](bf16 a, bf16 c) { return a.bits == c.bits; }))
@@ -501,6 +506,8 @@ TYPED_TEST(HalfOps, DecayedFamily) {
     decayed_attention_forward(out.h.view, q.half(), k.half(), v.half(), g16, o);
     const auto want = reference::decayed_attention_forward(oracle(q), oracle(k), oracle(v), gp, o);
     expect_criterion<H>(what + " forward", out, want.out);
+    // The chunked forward and backward read the half rows in place: the fp32 results rounded once.
+    expect_rounded_bits<H>(what + " forward", out.f.view, out.h.view);
     auto dq = result<H>({B, T, Hh, K}, Layout::bnhd), dk = result<H>({B, T, Hh, K}, Layout::bnhd),
          dv = result<H>({B, T, Hh, V}, Layout::bnhd),
          dg = result<H>({B, T, Hh, std::max<int64_t>(gate, 1)}, Layout::bnhd);
@@ -516,6 +523,8 @@ TYPED_TEST(HalfOps, DecayedFamily) {
     expect_criterion<H>(what + " dk", dk, gr.dk);
     expect_criterion<H>(what + " dv", dv, gr.dv);
     if (gate) expect_criterion<H>(what + " dg", dg, gr.dg);
+    for (auto* x : {&dq, &dk, &dv, &dg})
+      if (x != &dg || gate) expect_rounded_bits<H>(what + " gradient", x->f.view, x->h.view);
     // Decoding: the step over the same tokens, against the same oracle, with an fp32 state and with a
     // bf16 one (whose baseline rounds its fp32 S after every step, as RecurrentStep's).
     for (const DType state_type : {DType::f32, DType::bf16}) {
@@ -565,6 +574,7 @@ TYPED_TEST(HalfOps, DeltaRule) {
     delta_rule_forward(out.h.view, q.half(), k.half(), v.half(), beta.half(), g16, o);
     const auto want = reference::delta_rule_forward(oracle(q), oracle(k), oracle(v), oracle(beta), gp, o);
     expect_criterion<H>(what + " forward", out, want.out);
+    expect_rounded_bits<H>(what + " forward", out.f.view, out.h.view);  // as DecayedFamily's
     auto dq = result<H>({B, T, Hh, K}, Layout::bnhd), dk = result<H>({B, T, Hh, K}, Layout::bnhd),
          dv = result<H>({B, T, Hh, V}, Layout::bnhd), db = result<H>({B, T, Hh, 1}, Layout::bnhd),
          dg = result<H>({B, T, Hh, std::max<int64_t>(gd, 1)}, Layout::bnhd);
@@ -581,6 +591,8 @@ TYPED_TEST(HalfOps, DeltaRule) {
     expect_criterion<H>(what + " dv", dv, gr.dv);
     expect_criterion<H>(what + " dbeta", db, gr.dbeta);
     if (gd) expect_criterion<H>(what + " dg", dg, gr.dg);
+    for (auto* x : {&dq, &dk, &dv, &db, &dg})
+      if (x != &dg || gd) expect_rounded_bits<H>(what + " gradient", x->f.view, x->h.view);
     for (const DType state_type : {DType::f32, DType::bf16}) {  // as DecayedFamily's steps
       auto steps = result<H>({B, T, Hh, V}, Layout::bnhd), same = result<H>({B, T, Hh, V}, Layout::bnhd);
       RecurrentState s32(B, Hh, K, V, delta_name(gate)), s16(B, Hh, K, V, delta_name(gate), state_type),
