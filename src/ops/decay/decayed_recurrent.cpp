@@ -31,29 +31,21 @@ namespace {
 template <class I, class T>
 void recurrent(const detail::DecayProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
                View4<const I> g, const detail::TokenStates<T>& states, const DecayedAttentionOptions& options) {
-  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols(), R = p.queries;
+  const int64_t K = p.K, V = p.V;
   const bool decays = p.decay != Decay::none;
-  const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
-  detail::for_each_head_block(
-      N, p.H, N * p.H * p.T * K * V * (R + 1) / 2, floats, detail::widened_floats<T>(R, K, V),
-      [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
-        const detail::Sequence& s = p.sequences[size_t(n)];
-        detail::TokenRows rows(scratch, heads, K, V, cols, p.group);
-        states.pass_empty(s, p.H, h0, heads, K * V);
-        if (cols == 0)
+  detail::token_sweep(
+      p, out, q, k, v, g, states, p.scale,
+      [&](detail::TokenRows& rows, int64_t h0, int64_t heads) {  // one fixed decay per head, no gate tensor
+        if (p.gate_cols() == 0)
           for (int64_t r = 0; r < heads; ++r)
             std::fill_n(rows.a + r * K, K, float(std::exp(detail::constant_log_decay(options, h0 + r))));
-        for (int64_t t = s.begin; t < s.end; ++t) {
-          rows.load(detail::query_view(q, R, 0), k, v, g, s.b, t, h0, p.scale, t + 1 < s.end ? t + 1 : -1);
-          for (int64_t r = 0; r < heads; ++r)
-            kernels::rank1_update_readout(rows.o + r * V, states.at(s, p.H, h0 + r, K * V), rows.k_row(r),
-                                          rows.v + r * V, rows.q_row(r), K, V, decays ? rows.a + r * K : nullptr,
-                                          states.before(s, p.H, h0 + r, K * V, t));
-          rows.store(detail::query_view(out, R, 0), s.b, t, h0);
-          detail::read_out_queries(rows, q, out, states, s, p.H, h0, t, R, p.scale, scratch + floats * size_t(heads),
-                                   [](float*) {});
-        }
-      });
+      },
+      [](detail::TokenRows&) {},
+      [&](detail::TokenRows& rows, int64_t r, auto* S, const auto* before, int64_t, int64_t) {
+        kernels::rank1_update_readout(rows.o + r * V, S, rows.k_row(r), rows.v + r * V, rows.q_row(r), K, V,
+                                      decays ? rows.a + r * K : nullptr, before);
+      },
+      [](detail::TokenRows&, float*) {});
 }
 
 // The forward of every sequence of p from states.from (or in place) into states.to (fp32, [N, H, K, V]): over

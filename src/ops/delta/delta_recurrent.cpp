@@ -38,35 +38,19 @@ void normalise(float* x, float* f, int64_t rows, int64_t n, bool l2norm, float f
 template <class I, class T>
 void recurrent(const detail::DeltaProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
                View4<const I> beta, View4<const I> g, const detail::TokenStates<T>& states) {
-  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols(), R = p.queries;
-  const auto floats = detail::TokenRows::floats_per_head(K, V, cols);
-  detail::for_each_head_block(
-      N, p.H, N * p.H * p.T * K * V * (R + 1) / 2, floats, detail::widened_floats<T>(R, K, V),
-      [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
-        const detail::Sequence& s = p.sequences[size_t(n)];
-        detail::TokenRows rows(scratch, heads, K, V, cols, p.group);
-        states.pass_empty(s, p.H, h0, heads, K * V);
-        for (int64_t t = s.begin; t < s.end; ++t) {
-          rows.load(detail::query_view(q, R, 0), k, v, g, s.b, t, h0, 1.0f, t + 1 < s.end ? t + 1 : -1);
-          // Each q/k head once, however many value heads read it.
-          normalise(rows.q, rows.factors, rows.qk_rows, K, p.qk_l2norm, p.scale);
-          normalise(rows.k, rows.factors, rows.qk_rows, K, p.qk_l2norm, 1.0f);
-          for (int64_t r = 0; r < heads; ++r) {
-            float b = 0;
-            if constexpr (std::is_same_v<I, float>)
-              b = beta(s.b, t, h0 + r, 0);
-            else
-              b = to_float(beta(s.b, t, h0 + r, 0));
-            kernels::delta_update_readout(rows.o + r * V, states.at(s, p.H, h0 + r, K * V), rows.k_row(r),
-                                          rows.v + r * V, rows.q_row(r), b, K, V, cols > 0 ? rows.a + r * K : nullptr,
-                                          states.before(s, p.H, h0 + r, K * V, t));
-          }
-          rows.store(detail::query_view(out, R, 0), s.b, t, h0);
-          detail::read_out_queries(
-              rows, q, out, states, s, p.H, h0, t, R, 1.0f, scratch + floats * size_t(heads),
-              [&](float* x) { normalise(x, rows.factors, rows.qk_rows, K, p.qk_l2norm, p.scale); });
-        }
-      });
+  const int64_t K = p.K, V = p.V;
+  detail::token_sweep(
+      p, out, q, k, v, g, states, 1.0f, [](detail::TokenRows&, int64_t, int64_t) {},
+      [&](detail::TokenRows& rows) {  // each q/k head once, however many value heads read it
+        normalise(rows.q, rows.factors, rows.qk_rows, K, p.qk_l2norm, p.scale);
+        normalise(rows.k, rows.factors, rows.qk_rows, K, p.qk_l2norm, 1.0f);
+      },
+      [&](detail::TokenRows& rows, int64_t r, auto* S, const auto* before, int64_t b, int64_t t) {
+        kernels::delta_update_readout(rows.o + r * V, S, rows.k_row(r), rows.v + r * V, rows.q_row(r),
+                                      kernels::widened(beta(b, t, rows.first + r, 0)), K, V,
+                                      p.gate_cols() > 0 ? rows.a + r * K : nullptr, before);
+      },
+      [&](detail::TokenRows& rows, float* x) { normalise(x, rows.factors, rows.qk_rows, K, p.qk_l2norm, p.scale); });
 }
 
 // The checks of an fp32 call: shapes, the size of the state it writes (`state`, named by its region) and of

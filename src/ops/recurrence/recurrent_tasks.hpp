@@ -187,6 +187,38 @@ void read_out_queries(TokenRows& rows, View4<const I> q, View4<I> out, const Tok
   }
 }
 
+// The token-by-token sweep of every recurrence family: the call's heads in blocks over the threads
+// (for_each_head_block), each sequence's tokens in order. Per block, begin(rows, h0, heads) once; per token the
+// block's rows loaded (q times q_factor; the next token's prefetched), prepare(rows) for the family's own
+// scaling, update(rows, r, S, before, b, t) advancing row r's state S (head h0 + r of batch row b; before: where
+// an out-of-place call reads it from) and reading out its first query head into rows.o, the rows stored, then
+// the other query heads read out (read_out_queries, with prepare_query(rows, x) for their q rows x). I: the
+// views' element type; T: the states'.
+template <class I, class T, class Begin, class Prepare, class Update, class PrepareQuery>
+void token_sweep(const RecurrenceProblem& p, View4<I> out, View4<const I> q, View4<const I> k, View4<const I> v,
+                 View4<const I> g, const TokenStates<T>& states, float q_factor, Begin&& begin, Prepare&& prepare,
+                 Update&& update, PrepareQuery&& prepare_query) {
+  const int64_t N = int64_t(p.sequences.size()), K = p.K, V = p.V, cols = p.gate_cols(), R = p.queries;
+  const auto floats = TokenRows::floats_per_head(K, V, cols);
+  for_each_head_block(N, p.H, N * p.H * p.T * K * V * (R + 1) / 2, floats, widened_floats<T>(R, K, V),
+                      [&](int64_t n, int64_t h0, int64_t heads, float* scratch) {
+                        const Sequence& s = p.sequences[size_t(n)];
+                        TokenRows rows(scratch, heads, K, V, cols, p.group);
+                        states.pass_empty(s, p.H, h0, heads, K * V);
+                        begin(rows, h0, heads);
+                        for (int64_t t = s.begin; t < s.end; ++t) {
+                          rows.load(query_view(q, R, 0), k, v, g, s.b, t, h0, q_factor, t + 1 < s.end ? t + 1 : -1);
+                          prepare(rows);
+                          for (int64_t r = 0; r < heads; ++r)
+                            update(rows, r, states.at(s, p.H, h0 + r, K * V), states.before(s, p.H, h0 + r, K * V, t),
+                                   s.b, t);
+                          rows.store(query_view(out, R, 0), s.b, t, h0);
+                          read_out_queries(rows, q, out, states, s, p.H, h0, t, R, q_factor,
+                                           scratch + floats * size_t(heads), [&](float* x) { prepare_query(rows, x); });
+                        }
+                      });
+}
+
 // A decode step's S, of either storage: its size and its region for the aliasing check.
 struct DecodeState {
   bool bf16_storage;  // S kept as bf16 (S_bf16()), else fp32 (S())
