@@ -24,9 +24,8 @@ void decayed_attention_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H>
   using kernels::shape_view;
   const detail::DecayProblem p =
       detail::check_decay_arguments(op, shape_view(q), shape_view(k), shape_view(v), shape_view(g), options);
-  detail::check_recurrence_output(op, "out", shape_view(out), shape_view(q), shape_view(v));
-  detail::check_state_span(op, "initial_state", initial_state.size(), p);
-  detail::check_state_span(op, "final_state", final_state.size(), p);
+  detail::check_recurrence_forward_shapes(op, p, shape_view(out), shape_view(q), shape_view(v), initial_state.size(),
+                                          final_state.size());
   detail::decayed_forward_chunks(p, options, out, q, k, v, g, initial_state, final_state);
 }
 

@@ -188,9 +188,7 @@ void decayed_attention_forward(TensorView out, ConstTensorView q, ConstTensorVie
                                std::span<const float> initial_state, std::span<float> final_state) {
   const char* op = "decayed_attention_forward";
   const DecayProblem p = detail::check_decay_arguments(op, q, k, v, g, options);
-  detail::check_recurrence_output(op, "out", out, q, v);
-  detail::check_state_span(op, "initial_state", initial_state.size(), p);
-  detail::check_state_span(op, "final_state", final_state.size(), p);
+  detail::check_recurrence_forward_shapes(op, p, out, q, v, initial_state.size(), final_state.size());
   std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}});
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};

@@ -22,9 +22,8 @@ void delta_rule_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, Hal
   using kernels::shape_view;
   const detail::DeltaProblem p = detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v),
                                                                shape_view(beta), shape_view(g), options);
-  detail::check_recurrence_output(op, "out", shape_view(out), shape_view(q), shape_view(v));
-  detail::check_state_span(op, "initial_state", initial_state.size(), p);
-  detail::check_state_span(op, "final_state", final_state.size(), p);
+  detail::check_recurrence_forward_shapes(op, p, shape_view(out), shape_view(q), shape_view(v), initial_state.size(),
+                                          final_state.size());
   detail::delta_forward_chunks(p, options.chunk_size, out, q, k, v, beta, g, initial_state, final_state);
 }
 

@@ -24,27 +24,27 @@ using detail::DeltaChunk;
 using detail::DeltaProblem;
 using detail::RecurrenceHead;
 
-// A thread's scratch, kept across its heads (a head allocates nothing).
+// A backward thread's scratch, kept across its heads (a head allocates nothing).
 struct Scratch {
   // Constructed in place by std::optional::emplace (clang 14 has no parenthesised aggregate initialisation).
   explicit Scratch(DeltaChunk c) : chunk(std::move(c)) {}
   DeltaChunk chunk;
-  std::vector<float> S, dS, states;  // [K, Vp]; the backward's state before each chunk, [chunks, K, Vp]
-  std::vector<int64_t> starts;       // the backward's chunk starts, then the sequence's end
+  std::vector<float> dS, states;  // [K, Vp]: the state's gradient; the state before each chunk, [chunks, K, Vp]
+  std::vector<int64_t> starts;    // the chunk starts, then the sequence's end
 };
 
-// Runs body(scratch, sequence, head) for every (sequence, value head), over the threads; a task takes
-// `together` consecutive value heads (a divisor of H) in order on one thread.
+// Runs the backward's body(scratch, sequence, head) for every (sequence, value head), over the threads; a task
+// takes `together` consecutive value heads (a divisor of H) in order on one thread.
 template <class Body>
-void for_each_head(const DeltaProblem& p, int64_t chunk_size, bool backward, int64_t together, Body body) {
+void for_each_head(const DeltaProblem& p, int64_t chunk_size, int64_t together, Body body) {
   const int64_t blocks = p.H / together, tasks = int64_t(p.sequences.size()) * blocks;
   detail::ParallelErrors errors;  // out of memory included: nothing may leave the region
 #pragma omp parallel if (tasks > 1)
   {
     std::optional<Scratch> scratch;
     errors.run([&] {
-      scratch.emplace(DeltaChunk(p, chunk_size, backward));
-      scratch->S.resize(size_t(p.K * scratch->chunk.Vp())), scratch->dS.resize(scratch->S.size());
+      scratch.emplace(DeltaChunk(p, chunk_size, true));
+      scratch->dS.resize(size_t(p.K * scratch->chunk.Vp()));
     });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task)
@@ -86,7 +86,7 @@ void detail::delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, Vi
   // task takes a whole group, in order, the first head writing the rows and the others adding to them. No
   // two threads touch the same rows (packed sequences hold disjoint tokens), nothing is locked or reduced
   // afterwards, and the sum's order is fixed, so the result is the same for any thread count.
-  for_each_head(p, chunk_size, true, p.group, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
+  for_each_head(p, chunk_size, p.group, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
     DeltaChunk& chunk = scratch.chunk;
     std::vector<float>&states = scratch.states, &dS = scratch.dS;
     std::vector<int64_t>& starts = scratch.starts;
@@ -130,9 +130,7 @@ void delta_rule_forward(TensorView out, ConstTensorView q, ConstTensorView k, Co
                         std::span<float> final_state) {
   const char* op = "delta_rule_forward";
   const DeltaProblem p = detail::check_delta_arguments(op, q, k, v, beta, g, options);
-  detail::check_recurrence_output(op, "out", out, q, v);
-  detail::check_state_span(op, "initial_state", initial_state.size(), p);
-  detail::check_state_span(op, "final_state", final_state.size(), p);
+  detail::check_recurrence_forward_shapes(op, p, out, q, v, initial_state.size(), final_state.size());
   std::vector<boundary::Region> inputs = detail::input_regions(q, k, v, {{"g", g}, {"beta", beta}});
   inputs.push_back(boundary::region("initial_state", initial_state));
   const boundary::Region outputs[] = {boundary::region("out", out), boundary::region("final_state", final_state)};

@@ -101,6 +101,13 @@ RecurrenceProblem check_recurrence_arguments(const char* op, ConstTensorView q, 
   return p;
 }
 
+void check_recurrence_forward_shapes(const char* op, const RecurrenceProblem& p, ConstTensorView out, ConstTensorView q,
+                                     ConstTensorView v, size_t initial_state, size_t final_state) {
+  check_recurrence_output(op, "out", out, q, v);
+  check_state_span(op, "initial_state", initial_state, p);
+  check_state_span(op, "final_state", final_state, p);
+}
+
 void check_recurrence_backward_shapes(const char* op, const RecurrenceProblem& p, const Signature& s,
                                       ConstTensorView dout, ConstTensorView q, ConstTensorView v,
                                       std::initializer_list<Gradient> grads, TensorView dg,

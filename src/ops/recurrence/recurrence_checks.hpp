@@ -131,8 +131,12 @@ void check_recurrence_backward(const char* op, const RecurrenceProblem& p, const
                                std::initializer_list<NamedView> inputs, std::initializer_list<Gradient> grads,
                                TensorView dg, std::span<float> dinitial_state, std::span<const float> dfinal_state,
                                std::span<const float> initial_state);
-// Its checks but the aliasing rule: for half-precision views, whose regions the caller registers with their own
-// element size (q, v, dout, the gradients and dg as shape views).
+// The chunked forwards' checks after check_recurrence_arguments, but the aliasing rule: out shaped as the call
+// makes it, initial_state and final_state of N·H·K·V elements or empty (half views: as shape views).
+void check_recurrence_forward_shapes(const char* op, const RecurrenceProblem& p, ConstTensorView out, ConstTensorView q,
+                                     ConstTensorView v, size_t initial_state, size_t final_state);
+// check_recurrence_backward's checks but the aliasing rule: for half-precision views, whose regions the caller
+// registers with their own element size (q, v, dout, the gradients and dg as shape views).
 void check_recurrence_backward_shapes(const char* op, const RecurrenceProblem& p, const Signature& signature,
                                       ConstTensorView dout, ConstTensorView q, ConstTensorView v,
                                       std::initializer_list<Gradient> grads, TensorView dg,
