@@ -68,32 +68,12 @@ TEST(DecayedAttention, PackedSequencesMatchTheOracleAndDoNotLeak) {
   for (Decay d : kAllDecays) {
     Case c{1, 100, 2, 6, 5, d, 16};
     c.cu_seqlens = {0, 1, 40, 40, 77, 100};  // with an empty sequence
-    expect_matches_oracle(c);
-    // Each sequence alone gives the same rows: nothing crosses a boundary.
-    const Problem packed = make_problem(c);
-    const Fast whole = run_fast(packed);
-    DecayedAttentionOptions o = packed.options();
-    o.cu_seqlens = {};
-    expect_each_sequence_alone(c.cu_seqlens, {c.H, c.K, c.V}, packed.initial, whole.out.view, whole.final_state,
-                               [&](TensorView out, auto slice, std::span<const float> init, std::span<float> fin) {
-                                 decayed_attention_forward(
-                                     out, slice(packed.q.view), slice(packed.k.view), slice(packed.v.view),
-                                     gate_cols(c) > 0 ? slice(packed.g.view) : ConstTensorView{}, o, init, fin);
-                               });
+    recurrence::expect_packed_sequences_match_and_do_not_leak(c);
   }
 }
 
-// The token-by-token forward (decayed_recurrent_forward) from the problem's initial state: out and the final
-// state against the oracle.
-void expect_recurrent_matches_oracle(const Case& c) {
-  SCOPED_TRACE(describe(c));
-  const Problem p = make_problem(c);
-  const Oracle o = oracle(p);
-  expect_recurrence({c.B, c.T, c.H, c.V}, c.layout, p.initial, o.forward.out, o.forward.final_state,
-                    [&](TensorView out, std::vector<float>& state) {
-                      decayed_recurrent_forward(out, p.q.view, p.k.view, p.v.view, p.gate(), state, p.options());
-                    });
-}
+// The token-by-token forward from the problem's initial state: out and the final state against the oracle.
+void expect_recurrent_matches_oracle(const Case& c) { recurrence::expect_recurrent_matches_oracle(c); }
 
 TEST(DecayedAttention, RecurrentPathMatchesTheChunkedOne) {
   for (Decay d : kAllDecays) expect_recurrent_matches_oracle({2, 77, 3, 9, 6, d, 16, -3.0f, 0.0f, Layout::bhnd});
@@ -126,16 +106,8 @@ TEST(DecayedAttention, RecurrentPathAtTheExtremes) {
 TEST(DecayedAttention, RecurrentPathOverHeadBlocksAndThreads) {
   for (const Case& c : {Case{1, 300, 5, 24, 40, Decay::key, 16, -3.0f, 0.0f, Layout::bnhd},
                         Case{2, 200, 3, 33, 20, Decay::retention, 16, -1.0f, 0.0f, Layout::bhnd},
-                        Case{1, 400, 4, 16, 48, Decay::token, 16, -2.0f, 0.0f, Layout::bnhd, {0, 150, 400}}}) {
-    SCOPED_TRACE(describe(c));
-    const Problem p = make_problem(c);
-    const Oracle o = oracle(p);
-    expect_recurrence_over_threads({c.B, c.T, c.H, c.V}, c.layout, p.initial, o.forward.out, o.forward.final_state,
-                                   [&](TensorView out, std::vector<float>& state) {
-                                     decayed_recurrent_forward(out, p.q.view, p.k.view, p.v.view, p.gate(), state,
-                                                               p.options());
-                                   });
-  }
+                        Case{1, 400, 4, 16, 48, Decay::token, 16, -2.0f, 0.0f, Layout::bnhd, {0, 150, 400}}})
+    recurrence::expect_recurrent_matches_oracle(c, true);
 }
 
 TEST(DecayedAttention, ResultsDoNotDependOnTheThreadCount) {

@@ -8,8 +8,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import fla
-from ._layer_parts import (FusedRMSNormGated, ShortConvolution, cache_seen, elu_plus_one, heads, layer_cache,
-                           recurrence, repad, short_convolve, sum_norm, unpad, update_layer_cache)
+from ._layer_parts import (FusedRMSNormGated, ShortConvolution, elu_plus_one, heads, layer_input, recurrence, repad,
+                           short_convolve, sum_norm, update_layer_cache)
 
 
 def short_convolutions(module, conv_size, conv_bias, qk_silu, warn=True):
@@ -98,10 +98,8 @@ class DeltaNet(nn.Module):
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
                 output_attentions=False, **kwargs):
         batch_size, q_len, _ = hidden_states.shape
-        mode = "fused_recurrent" if q_len <= 64 else self.mode
-        last = layer_cache(self, past_key_values)
-        hidden_states, indices, cu_seqlens = unpad(hidden_states, attention_mask, kwargs.get("cu_seqlens"),
-                                                   cache_seen(self, past_key_values))
+        mode, last, hidden_states, indices, cu_seqlens = layer_input(self, hidden_states, attention_mask,
+                                                                     past_key_values, kwargs.get("cu_seqlens"))
         q, k, v, conv_state = project_qkv(self, hidden_states, last, use_cache, cu_seqlens)
         q, k, v = heads(q, self.head_k_dim), heads(k, self.head_k_dim), heads(v, self.head_v_dim)
         if self.qk_activation == "relu":
@@ -165,12 +163,9 @@ class GroupedValueDeltaLayer(nn.Module):
         """The recurrence of the layer's input: (o [.., HV, V], the unpadded hidden states, indices). gate(x)
         is the gate's raw input; chunk and recurrent are linattn.fla's two forms, given options too."""
         q_len = hidden_states.shape[1]
-        mode = "fused_recurrent" if q_len <= 64 and not self.training else self.mode
-        if self.training and mode != "chunk":
-            raise ValueError("mode: only 'chunk' is supported in training (call .eval() to decode)")
-        last = layer_cache(self, past_key_values)
-        hidden_states, indices, cu_seqlens = unpad(hidden_states, attention_mask, cu_seqlens,
-                                                   cache_seen(self, past_key_values))
+        mode, last, hidden_states, indices, cu_seqlens = layer_input(self, hidden_states, attention_mask,
+                                                                     past_key_values, cu_seqlens,
+                                                                     chunk_in_training=True)
         q, k, v, conv_state = project_qkv(self, hidden_states, last, use_cache, cu_seqlens)
         q, k, v = heads(q, self.head_k_dim), heads(k, self.head_k_dim), heads(v, self.head_v_dim)
         state = last["recurrent_state"] if last is not None else None

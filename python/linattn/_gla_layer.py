@@ -6,8 +6,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import fla
-from ._layer_parts import (FusedRMSNormGated, ShortConvolution, activation, cache_seen, heads, key_value_dims,
-                           layer_cache, recurrence, repad, repeat_heads, short_convolve, unpad, update_layer_cache)
+from ._layer_parts import (FusedRMSNormGated, ShortConvolution, activation, heads, key_value_dims, layer_input,
+                           recurrence, repad, repeat_heads, short_convolve, update_layer_cache)
 
 
 class ProjectedGatedLayer(nn.Module):
@@ -56,10 +56,8 @@ class ProjectedGatedLayer(nn.Module):
     def _begin(self, hidden_states, attention_mask, past_key_values, use_cache, cu_seqlens):
         """(the mode to run: token by token for T ≤ 64, hidden_states unpadded, indices, cu_seqlens, the
         layer's cache entry, q, k, v [.., n·d] after the short convolutions, their new windows)."""
-        mode = "fused_recurrent" if hidden_states.shape[1] <= 64 else self.mode
-        last = layer_cache(self, past_key_values)
-        hidden_states, indices, cu_seqlens = unpad(hidden_states, attention_mask, cu_seqlens,
-                                                   cache_seen(self, past_key_values))
+        mode, last, hidden_states, indices, cu_seqlens = layer_input(self, hidden_states, attention_mask,
+                                                                     past_key_values, cu_seqlens)
         q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
         conv_state = None
         if self.use_short_conv:

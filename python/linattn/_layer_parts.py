@@ -265,6 +265,22 @@ def unpad(hidden_states, attention_mask, cu_seqlens, seen=0):
     return packed, indices, cu
 
 
+def layer_input(module, hidden_states, attention_mask, past_key_values, cu_seqlens, chunk_in_training=False):
+    """What every layer's forward does first, as flash-linear-attention's layers do: (mode, the layer's cache
+    entry or None, the unpadded hidden states, indices, cu_seqlens). mode is "fused_recurrent" for 64 tokens
+    or fewer (decoding), module.mode otherwise; chunk_in_training: the layer trains only chunked (the gated
+    delta rule's layers), so training never takes the recurrent form and refuses any other mode."""
+    q_len = hidden_states.shape[1]
+    mode = "fused_recurrent" if q_len <= 64 and not (chunk_in_training and module.training) else module.mode
+    if chunk_in_training and module.training and mode != "chunk":
+        raise ValueError("mode: only 'chunk' is supported in training (call .eval() to decode)")
+    last = layer_cache(module, past_key_values)
+    # Padding is removed (not zeroed): a padded key would otherwise enter the normaliser and the state.
+    hidden_states, indices, cu_seqlens = unpad(hidden_states, attention_mask, cu_seqlens,
+                                               cache_seen(module, past_key_values))
+    return mode, last, hidden_states, indices, cu_seqlens
+
+
 def recurrence(run, q, k, v, *args, state_shapes, **options):
     """run(q, k, v, *args, **options), one of linattn.fla's functions. With no token at all (T = 0, or
     every row padding) linattn's operators refuse and there is nothing to compute: o is empty and the

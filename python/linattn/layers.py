@@ -30,8 +30,8 @@ from . import fla
 from ._delta_layers import DeltaNet, GatedDeltaNet
 from ._gla_layer import GatedLinearAttention, SimpleGatedLinearAttention
 from ._kda_layer import KimiDeltaAttention
-from ._layer_parts import (Cache, FusedRMSNormGated, ShortConvolution, cache_seen, elu_plus_one, heads,
-                           key_value_dims, layer_cache, recurrence, repad, repeat_heads, unpad, update_layer_cache)
+from ._layer_parts import (Cache, FusedRMSNormGated, ShortConvolution, elu_plus_one, heads, key_value_dims,
+                           layer_input, recurrence, repad, repeat_heads, update_layer_cache)
 from ._mamba2_layer import Mamba2
 from ._retention_layer import MultiScaleRetention
 from ._rwkv7_layer import RWKV7Attention
@@ -99,11 +99,8 @@ class LinearAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
                 output_attentions=False, **kwargs):
         batch_size, q_len, _ = hidden_states.shape
-        mode = "fused_recurrent" if q_len <= 64 else self.mode
-        last = layer_cache(self, past_key_values)
-        # Padding is removed (not zeroed): a padded key would otherwise enter the normaliser and the state.
-        hidden_states, indices, cu_seqlens = unpad(hidden_states, attention_mask, kwargs.get("cu_seqlens"),
-                                                   cache_seen(self, past_key_values))
+        mode, last, hidden_states, indices, cu_seqlens = layer_input(self, hidden_states, attention_mask,
+                                                                     past_key_values, kwargs.get("cu_seqlens"))
         q = self.feature_map_q(heads(self.q_proj(hidden_states), self.head_k_dim))
         k = self.feature_map_k(repeat_heads(self.k_proj(hidden_states), self.head_k_dim, self.num_kv_groups))
         v = repeat_heads(self.v_proj(hidden_states), self.head_v_dim, self.num_kv_groups)

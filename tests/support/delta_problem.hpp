@@ -1,24 +1,16 @@
 #pragma once
-// The delta rule's test problem (DeltaNet, Gated DeltaNet, KDA), shared by delta_rule_test and
-// grouped_heads_test: a case (shapes, gate, numerics, layout, packed sequences, value heads per q/k
-// head), its random tensors, the fp64 oracle's forward and backward, the fast chunked forward and
-// backward, and their relative errors.
-#include <gtest/gtest.h>
-
+// The delta rule's (DeltaNet, Gated DeltaNet, KDA: delta_rule_test, grouped_heads_test): its case with β and
+// l2norm, and its calls on the shared problem (support/recurrence_problem.hpp), with their relative errors.
 #include <algorithm>
-#include <cstdint>
-#include <random>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "linattn/delta.hpp"
-#include "linattn/reference.hpp"
-#include "support/finite_difference.hpp"
-#include "support/tensors.hpp"
+#include "support/recurrence_problem.hpp"  // gtest, the oracle, tensors and the standard headers used below
 
 // In their own namespace: Case, Problem and Fast are every test's words.
 namespace linattn::testing::delta {
+
+using recurrence::sequences;
+using recurrence::widen;
 
 struct Case {
   int64_t B, T, H, K, V;
@@ -35,84 +27,64 @@ struct Case {
 };
 
 inline std::string describe(const Case& c) {
-  return delta_name(c.gate) + " B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " H" + std::to_string(c.H) +
-         (c.group > 1 ? " HV" + std::to_string(c.HV()) : "") + " K" + std::to_string(c.K) + " V" + std::to_string(c.V) +
-         " C" + std::to_string(c.chunk) + " " + layout_name(c.layout) + (c.l2norm ? " l2norm" : "") + " g[" +
-         std::to_string(c.g_lo) + "," + std::to_string(c.g_hi) + "] beta[" + std::to_string(c.beta_lo) + "," +
-         std::to_string(c.beta_hi) + "]" + (c.cu_seqlens.empty() ? "" : " packed");
+  return delta_name(c.gate) + recurrence::describe_shapes(c) + (c.l2norm ? " l2norm" : "") + " beta[" +
+         std::to_string(c.beta_lo) + "," + std::to_string(c.beta_hi) + "]" + (c.cu_seqlens.empty() ? "" : " packed");
 }
 
 inline int64_t gate_cols(const Case& c) { return c.gate == DeltaGate::token ? 1 : c.gate == DeltaGate::key ? c.K : 0; }
-inline int64_t sequences(const Case& c) { return c.cu_seqlens.empty() ? c.B : int64_t(c.cu_seqlens.size()) - 1; }
 
-struct Problem {
+// One problem: fp32 inputs (q, k, v, g, dout, the states: recurrence::Inputs) and β [B, T, HV, 1].
+struct Problem : recurrence::Inputs {
   Case c;
-  Tensor32 q, k, v, beta, g, dout;
-  std::vector<float> initial, dfinal;
+  Tensor32 beta;
   DeltaRuleOptions options() const {
     DeltaRuleOptions o;
     o.gate = c.gate, o.qk_l2norm = c.l2norm, o.chunk_size = c.chunk, o.cu_seqlens = c.cu_seqlens;
     return o;
   }
-  ConstTensorView gate() const { return gate_cols(c) > 0 ? ConstTensorView(g.view) : ConstTensorView{}; }
-  size_t state_size() const { return size_t(sequences(c) * c.HV() * c.K * c.V); }
+  size_t state_size() const { return recurrence::state_size(c); }
+  void recurrent_forward(TensorView out, std::vector<float>& state) const {
+    delta_rule_recurrent_forward(out, q.view, k.view, v.view, beta.view, gate(), state, options());
+  }
+  // The chunked forward on slice(x) of every input, without packed sequences.
+  template <class Slice>
+  void forward_unpacked(TensorView out, Slice&& slice, std::span<const float> init, std::span<float> fin) const {
+    DeltaRuleOptions o = options();
+    o.cu_seqlens = {};
+    delta_rule_forward(out, slice(q.view), slice(k.view), slice(v.view), slice(beta.view),
+                       gate_cols > 0 ? slice(g.view) : ConstTensorView{}, o, init, fin);
+  }
 };
 
 inline Problem make_problem(const Case& c, uint64_t seed = 1) {
   std::mt19937_64 rng(seed);
-  Problem p{c,
-            random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng),
-            random_tensor({c.B, c.T, c.H, c.K}, c.layout, rng, -c.key_scale, c.key_scale),
-            random_tensor({c.B, c.T, c.HV(), c.V}, c.layout, rng),
-            random_tensor({c.B, c.T, c.HV(), 1}, c.layout, rng, c.beta_lo, c.beta_hi),
-            {},
-            random_tensor({c.B, c.T, c.HV(), c.V}, c.layout, rng),
-            {},
-            {}};
-  if (gate_cols(c) > 0) p.g = random_tensor({c.B, c.T, c.HV(), gate_cols(c)}, c.layout, rng, c.g_lo, c.g_hi);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (size_t i = 0; i < p.state_size(); ++i) p.initial.push_back(u(rng)), p.dfinal.push_back(u(rng));
+  Problem p{recurrence::random_inputs(c, gate_cols(c), rng, c.key_scale), c, {}};
+  p.beta = random_tensor({c.B, c.T, c.HV(), 1}, c.layout, rng, c.beta_lo, c.beta_hi);
   return p;
 }
-
-inline std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
 struct Oracle {
   reference::DecayedOutput forward;
   reference::DeltaGradients backward;
 };
 inline Oracle oracle(const Problem& p) {
-  const reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
-                          v = reference::to_double(p.v.view), beta = reference::to_double(p.beta.view),
-                          dout = reference::to_double(p.dout.view);
-  reference::Tensor g;
-  if (gate_cols(p.c) > 0) g = reference::to_double(p.g.view);
-  const std::vector<double> initial = widen(p.initial), dfinal = widen(p.dfinal);
-  const reference::Tensor* gp = gate_cols(p.c) > 0 ? &g : nullptr;
-  return {reference::delta_rule_forward(q, k, v, beta, gp, p.options(), &initial),
-          reference::delta_rule_backward(dout, &dfinal, q, k, v, beta, gp, p.options(), &initial)};
+  const recurrence::Inputs64 x = recurrence::inputs64(p);
+  const reference::Tensor beta = reference::to_double(p.beta.view);
+  return {reference::delta_rule_forward(x.q, x.k, x.v, beta, x.gate(), p.options(), &x.initial),
+          reference::delta_rule_backward(x.dout, &x.dfinal, x.q, x.k, x.v, beta, x.gate(), p.options(), &x.initial)};
 }
 
-struct Fast {
-  Tensor32 out, dq, dk, dv, dbeta, dg;
-  std::vector<float> final_state, dinitial;
+struct Fast : recurrence::Outputs {
+  Tensor32 dbeta;
 };
 // The chunked forward and backward, with q and k as given (the problem's, or others of their batch and length:
 // q and k repeated to HV heads).
 inline Fast run_fast(const Problem& p, ConstTensorView q, ConstTensorView k) {
   const Case& c = p.c;
-  Fast f{make_tensor({c.B, c.T, c.HV(), c.V}, c.layout),
-         make_tensor(q.extent, c.layout),
-         make_tensor(k.extent, c.layout),
-         make_tensor({c.B, c.T, c.HV(), c.V}, c.layout),
-         make_tensor({c.B, c.T, c.HV(), 1}, c.layout),
-         {},
-         std::vector<float>(p.state_size()),
-         std::vector<float>(p.state_size())};
-  if (gate_cols(c) > 0) f.dg = make_tensor({c.B, c.T, c.HV(), gate_cols(c)}, c.layout);
+  Fast f{recurrence::make_outputs(c, p.gate_cols, q, k), make_tensor({c.B, c.T, c.HV(), 1}, c.layout)};
   delta_rule_forward(f.out.view, q, k, p.v.view, p.beta.view, p.gate(), p.options(), p.initial, f.final_state);
-  delta_rule_backward(f.dq.view, f.dk.view, f.dv.view, f.dbeta.view, gate_cols(c) > 0 ? f.dg.view : TensorView{},
-                      f.dinitial, p.dout.view, p.dfinal, q, k, p.v.view, p.beta.view, p.gate(), p.options(), p.initial);
+  delta_rule_backward(f.dq.view, f.dk.view, f.dv.view, f.dbeta.view, f.dg_view(), f.dinitial, p.dout.view, p.dfinal, q,
+                      k, p.v.view, p.beta.view, p.gate(), p.options(), p.initial);
   return f;
 }
 inline Fast run_fast(const Problem& p) { return run_fast(p, p.q.view, p.k.view); }
@@ -130,7 +102,7 @@ inline Errors errors(const Problem& p) {
           relative_error(f.dk.view, o.backward.dk),
           relative_error(f.dv.view, o.backward.dv),
           relative_error(f.dbeta.view, o.backward.dbeta),
-          gate_cols(p.c) > 0 ? relative_error(f.dg.view, o.backward.dg) : 0.0,
+          p.gate_cols > 0 ? relative_error(f.dg.view, o.backward.dg) : 0.0,
           relative_error(f.dinitial, o.backward.dinitial_state)};
 }
 
@@ -138,43 +110,31 @@ inline Errors errors(const Problem& p) {
 inline void expect_matches_oracle(const Case& c, double tol = 5e-5) {
   SCOPED_TRACE(describe(c));
   const Errors e = errors(make_problem(c));
-  EXPECT_LT(e.out, tol) << "out";
-  EXPECT_LT(e.final_state, tol) << "final_state";
-  EXPECT_LT(e.dq, tol) << "dq";
-  EXPECT_LT(e.dk, tol) << "dk";
-  EXPECT_LT(e.dv, tol) << "dv";
-  EXPECT_LT(e.dbeta, tol) << "dbeta";
-  EXPECT_LT(e.dg, tol) << "dg";
-  EXPECT_LT(e.dinitial, tol) << "dinitial_state";
+  recurrence::expect_each_below({{"out", e.out},
+                                 {"final_state", e.final_state},
+                                 {"dq", e.dq},
+                                 {"dk", e.dk},
+                                 {"dv", e.dv},
+                                 {"dbeta", e.dbeta},
+                                 {"dg", e.dg},
+                                 {"dinitial_state", e.dinitial}},
+                                tol);
 }
 
-// The oracle's backward is the derivative of its forward (loss = Σ out·dout + Σ final·dfinal): every gradient
-// against central differences.
-// The problem's own tensors (query groups: a q and dout of more heads in place of its own).
+// The oracle's backward against central differences of its forward, within 1e-6. The problem's own tensors
+// (query groups: a q and dout of more heads in place of its own).
 inline void expect_oracle_gradients_match_finite_differences(const Problem& p) {
-  const Case& c = p.c;
-  reference::Tensor q = reference::to_double(p.q.view), k = reference::to_double(p.k.view),
-                    v = reference::to_double(p.v.view), beta = reference::to_double(p.beta.view),
-                    dout = reference::to_double(p.dout.view), g;
-  if (gate_cols(c) > 0) g = reference::to_double(p.g.view);
-  std::vector<double> initial = widen(p.initial);
-  const std::vector<double> dfinal = widen(p.dfinal);
+  recurrence::Inputs64 x = recurrence::inputs64(p);
+  reference::Tensor beta = reference::to_double(p.beta.view);
   const DeltaRuleOptions options = p.options();
-  reference::Tensor* gp = gate_cols(c) > 0 ? &g : nullptr;
-  auto loss = [&] {
-    const reference::DecayedOutput r = reference::delta_rule_forward(q, k, v, beta, gp, options, &initial);
-    return output_loss(r.out.data, dout.data, r.final_state, dfinal);
-  };
-  const reference::DeltaGradients grads =
-      reference::delta_rule_backward(dout, &dfinal, q, k, v, beta, gp, options, &initial);
-  for (double e : scaled_gradient_errors({{&q.data, &grads.dq.data},
-                                          {&k.data, &grads.dk.data},
-                                          {&v.data, &grads.dv.data},
-                                          {&beta.data, &grads.dbeta.data},
-                                          {&initial, &grads.dinitial_state},
-                                          {gp ? &g.data : nullptr, &grads.dg.data}},
-                                         loss))
-    EXPECT_LT(e, 1e-6);
+  reference::DeltaGradients grads;
+  recurrence::expect_oracle_gradients(
+      x, [&] { return reference::delta_rule_forward(x.q, x.k, x.v, beta, x.gate(), options, &x.initial); },
+      [&] {
+        grads = reference::delta_rule_backward(x.dout, &x.dfinal, x.q, x.k, x.v, beta, x.gate(), options, &x.initial);
+        return grads;
+      },
+      1e-6, {&beta.data, &grads.dbeta.data});
 }
 inline void expect_oracle_gradients_match_finite_differences(const Case& c, uint64_t seed) {
   SCOPED_TRACE(describe(c));
