@@ -290,3 +290,61 @@ def test_chunked_backwards_are_the_float32_gradients_rounded_once(dtype, shape):
             want = _linattn.decayed_attention_backward(vals["q"], vals["k"], vals["v"], vals.get(g), vals["dout"],
                                                        **run)
             expect_same(got, want, decay)
+
+
+def _same_values(got_bits, want, dtype, what):
+    """The half result is the float32 one rounded once, NaN where it is NaN."""
+    np.testing.assert_array_equal(_values(got_bits, dtype), _values(_rounded(want, dtype), dtype), err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_half_paths_at_the_extremes_follow_float32(dtype):
+    """The numerics the fp32 paths are tested at, now through the half ones: log decays of −inf and −1e30 (a
+    token that forgets all; f16 holds −1e30 as −inf), β near 2 (the delta rule's update flips the state along k)
+    and a NaN in a later token's value. The chunked forwards and backwards stay the float32 results rounded
+    once, NaN exactly where those are; the outputs before the NaN's token are finite; the token-by-token
+    forwards are NaN where float32's are and within a few rounding steps of it elsewhere."""
+    B, T, H, K, V, nan_at = 1, 70, 2, 16, 8, 60
+    rng = np.random.default_rng(7)
+    x = {"q": rng.standard_normal((B, T, H, K)) * 0.5, "k": rng.standard_normal((B, T, H, K)),
+         "v": rng.standard_normal((B, T, H, V)) * 0.5, "beta": rng.uniform(1.9, 1.99, (B, T, H)),
+         "gk": -rng.uniform(0.01, 0.7, (B, T, H, K)), "g1": -rng.uniform(0.01, 0.7, (B, T, H)),
+         "dout": rng.standard_normal((B, T, H, V))}
+    x["k"] /= np.linalg.norm(x["k"], axis=-1, keepdims=True)
+    x["gk"][0, 5, 0, :], x["gk"][0, 40, 1, 3], x["g1"][0, 5, 0], x["g1"][0, 40, 1] = -np.inf, -1e30, -np.inf, -1e30
+    x["v"][0, nan_at, 1, 2] = np.nan
+    bits, vals = _split({key: value.astype(np.float32) for key, value in x.items()}, dtype)
+    initial = rng.standard_normal((B, H, K, V)).astype(np.float32)
+    families = [("delta_rule", "delta_rule_backward", "delta_rule_recurrent", ("q", "k", "v", "beta"),
+                 dict(use_qk_l2norm=True), [("kda", "gk"), ("gated_delta_rule", "g1"), ("delta_rule", None)], "gate"),
+                ("decayed_attention", "decayed_attention_backward", "decayed_recurrent", ("q", "k", "v"), {},
+                 [("gla", "gk"), ("simple_gla", "g1"), ("linear", None)], "decay")]
+    for forward, backward, recurrent, names, options, gates, gate_word in families:
+        for gate, g in gates:
+            run = {gate_word: gate, **options}
+            what = f"{forward} {gate}"
+            o, _ = getattr(_linattn.half, forward)(*[bits[n] for n in names], bits.get(g), dtype=dtype,
+                                                     initial_state=initial, **run)
+            o32, _ = getattr(_linattn, forward)(*[vals[n] for n in names], vals.get(g), initial_state=initial, **run)
+            _same_values(o, o32, dtype, what)
+            assert np.isfinite(_values(o, dtype)[:, :nan_at]).all(), f"{what}: a NaN before its token"
+            assert np.isnan(_values(o, dtype)[0, nan_at:, 1]).any(), f"{what}: the NaN did not reach its head"
+            got = getattr(_linattn.half, backward)(*[bits[n] for n in names], bits.get(g), bits["dout"], dtype=dtype,
+                                                   initial_state=initial, **run)
+            want = getattr(_linattn, backward)(*[vals[n] for n in names], vals.get(g), vals["dout"],
+                                               initial_state=initial, **run)
+            for i, (a, b) in enumerate(zip(got[:-1], want[:-1])):
+                assert (a is None) == (b is None), f"{what} gradient {i}"
+                if b is not None:
+                    _same_values(a, b, dtype, f"{what} gradient {i}")
+            np.testing.assert_array_equal(got[-1], want[-1], err_msg=f"{what} dinitial_state")
+            state, state32 = initial.copy(), initial.copy()
+            o = getattr(_linattn.half, recurrent)(*[bits[n] for n in names], bits.get(g), state, dtype=dtype, **run)
+            o32 = getattr(_linattn, recurrent)(*[vals[n] for n in names], vals.get(g), state32, **run)
+            values = _values(o, dtype)
+            np.testing.assert_array_equal(np.isnan(values), np.isnan(o32), err_msg=f"{recurrent} {gate}: NaNs")
+            assert np.isnan(o32[0, nan_at:, 1]).any() and not np.isnan(o32[:, :nan_at]).any(), recurrent
+            finite = ~np.isnan(o32)
+            scale = float(np.abs(o32[finite]).max())
+            err = float(np.abs(values[finite] - o32[finite]).max()) / scale
+            assert err <= 4 * _STEP[dtype], f"{recurrent} {gate}: relative error {err:.3g}"
