@@ -614,6 +614,70 @@ TYPED_TEST(HalfOps, DeltaRule) {
   }
 }
 
+// The log decays in fp32 beside half q, k, v (as flash-linear-attention's and transformers' bf16 models hand
+// them over, not representable in half): the chunked forwards and backwards read them as they are, so out and
+// every half gradient are the fp32 call's rounded once, bit for bit, and dg (fp32, as g) is the fp32 call's
+// exactly. Both families, per-token and per-key gates, packed sequences, one and two value heads per q/k head
+// (the backward's grouped value heads go through fp32 copies, g itself not copied); a dg of the other type is
+// refused by name.
+TYPED_TEST(HalfOps, FloatGateBesideHalfTensors) {
+  using H = TypeParam;
+  const int64_t T = 70, Hh = 2, K = 16, V = 9;
+  const std::vector<int64_t> cu = {0, 33, 33, T};
+  for (const int64_t group : {1, 2})
+    for (const bool key_gate : {false, true})
+      for (const bool delta : {false, true}) {
+        const std::string what = std::string(delta ? "delta " : "decayed ") + (key_gate ? "key gate" : "token gate") +
+                                 " HV" + std::to_string(group * Hh);
+        SCOPED_TRACE(what);
+        const int64_t HV = group * Hh, cols = key_gate ? K : 1;
+        const auto q = operand<H>({1, T, Hh, K}, Layout::bnhd, this->rng),
+                   k = operand<H>({1, T, Hh, K}, Layout::padded, this->rng),
+                   v = operand<H>({1, T, HV, V}, Layout::bnhd, this->rng),
+                   dout = operand<H>({1, T, HV, V}, Layout::bhnd, this->rng),
+                   beta = operand<H>({1, T, HV, 1}, Layout::bnhd, this->rng, 0.1f, 0.9f);
+        const Tensor32 g = testing::random_tensor({1, T, HV, cols}, Layout::bnhd, this->rng, -0.7f, -0.01f);
+        auto out = result<H>({1, T, HV, V}, Layout::bnhd);
+        auto dq = result<H>({1, T, Hh, K}, Layout::bnhd), dk = result<H>({1, T, Hh, K}, Layout::bnhd),
+             dv = result<H>({1, T, HV, V}, Layout::bnhd), db = result<H>({1, T, HV, 1}, Layout::bnhd);
+        Tensor32 dg = testing::make_tensor({1, T, HV, cols}, Layout::bnhd), dg_wide = dg;
+        dg_wide.view.data = dg_wide.storage.data();
+        if (delta) {
+          DeltaRuleOptions o;
+          o.gate = key_gate ? DeltaGate::key : DeltaGate::token, o.chunk_size = 16, o.cu_seqlens = cu;
+          delta_rule_forward(out.f.view, q.f32(), k.f32(), v.f32(), beta.f32(), g.view, o);
+          delta_rule_forward(out.h.view, q.half(), k.half(), v.half(), beta.half(), g.view, o);
+          delta_rule_backward(dq.f.view, dk.f.view, dv.f.view, db.f.view, dg.view, {}, dout.f32(), {}, q.f32(), k.f32(),
+                              v.f32(), beta.f32(), g.view, o);
+          delta_rule_backward(dq.h.view, dk.h.view, dv.h.view, db.h.view, dg_wide.view, {}, dout.half(), {}, q.half(),
+                              k.half(), v.half(), beta.half(), g.view, o);
+          try {
+            delta_rule_backward(dq.h.view, dk.h.view, dv.h.view, db.h.view, View4<H>(db.h.view), {}, dout.half(), {},
+                                q.half(), k.half(), v.half(), beta.half(), g.view, o);
+            ADD_FAILURE() << "a half dg beside an fp32 g accepted";
+          } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("dg is half precision while g is float32"), std::string::npos)
+                << e.what();
+          }
+        } else {
+          DecayedAttentionOptions o;
+          o.decay = key_gate ? Decay::key : Decay::token, o.chunk_size = 16, o.cu_seqlens = cu;
+          if (group > 1) continue;  // the decayed family has no grouped value heads
+          decayed_attention_forward(out.f.view, q.f32(), k.f32(), v.f32(), g.view, o);
+          decayed_attention_forward(out.h.view, q.half(), k.half(), v.half(), g.view, o);
+          decayed_attention_backward(dq.f.view, dk.f.view, dv.f.view, dg.view, {}, dout.f32(), {}, q.f32(), k.f32(),
+                                     v.f32(), g.view, o);
+          decayed_attention_backward(dq.h.view, dk.h.view, dv.h.view, dg_wide.view, {}, dout.half(), {}, q.half(),
+                                     k.half(), v.half(), g.view, o);
+        }
+        expect_rounded_bits<H>(what + " out", out.f.view, out.h.view);
+        for (auto* x : {&dq, &dk, &dv}) expect_rounded_bits<H>(what + " gradient", x->f.view, x->h.view);
+        if (delta) expect_rounded_bits<H>(what + " dbeta", db.f.view, db.h.view);
+        EXPECT_EQ(0, std::memcmp(dg.storage.data(), dg_wide.storage.data(), dg.storage.size() * sizeof(float)))
+            << what << ": dg";
+      }
+}
+
 // ---- Boundary checks on the half views themselves; the bf16 state's file. ----
 
 TEST(HalfBoundary, OutputSharingAnInputIsRefused) {

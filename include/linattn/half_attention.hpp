@@ -25,6 +25,33 @@ using HalfIn = std::type_identity_t<View4<const H>>;
 template <class H>
 using HalfOut = std::type_identity_t<View4<H>>;
 
+// The log decays g of the half-precision chunked recurrences: of q's half type H, or fp32 beside half q,
+// k, v, as flash-linear-attention's and transformers' bf16 models hand them over (a log decay rounded to
+// half would move every decay factor it enters). Either view converts; {} is no gate. The gradient dg
+// comes back in g's type.
+template <class H>
+struct HalfOrFloat {
+  View4<const H> half;
+  ConstTensorView wide;
+  HalfOrFloat() = default;
+  HalfOrFloat(View4<const H> g) : half(g) {}
+  HalfOrFloat(View4<H> g) : half(g) {}
+  HalfOrFloat(ConstTensorView g) : wide(g) {}
+  HalfOrFloat(TensorView g) : wide(g) {}
+};
+template <class H>
+struct HalfOrFloatOut {
+  View4<H> half;
+  TensorView wide;
+  HalfOrFloatOut() = default;
+  HalfOrFloatOut(View4<H> dg) : half(dg) {}
+  HalfOrFloatOut(TensorView dg) : wide(dg) {}
+};
+template <class H>
+using HalfGate = std::type_identity_t<HalfOrFloat<H>>;
+template <class H>
+using HalfGateOut = std::type_identity_t<HalfOrFloatOut<H>>;
+
 template <HalfType H>
 void softmax_attention_forward(View4<H> out, std::span<float> lse, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v,
                                const SoftmaxAttentionOptions& options = {});
@@ -61,13 +88,13 @@ void linformer_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, std
                                   const LinformerOptions& options);
 
 template <HalfType H>
-void decayed_attention_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g,
+void decayed_attention_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfGate<H> g,
                                const DecayedAttentionOptions& options = {}, std::span<const float> initial_state = {},
                                std::span<float> final_state = {});
 template <HalfType H>
-void decayed_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> dg,
+void decayed_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfGateOut<H> dg,
                                 std::span<float> dinitial_state, HalfIn<H> dout, std::span<const float> dfinal_state,
-                                HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g,
+                                HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfGate<H> g,
                                 const DecayedAttentionOptions& options = {}, std::span<const float> initial_state = {});
 template <HalfType H>
 void decayed_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> g, std::span<float> state,
@@ -77,13 +104,13 @@ void decayed_step(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H>
                   const DecayedAttentionOptions& options = {});
 
 template <HalfType H>
-void delta_rule_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+void delta_rule_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfGate<H> g,
                         const DeltaRuleOptions& options = {}, std::span<const float> initial_state = {},
                         std::span<float> final_state = {});
 template <HalfType H>
-void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> dbeta, HalfOut<H> dg,
+void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> dbeta, HalfGateOut<H> dg,
                          std::span<float> dinitial_state, HalfIn<H> dout, std::span<const float> dfinal_state,
-                         HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+                         HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfGate<H> g,
                          const DeltaRuleOptions& options = {}, std::span<const float> initial_state = {});
 template <HalfType H>
 void delta_rule_recurrent_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,

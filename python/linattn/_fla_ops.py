@@ -9,12 +9,15 @@ run inside a torch.autograd.Function.
 
 Tensors: q, k [B, T, H, K], v [B, T, HV, V], g None, [B, T, HV] or [B, T, HV, K], beta [B, T, HV],
 states [N, HV, K, V], o [B, T, HV, V]; HV = H but for the delta rule's grouped value heads (HV a multiple
-of H). float32 runs linattn's fast operators, float64 the fp64 oracle. An absent optional
-result (no final state, no g, no initial state) is an empty tensor: an operator returns tensors only.
+of H). float32 runs linattn's fast operators, float64 the fp64 oracle, bfloat16 and float16 the chunked
+half-precision operators on the tensors' own memory (_linattn.half: q, k, v, beta and o in q's type, g in q's
+type or float32 with dg in g's, the states float32). An absent optional result (no final state, no g, no
+initial state) is an empty tensor: an operator returns tensors only.
 """
 
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -30,8 +33,39 @@ def _states(q, cu_seqlens):
     return q.shape[0] if cu_seqlens is None else max(cu_seqlens.shape[0] - 1, 0)
 
 
+_HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def _state_dtype(q):
+    """The states' dtype: float32 beside half-precision q (as flash-linear-attention keeps them), else q's."""
+    return torch.float32 if q.dtype in _HALF_NAMES else q.dtype
+
+
+def _bits(x):
+    """x for the operators: a half tensor's memory as its uint16 bits (no copy), others as _array gives them."""
+    if x is None or x.dtype not in _HALF_NAMES:
+        return _array(x)
+    return x.detach().view(torch.int16).numpy().view(np.uint16)
+
+
+def _module(q):
+    """(the module for q's dtype, its dtype keyword): _linattn.half with "bf16" or "f16" for half q."""
+    if q.dtype in _HALF_NAMES:
+        return _linattn.half, {"dtype": _HALF_NAMES[q.dtype]}
+    return _backend(q), {}
+
+
 def _tensor_or_empty(x, like):
-    return like.new_empty(0) if x is None else torch.from_numpy(x)
+    """An operator's result as a tensor (uint16 bits as like's half dtype), or an empty one of like's dtype."""
+    if x is None:
+        return like.new_empty(0)
+    if x.dtype == np.uint16:
+        return torch.from_numpy(x.view(np.int16)).view(like.dtype)
+    return torch.from_numpy(x)
+
+
+def _state_or_empty(x, q):
+    return _tensor_or_empty(x, q.new_empty(0, dtype=_state_dtype(q)))
 
 
 def _none_if_empty(x):
@@ -44,53 +78,65 @@ def _none_if_empty(x):
 def _decayed_forward(q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale, chunk_size,
                      want_final):
     options = dict(decay=decay, g_gamma=_array(g_gamma), scale=scale, cu_seqlens=_array(cu_seqlens))
-    arrays = [_array(x) for x in (q, k, v, g)]
+    arrays = [_bits(x) for x in (q, k, v, g)]
+    module, dtype = _module(q)
     with torch_threads():
         if recurrent and q.dtype == torch.float32:  # the caller's initial_state is read, never written
             o, final = _linattn.decayed_recurrent_forward(*arrays, initial_state=_array(initial_state),
                                                           output_final_state=want_final, **options)
         else:
-            o, final = _backend(q).decayed_attention(*arrays, initial_state=_array(initial_state),
-                                                     output_final_state=want_final, chunk_size=chunk_size, **options)
-    return torch.from_numpy(o), _tensor_or_empty(final, q)
+            o, final = module.decayed_attention(*arrays, initial_state=_array(initial_state),
+                                                output_final_state=want_final, chunk_size=chunk_size, **options,
+                                                **dtype)
+    return _tensor_or_empty(o, q), _state_or_empty(final, q)
 
 
 def _decayed_backward(q, k, v, g, initial_state, g_gamma, cu_seqlens, do, dfinal, decay, scale, chunk_size):
     options = dict(decay=decay, g_gamma=_array(g_gamma), scale=scale, cu_seqlens=_array(cu_seqlens))
+    module, dtype = _module(q)
     with torch_threads():
-        grads = _backend(q).decayed_attention_backward(
-            *[_array(x) for x in (q, k, v, g)], _array(do.to(q.dtype)), _array(None if dfinal is None else
-                                                                              dfinal.to(q.dtype)),
-            initial_state=_array(initial_state), chunk_size=chunk_size, **options)
-    return tuple(_tensor_or_empty(x, q) for x in grads)
+        grads = module.decayed_attention_backward(
+            *[_bits(x) for x in (q, k, v, g)], _bits(do.to(q.dtype)),
+            _array(None if dfinal is None else dfinal.to(_state_dtype(q))), initial_state=_array(initial_state),
+            chunk_size=chunk_size, **options, **dtype)
+    return _gradients(grads, (q, k, v, g, initial_state))
 
 
 def _delta_forward(q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm, chunk_size,
                    want_final):
     options = dict(gate=gate, scale=scale, use_qk_l2norm=l2norm, cu_seqlens=_array(cu_seqlens))
-    arrays = [_array(x) for x in (q, k, v, beta, g)]
+    arrays = [_bits(x) for x in (q, k, v, beta, g)]
+    module, dtype = _module(q)
     with torch_threads():
         if recurrent and q.dtype == torch.float32:  # the caller's initial_state is read, never written
             o, final = _linattn.delta_rule_recurrent_forward(*arrays, initial_state=_array(initial_state),
                                                              output_final_state=want_final, **options)
         else:
-            o, final = _backend(q).delta_rule(*arrays, initial_state=_array(initial_state),
-                                              output_final_state=want_final, chunk_size=chunk_size, **options)
-    return torch.from_numpy(o), _tensor_or_empty(final, q)
+            o, final = module.delta_rule(*arrays, initial_state=_array(initial_state), output_final_state=want_final,
+                                         chunk_size=chunk_size, **options, **dtype)
+    return _tensor_or_empty(o, q), _state_or_empty(final, q)
 
 
 def _delta_backward(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal, gate, scale, l2norm, chunk_size):
     options = dict(gate=gate, scale=scale, use_qk_l2norm=l2norm, cu_seqlens=_array(cu_seqlens))
+    module, dtype = _module(q)
     with torch_threads():
-        grads = _backend(q).delta_rule_backward(
-            *[_array(x) for x in (q, k, v, beta, g)], _array(do.to(q.dtype)),
-            _array(None if dfinal is None else dfinal.to(q.dtype)), initial_state=_array(initial_state),
-            chunk_size=chunk_size, **options)
-    return tuple(_tensor_or_empty(x, q) for x in grads)
+        grads = module.delta_rule_backward(
+            *[_bits(x) for x in (q, k, v, beta, g)], _bits(do.to(q.dtype)),
+            _array(None if dfinal is None else dfinal.to(_state_dtype(q))), initial_state=_array(initial_state),
+            chunk_size=chunk_size, **options, **dtype)
+    return _gradients(grads, (q, k, v, beta, g, initial_state))
 
 
-def _final_shape(q, v, cu_seqlens, want_final):
-    return (_states(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]) if want_final else (0,)
+def _gradients(grads, inputs):
+    """The backward's arrays as tensors, each in its input's dtype (None: empty)."""
+    return tuple(_tensor_or_empty(d, x if x is not None else inputs[0]) for d, x in zip(grads, inputs))
+
+
+def _final(q, v, cu_seqlens, want_final):
+    """The fake final state: [N, HV, K, V] in the states' dtype, or empty."""
+    shape = (_states(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]) if want_final else (0,)
+    return q.new_empty(shape, dtype=_state_dtype(q))
 
 
 def _out_shape(q, v):
@@ -119,7 +165,7 @@ if _HAS_CUSTOM_OP:
 
     @decayed_forward.register_fake
     def _(q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale, chunk_size, want_final):
-        return q.new_empty(_out_shape(q, v)), q.new_empty(_final_shape(q, v, cu_seqlens, want_final))
+        return q.new_empty(_out_shape(q, v)), _final(q, v, cu_seqlens, want_final)
 
     @torch.library.custom_op("linattn::decayed_backward", mutates_args=())
     def decayed_backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], initial_state: Optional[Tensor],
@@ -130,7 +176,8 @@ if _HAS_CUSTOM_OP:
     @decayed_backward.register_fake
     def _(q, k, v, g, initial_state, g_gamma, cu_seqlens, do, dfinal, decay, scale, chunk_size):
         return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
-                q.new_empty(0 if g is None else g.shape), q.new_empty(0 if initial_state is None else initial_state.shape))
+                q.new_empty(0) if g is None else g.new_empty(g.shape),
+                q.new_empty(0) if initial_state is None else initial_state.new_empty(initial_state.shape))
 
     def _decayed_setup(ctx, inputs, output):
         q, k, v, g, initial_state, g_gamma, cu_seqlens, decay, recurrent, scale, chunk_size, want_final = inputs
@@ -156,7 +203,7 @@ if _HAS_CUSTOM_OP:
 
     @delta_forward.register_fake
     def _(q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm, chunk_size, want_final):
-        return q.new_empty(_out_shape(q, v)), q.new_empty(_final_shape(q, v, cu_seqlens, want_final))
+        return q.new_empty(_out_shape(q, v)), _final(q, v, cu_seqlens, want_final)
 
     @torch.library.custom_op("linattn::delta_backward", mutates_args=())
     def delta_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor],
@@ -169,7 +216,8 @@ if _HAS_CUSTOM_OP:
     @delta_backward.register_fake
     def _(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal, gate, scale, l2norm, chunk_size):
         return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), beta.new_empty(beta.shape),
-                q.new_empty(0 if g is None else g.shape), q.new_empty(0 if initial_state is None else initial_state.shape))
+                q.new_empty(0) if g is None else g.new_empty(g.shape),
+                q.new_empty(0) if initial_state is None else initial_state.new_empty(initial_state.shape))
 
     def _delta_setup(ctx, inputs, output):
         q, k, v, beta, g, initial_state, cu_seqlens, gate, recurrent, scale, l2norm, chunk_size, want_final = inputs

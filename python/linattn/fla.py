@@ -38,9 +38,12 @@ output_router_logits along); where it does not, an unknown keyword is a TypeErro
 
 Tensors must be on the CPU. float32 runs linattn's fast operators (read in place, no copy); float64
 runs the fp64 oracle (token by token, slow) so that gradcheck works at fp64 tolerances. bfloat16 and
-float16 inputs (as flash-linear-attention's models give them) are widened to float32 on entry, run
-by the float32 operators and o is rounded back to q's dtype; final_state stays float32, as in
-flash-linear-attention. g, beta and initial_state may be float32 beside half-precision q, k, v. Autograd
+float16 inputs (as flash-linear-attention's models give them) are read in place by linattn's half-precision
+chunked operators where the call is chunked and q, k, v and beta share q's dtype (g may be float32, as the
+models pass it); other half calls are widened to float32 on entry and run by the float32 operators. Either
+way o and the gradients are the float32 results rounded once to their inputs' dtypes, and final_state stays
+float32, as in flash-linear-attention. g, beta and initial_state may be float32 beside half-precision q, k,
+v. Autograd
 reaches q, k, v, g, beta and initial_state (not g_gamma), and A_log and dt_bias. state_v_first=True
 takes and returns states as [N, H, V, K]. use_gate_in_kernel=True computes the log decay from g's raw
 input as flash-linear-attention does (−exp(A_log)·softplus(g + dt_bias), or with lower_bound
@@ -128,11 +131,28 @@ def _widen(name, x, half):
     return x.float()
 
 
+def _native_half(mode, half, tensors, options):
+    """Whether a half-precision call runs on linattn's half operators as it is: chunked, every tensor of q's
+    type but g (q's type or float32) and the states (any: they become float32), and nothing computed in torch
+    on the way (normalize's denominator, the in-kernel sigmoid of beta, g_gamma folded into g), which float32
+    would compute more exactly."""
+    if mode != "chunk" or options.get("normalize") or options.get("use_beta_sigmoid_in_kernel"):
+        return False
+    if any(isinstance(x, torch.Tensor) and x.dtype != half for x in tensors):  # beta
+        return False
+    g = options.get("g")
+    if g is None:
+        return True
+    return isinstance(g, torch.Tensor) and g.dtype in (half, torch.float32) and options.get("g_gamma") is None
+
+
 def _half_through_float32(entry):
-    """bfloat16/float16 calls of an entry point (op, mode, kind, q, k, v, *tensors, **options) run in
-    float32: every input rounded to half precision once, products and states accumulated in float32, o
-    rounded to q's dtype once, the final state kept float32. Autograd flows through the conversions, so
-    the gradients come back in each input's own dtype."""
+    """bfloat16/float16 calls of an entry point (op, mode, kind, q, k, v, *tensors, **options): chunked ones
+    whose tensors are q's type (g may be float32) run natively on the half operators (_native_half), the rest
+    in float32 on widened copies. Either way every input is rounded to half precision once, products and
+    states accumulate in float32, o and the gradients are rounded to their input's dtype once and the final
+    state stays float32: the native calls give the widened ones' results bit for bit (dq and dk with grouped
+    value heads aside, summed over a group in float32 before their one rounding there too)."""
 
     @functools.wraps(entry)
     def run(op, mode, kind, q, k, v, *tensors, **options):
@@ -141,6 +161,8 @@ def _half_through_float32(entry):
         half = q.dtype
         for name, x in (("k", k), ("v", v)):
             _check_tensor(name, x, half)
+        if k.dtype == half and v.dtype == half and _native_half(mode, half, tensors, options):
+            return entry(op, mode, kind, q, k, v, *tensors, **options)
         wide = [_widen(name, x, half) for name, x in zip(("beta",), tensors)]  # _delta's beta
         wide_options = {name: _widen(name, x, half) for name, x in options.items()}
         o, final = entry(op, mode, kind, q.float(), k.float(), v.float(), *wide, **wide_options)
@@ -234,8 +256,10 @@ def _sequences_and_state(q, heads, V, initial_state, cu_seqlens, state_v_first):
         if state_v_first:
             layout, want, got = "[N, H, V, K]", [N, heads, V, K], got[:-2] + got[:-3:-1]
         raise ValueError(f"initial_state: expected shape {layout} = {want}, got {got}")
-    # flash-linear-attention keeps float32 states; .to is a call even where the dtype is already q's
-    return cu, initial_state if initial_state.dtype == q.dtype else initial_state.to(q.dtype)
+    # flash-linear-attention keeps float32 states (linattn's half operators too); .to is a call even where the
+    # dtype is already the one wanted
+    dtype = torch.float32 if q.dtype in _HALF else q.dtype
+    return cu, initial_state if initial_state.dtype == dtype else initial_state.to(dtype)
 
 
 def _cu_tensor(cu):

@@ -59,14 +59,14 @@ struct DecayBinding {
   template <class E>
   static void forward(View4<E> out, const Inputs<E, 4>& in, const Args& a, std::span<const float> initial,
                       std::span<float> final_state) {
-    decayed_attention_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), a.options(), initial, final_state);
+    decayed_attention_forward(out, in.view(0), in.view(1), in.view(2), in.gate(3), a.options(), initial, final_state);
   }
   template <class E>
-  static void backward(const std::array<View4<E>, 4>& d, std::span<float> dinitial, View4<const E> dout,
+  static void backward(const GradViews<E, 4>& d, std::span<float> dinitial, View4<const E> dout,
                        std::span<const float> dfinal, const Inputs<E, 4>& in, const Args& a,
                        std::span<const float> initial) {
-    decayed_attention_backward(d[0], d[1], d[2], d[3], dinitial, dout, dfinal, in.view(0), in.view(1), in.view(2),
-                               in.view(3), a.options(), initial);
+    decayed_attention_backward(d[0], d[1], d[2], d.gate(3), dinitial, dout, dfinal, in.view(0), in.view(1), in.view(2),
+                               in.gate(3), a.options(), initial);
   }
   template <class E>
   static void recurrent(View4<E> out, const Inputs<E, 4>& in, std::span<float> state, const Args& a) {

@@ -57,15 +57,15 @@ struct DeltaBinding {
   template <class E>
   static void forward(View4<E> out, const Inputs<E, 5>& in, const Args& a, std::span<const float> initial,
                       std::span<float> final_state) {
-    delta_rule_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), in.view(4), a.options(), initial,
+    delta_rule_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), in.gate(4), a.options(), initial,
                        final_state);
   }
   template <class E>
-  static void backward(const std::array<View4<E>, 5>& d, std::span<float> dinitial, View4<const E> dout,
+  static void backward(const GradViews<E, 5>& d, std::span<float> dinitial, View4<const E> dout,
                        std::span<const float> dfinal, const Inputs<E, 5>& in, const Args& a,
                        std::span<const float> initial) {
-    delta_rule_backward(d[0], d[1], d[2], d[3], d[4], dinitial, dout, dfinal, in.view(0), in.view(1), in.view(2),
-                        in.view(3), in.view(4), a.options(), initial);
+    delta_rule_backward(d[0], d[1], d[2], d[3], d.gate(4), dinitial, dout, dfinal, in.view(0), in.view(1), in.view(2),
+                        in.view(3), in.gate(4), a.options(), initial);
   }
   template <class E>
   static void recurrent(View4<E> out, const Inputs<E, 5>& in, std::span<float> state, const Args& a) {

@@ -44,7 +44,7 @@ struct DplrBinding {
     dplr_delta_rule_recurrent_forward(out, in.view(0), in.view(1), in.view(2), in.view(3), in.view(4), in.view(5),
                                       state, args.options());
   }
-  static void backward(const std::array<TensorView, 6>& d, std::span<float> dinitial, ConstTensorView dout,
+  static void backward(const GradViews<float, 6>& d, std::span<float> dinitial, ConstTensorView dout,
                        std::span<const float> dfinal, const Inputs<float, 6>& in, const Args& args,
                        std::span<const float> initial) {
     dplr_delta_rule_recurrent_backward(d[0], d[1], d[2], d[3], d[4], d[5], dinitial, dout, dfinal, in.view(0),

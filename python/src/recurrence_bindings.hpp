@@ -29,6 +29,7 @@
 #include "arrays.hpp"
 #include "elements.hpp"
 #include "family_args.hpp"
+#include "linattn/half_attention.hpp"
 #include "linattn/reference.hpp"
 #include "memory_estimates.hpp"
 #include "reference_args.hpp"
@@ -79,16 +80,28 @@ template <class Def>
 void def_every_precision(py::module_& m, Def def) {
   def_float32_and_oracle(m, def);
   auto half = py::reinterpret_borrow<py::module_>(m.attr("half"));
-  def.template operator()<HalfBits>(half, "bf16 or f16 bits held as uint16, dtype naming which; states float32");
+  def.template operator()<HalfBits>(half,
+                                    "bf16 or f16 bits held as uint16, dtype naming which; states float32; the chunked "
+                                    "calls' g may be float32 (dg then float32 too)");
 }
 
 // The tensors of one call: how each came (its view, 3 or 4 dims, or None), and for the oracle
-// (T = double) fp64 copies of the given ones.
+// (T = double) fp64 copies of the given ones. A half call's gate may come as float32 beside the half bits (as
+// flash-linear-attention's bf16 models keep g): then `wide` holds it and given[wide_gate] only its shape.
 template <class T, size_t N>
 struct Inputs {
   std::array<TrailingView<stored_t<T>>, N> given;
   std::array<reference::Tensor, N> fp64;
+  TrailingView<float> wide;
+  size_t wide_gate = N;
   View4<const T> view(size_t i) const { return as_elements<const T>(given[i].in.view); }
+  // Tensor i as the operators take a gate: its view, or in a half call either type (HalfOrFloat).
+  auto gate(size_t i) const {
+    if constexpr (HalfType<T>)
+      return i == wide_gate ? HalfOrFloat<T>(wide.in.view) : HalfOrFloat<T>(view(i));
+    else
+      return view(i);
+  }
   const reference::Tensor* ptr(size_t i) const { return given[i].given ? &fp64[i] : nullptr; }
   // The states have v's heads (grouped value heads: a multiple of q's; query groups: k's, q's a multiple of
   // them), and out the more of q's and v's.
@@ -102,12 +115,39 @@ struct Inputs {
   }
 };
 
+// The gradients a backward writes: one view per tensor, and a float32 gate's gradient in `wide`.
+template <class T, size_t N>
+struct GradViews {
+  std::array<View4<T>, N> d;
+  TensorView wide;
+  size_t wide_gate = N;
+  View4<T> operator[](size_t i) const { return d[i]; }
+  auto gate(size_t i) const {
+    if constexpr (HalfType<T>)
+      return i == wide_gate ? HalfOrFloatOut<T>(wide) : HalfOrFloatOut<T>(d[i]);
+    else
+      return d[i];
+  }
+};
+
 template <size_t N>
 using Tensors = std::array<py::object, N>;
 
-// Views of the tensors, `step`: one token each ([B, H, X] and [B, H] or [B, H, C]).
+// A float32 numpy array given for the gate of a half-precision chunked call.
+template <class T>
+bool wide_gate_arg(const TensorSpec& s, const py::object& x) {
+  if constexpr (HalfType<T>)
+    return s.kind == TensorKind::optional && py::isinstance<py::array>(x) &&
+           py::reinterpret_borrow<py::array>(x).dtype().is(py::dtype::of<float>());
+  else
+    return false;
+}
+
+// Views of the tensors, `step`: one token each ([B, H, X] and [B, H] or [B, H, C]). `wide_gate`: a half
+// chunked call, whose gate may come as float32.
 template <class T, size_t N>
-Inputs<T, N> recurrence_inputs(const std::array<TensorSpec, N>& specs, const Tensors<N>& tensors, bool step = false) {
+Inputs<T, N> recurrence_inputs(const std::array<TensorSpec, N>& specs, const Tensors<N>& tensors, bool step = false,
+                               bool wide_gate = false) {
   Inputs<T, N> in;
   for (size_t i = 0; i < N; ++i) {
     using S = stored_t<T>;
@@ -117,6 +157,12 @@ Inputs<T, N> recurrence_inputs(const std::array<TensorSpec, N>& specs, const Ten
     if (s.kind == TensorKind::required && tensors[i].is_none())
       throw py::type_error(std::string(s.name) + ": expected a " + dtype_name<T>() + " array " + first_form(shape) +
                            ", got None");
+    if (wide_gate && wide_gate_arg<T>(s, tensors[i])) {
+      in.wide = trailing_arg<float>(tensors[i], s.name, shape), in.wide_gate = i;
+      g.given = true, g.three_dims = in.wide.three_dims;
+      g.in.view = {nullptr, in.wide.in.view.extent, in.wide.in.view.stride};  // its shape only
+      continue;
+    }
     if (s.kind == TensorKind::plain)
       g = {input_view<S>(tensors[i], s.name, step ? 3 : 4, shape), true, false};
     else if (step)
@@ -133,7 +179,7 @@ Inputs<T, N> recurrence_inputs(const std::array<TensorSpec, N>& specs, const Ten
 template <class F, class T, size_t N = F::tensors.size()>
 py::tuple recurrence_forward(const Tensors<N>& tensors, const typename F::Args& a, const py::object& initial_state,
                              bool output_final_state) {
-  const Inputs<T, N> in = recurrence_inputs<T>(F::tensors, tensors);
+  const Inputs<T, N> in = recurrence_inputs<T>(F::tensors, tensors, false, F::chunked);
   const auto extent = in.state_extent(a.cu_seqlens);
   if constexpr (std::is_same_v<T, double>) {
     std::optional<std::vector<double>> initial;
@@ -178,7 +224,7 @@ struct Gradients64 {
 template <class F, class T, size_t N = F::tensors.size()>
 py::tuple recurrence_backward(const Tensors<N>& tensors, const py::object& dout, const py::object& dfinal_state,
                               const typename F::Args& a, const py::object& initial_state) {
-  const Inputs<T, N> in = recurrence_inputs<T>(F::tensors, tensors);
+  const Inputs<T, N> in = recurrence_inputs<T>(F::tensors, tensors, false, F::chunked);
   std::array<py::object, N + 1> result;
   if constexpr (std::is_same_v<T, double>) {
     const reference::Tensor d = tensor64(dout, "dout", "[B, T, H, V]");
@@ -207,17 +253,22 @@ py::tuple recurrence_backward(const Tensors<N>& tensors, const py::object& dout,
     }
     if (!dfinal_state.is_none()) dfinal = state_arg<float>(dfinal_state, "dfinal_state", extent, false);
     std::array<OutputArray<stored_t<T>>, N> grads;
-    std::array<View4<T>, N> views;
+    OutputArray<float> wide;  // a float32 gate's gradient, float32 too
+    GradViews<T, N> views;
     for (size_t i = 0; i < N; ++i) {
-      if (in.given[i].given) grads[i] = output_array<stored_t<T>>(in.view(i).extent);
-      views[i] = as_elements<T>(grads[i].view);
+      if (i == in.wide_gate)
+        wide = output_array<float>(in.view(i).extent), views.wide = wide.view, views.wide_gate = i;
+      else if (in.given[i].given)
+        grads[i] = output_array<stored_t<T>>(in.view(i).extent);
+      views.d[i] = as_elements<T>(grads[i].view);
     }
     {
       py::gil_scoped_release nogil;
       F::backward(views, mutable_span(dinitial), as_elements<const T>(d.view), span_of(dfinal), in, a,
                   span_of(initial));
     }
-    for (size_t i = 0; i < N; ++i) result[i] = trailing_result(grads[i].array, in.given[i]);
+    for (size_t i = 0; i < N; ++i)
+      result[i] = trailing_result(i == in.wide_gate ? py::array(wide.array) : py::array(grads[i].array), in.given[i]);
     result[N] = initial_state.is_none() ? py::object(py::none()) : py::object(dinitial);
   }
   return std::apply([](auto&... r) { return py::make_tuple(r...); }, result);

@@ -50,12 +50,11 @@ DecayChunk::DecayChunk(const DecayProblem& p, const DecayedAttentionOptions& opt
 template <class E>
 int64_t DecayChunk::load(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t end, int64_t n, Sides sides) {
   const int64_t K = p_.K, V = p_.V, limit = std::min(C_, end - t0);
-  const kernels::HeadRows<const E> g = kernels::head_rows(x.g, x.b, x.h);
   if (per_key_) {
     // Cumulative log decays per column; the chunk stops before the token that would make a column span
     // more than kMaxLogSpan (a single token always fits).
     const int64_t rows = n > 0 ? n : limit;
-    kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
+    with_gate_rows(x, [&](auto g) { kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows); });
     n_ = kernels::running_log_decays(
         {b_.data(), Kp_, Kp_, lo_.data(), hi_.data(), mid_.data(), bn_.data(), em_.data(), enm_.data()}, rows,
         float(kMaxLogSpan), false, n <= 0);
@@ -63,8 +62,12 @@ int64_t DecayChunk::load(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t end, 
     // Each token's decay a = e^{g} (e^{−inf} = 0: a reset); row_factors forms every factor as a product of them.
     n_ = n > 0 ? n : limit;
     const float constant = float(std::exp(constant_log_decay(o_, x.h)));
-    for (int64_t t = 0; t < n_; ++t)
-      a_[size_t(t)] = p_.decay == Decay::token ? std::exp(kernels::widened(g.at(t0 + t)[0])) : constant;
+    if (p_.decay == Decay::token)
+      with_gate_rows(x, [&](auto g) {
+        for (int64_t t = 0; t < n_; ++t) a_[size_t(t)] = std::exp(kernels::widened(g.at(t0 + t)[0]));
+      });
+    else
+      std::fill_n(a_.begin(), n_, constant);
   }
   const int64_t rows = n_;
   kernels::pack_rows({K_.data(), Kp_, rows, K}, kernels::head_rows(x.k, x.b, x.qk()), t0, rows);

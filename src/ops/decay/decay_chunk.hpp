@@ -26,7 +26,8 @@ namespace linattn::detail {
 template <class E>
 void decayed_forward_chunks(const DecayProblem& p, const DecayedAttentionOptions& options, View4<E> out,
                             View4<const E> q, View4<const E> k, View4<const E> v, View4<const E> g,
-                            std::span<const float> initial_state, std::span<float> final_state);
+                            std::span<const float> initial_state, std::span<float> final_state,
+                            View4<const float> g_wide = {});
 
 // The chunked backward after the call's checks (decayed_attention.cpp). E: float, or bf16 / f16 read and
 // written in place, every gradient rounded once (decay_half.cpp; grouped value heads, whose dq and dk are
@@ -35,7 +36,8 @@ template <class E>
 void decayed_backward_chunks(const DecayProblem& p, const DecayedAttentionOptions& options, View4<E> dq, View4<E> dk,
                              View4<E> dv, View4<E> dg, std::span<float> dinitial_state, View4<const E> dout,
                              std::span<const float> dfinal_state, View4<const E> q, View4<const E> k, View4<const E> v,
-                             View4<const E> g, std::span<const float> initial_state);
+                             View4<const E> g, std::span<const float> initial_state, View4<const float> g_wide = {},
+                             View4<float> dg_wide = {});
 
 // The scratch of one thread: chunks of up to C tokens of one head at a time.
 class DecayChunk {

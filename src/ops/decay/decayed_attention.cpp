@@ -43,13 +43,14 @@ void final_gate_share(DecayChunk& chunk, const detail::RecurrenceHeadOf<E>& x, c
     chunk.load(x, t_last, T, T - t_last, DecayChunk::Sides::state);
     chunk.advance(S.data());
   }
-  const E* g = x.g.data + x.g.offset(x.b, T, x.h, 0);
-  for (int64_t c = 0; c < p.K; ++c) {
-    const double a = std::exp(double(kernels::widened(g[(p.decay == Decay::key ? c : 0) * x.g.stride[3]])));
-    double sum = 0;
-    for (int64_t e = 0; e < p.V; ++e) sum += double(dS[c * Vp + e]) * S[size_t(c * Vp + e)];
-    out[p.decay == Decay::key ? c : 0] += a * sum;
-  }
+  detail::with_gate_rows(x, [&](auto g) {
+    for (int64_t c = 0; c < p.K; ++c) {
+      const double a = std::exp(double(kernels::widened(g.at(T)[(p.decay == Decay::key ? c : 0) * g.col])));
+      double sum = 0;
+      for (int64_t e = 0; e < p.V; ++e) sum += double(dS[c * Vp + e]) * S[size_t(c * Vp + e)];
+      out[p.decay == Decay::key ? c : 0] += a * sum;
+    }
+  });
 }
 
 // One head of a lockstep group (recurrence/chunked_driver.hpp) and what the backward's sweeps keep.
@@ -66,10 +67,10 @@ struct HeadRun : detail::HeadSweep<E> {
 
 // dg_t = Σ_{u ≥ t} ∂L/∂b_u for the chunk's n tokens from t0 (b_u is the sum of g up to u): the chunks come
 // from the end, so the sums carry from one to the one before it (r.gate_sum). Half dg: formed in fp32, then
-// rounded once.
-template <class E>
-void store_gate_grads(View4<E> dg, HeadRun<E>& r, int64_t b, int64_t t0, int64_t n, int64_t cols) {
-  if constexpr (std::is_same_v<E, float>) {
+// rounded once. T: dg's element type (fp32 beside half gradients where the gate came in fp32).
+template <class T, class E>
+void store_gate_grads(View4<T> dg, HeadRun<E>& r, int64_t b, int64_t t0, int64_t n, int64_t cols) {
+  if constexpr (std::is_same_v<T, float>) {
     kernels::reverse_running_sums(dg.data + dg.offset(b, t0, r.x.h, 0), dg.stride[1], dg.stride[3], r.gate_grad.data(),
                                   n, cols, r.gate_sum.data());
   } else {
@@ -82,8 +83,8 @@ void store_gate_grads(View4<E> dg, HeadRun<E>& r, int64_t b, int64_t t0, int64_t
 // The chunked drivers' view of a call's tensors, and a thread's chunk.
 template <class E>
 detail::RecurrenceHeadOf<E> call_tensors(const DecayProblem& p, View4<const E> q, View4<const E> k, View4<const E> v,
-                                         View4<const E> g) {
-  return {q, k, v, g, {}, 0, 0, p.group, p.queries};
+                                         View4<const E> g, View4<const float> g_wide) {
+  return {q, k, v, g, {}, 0, 0, p.group, p.queries, g_wide};
 }
 auto chunk_maker(const DecayProblem& p, const DecayedAttentionOptions& options, bool backward) {
   return [&p, &options, backward] { return DecayChunk(p, options, backward); };
@@ -94,14 +95,15 @@ auto chunk_maker(const DecayProblem& p, const DecayedAttentionOptions& options, 
 template <class E>
 void detail::decayed_forward_chunks(const DecayProblem& p, const DecayedAttentionOptions& options, View4<E> out,
                                     View4<const E> q, View4<const E> k, View4<const E> v, View4<const E> g,
-                                    std::span<const float> initial_state, std::span<float> final_state) {
-  detail::lockstep_forward<DecayChunk>(p, options.chunk_size, call_tensors(p, q, k, v, g), out, initial_state,
+                                    std::span<const float> initial_state, std::span<float> final_state,
+                                    View4<const float> g_wide) {
+  detail::lockstep_forward<DecayChunk>(p, options.chunk_size, call_tensors(p, q, k, v, g, g_wide), out, initial_state,
                                        final_state, chunk_maker(p, options, false));
 }
 #define LINATTN_DECAYED_FORWARD(E)                                                                                \
   template void detail::decayed_forward_chunks<E>(const DecayProblem&, const DecayedAttentionOptions&, View4<E>,  \
                                                   View4<const E>, View4<const E>, View4<const E>, View4<const E>, \
-                                                  std::span<const float>, std::span<float>);
+                                                  std::span<const float>, std::span<float>, View4<const float>);
 LINATTN_DECAYED_FORWARD(float)
 LINATTN_DECAYED_FORWARD(bf16)
 LINATTN_DECAYED_FORWARD(f16)
@@ -112,13 +114,14 @@ void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttenti
                                      View4<E> dk, View4<E> dv, View4<E> dg, std::span<float> dinitial_state,
                                      View4<const E> dout, std::span<const float> dfinal_state, View4<const E> q,
                                      View4<const E> k, View4<const E> v, View4<const E> g,
-                                     std::span<const float> initial_state) {
+                                     std::span<const float> initial_state, View4<const float> g_wide,
+                                     View4<float> dg_wide) {
   const int64_t cols = p.gate_cols();
   const int64_t C = options.chunk_size;
   // The backward's shares are whole groups of value heads (p.group of them reading one q/k head), in order:
   // their chunks add to the same rows of dq and dk (recurrence/group_rows.hpp).
   detail::for_each_head_group<DecayChunk, HeadRun<E>>(
-      p, p.group, call_tensors(p, q, k, v, g), chunk_maker(p, options, true),
+      p, p.group, call_tensors(p, q, k, v, g, g_wide), chunk_maker(p, options, true),
       [&](DecayChunk& chunk, const detail::Sequence& s, std::vector<HeadRun<E>>& runs) {
         const int64_t KVp = p.K * chunk.Vp();
         // Sweep 1, forward: the state before each chunk (and after the last), and each chunk's start.
@@ -166,18 +169,21 @@ void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttenti
                 std::copy(r.final_share.begin(), r.final_share.end(), r.gate_grad.begin() + (n - 1) * cols);
               chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv, r.gate_grad.data(),
                              final_chunk, r.x, t0);
-              if (cols > 0) store_gate_grads(dg, r, s.b, t0, n, cols);
+              if (cols > 0 && dg_wide.data)
+                store_gate_grads(dg_wide, r, s.b, t0, n, cols);
+              else if (cols > 0)
+                store_gate_grads(dg, r, s.b, t0, n, cols);
             }
         for (HeadRun<E>& r : runs) {
           store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
         }
       });
 }
-#define LINATTN_DECAYED_BACKWARD(E)                                                                                \
-  template void detail::decayed_backward_chunks<E>(const DecayProblem&, const DecayedAttentionOptions&, View4<E>,  \
-                                                   View4<E>, View4<E>, View4<E>, std::span<float>, View4<const E>, \
-                                                   std::span<const float>, View4<const E>, View4<const E>,         \
-                                                   View4<const E>, View4<const E>, std::span<const float>);
+#define LINATTN_DECAYED_BACKWARD(E)                                                                                  \
+  template void detail::decayed_backward_chunks<E>(                                                                  \
+      const DecayProblem&, const DecayedAttentionOptions&, View4<E>, View4<E>, View4<E>, View4<E>, std::span<float>, \
+      View4<const E>, std::span<const float>, View4<const E>, View4<const E>, View4<const E>, View4<const E>,        \
+      std::span<const float>, View4<const float>, View4<float>);
 LINATTN_DECAYED_BACKWARD(float)
 LINATTN_DECAYED_BACKWARD(bf16)
 LINATTN_DECAYED_BACKWARD(f16)

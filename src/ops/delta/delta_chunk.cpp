@@ -61,12 +61,13 @@ int64_t DeltaChunk::load(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t end, 
     // Cumulative log decays per column (one per token broadcast over the columns for the gated delta
     // rule); the chunk stops before the token that would make a column span more than kMaxLogSpan,
     // counting the chunk's start (b = 0), so e^{b} and e^{b_n − b} stay within e^{±kMaxLogSpan} too.
-    const kernels::HeadRows<const E> g = kernels::head_rows(x.g, x.b, x.h);
-    if (p_.gate == Gate::key) {
-      kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
-    } else {  // one log decay per token, broadcast over the columns
-      for (int64_t t = 0; t < rows; ++t) std::fill_n(b_.data() + t * Kp_, K, kernels::widened(g.at(t0 + t)[0]));
-    }
+    with_gate_rows(x, [&](auto g) {
+      if (p_.gate == Gate::key) {
+        kernels::pack_rows({b_.data(), Kp_, rows, K}, g, t0, rows);
+      } else {  // one log decay per token, broadcast over the columns
+        for (int64_t t = 0; t < rows; ++t) std::fill_n(b_.data() + t * Kp_, K, kernels::widened(g.at(t0 + t)[0]));
+      }
+    });
     // The midpoint m of each column's b over the chunk's rows (the scores pair rows with rows), and the
     // column factors e^{m}, e^{b_n − m} that turn e^{b − m} into e^{b} and e^{m − b} into e^{b_n − b}.
     n_ = kernels::running_log_decays(
@@ -286,11 +287,18 @@ void DeltaChunk::gate_gradient(const float* S, const float* dS, const Grads<E>& 
   }
   const int64_t cols = p_.gate_cols();
   std::vector<double> sum(size_t(cols), 0.0);
-  for (int64_t t = n - 1; t >= 0; --t) {
-    E* row = d.dg.data + d.dg.offset(x.b, t0 + t, x.h, 0);
-    for (int64_t c = 0; c < K; ++c) sum[size_t(cols == 1 ? 0 : c)] += db_[size_t(t * Kp_ + c)];
-    for (int64_t c = 0; c < cols; ++c) row[c * d.dg.stride[3]] = kernels::narrowed<E>(float(sum[size_t(c)]));
-  }
+  auto store = [&](auto dg) {  // dg in the gradients' element type, or fp32 beside half ones
+    using T = std::remove_pointer_t<decltype(dg.data)>;
+    for (int64_t t = n - 1; t >= 0; --t) {
+      T* row = dg.data + dg.offset(x.b, t0 + t, x.h, 0);
+      for (int64_t c = 0; c < K; ++c) sum[size_t(cols == 1 ? 0 : c)] += db_[size_t(t * Kp_ + c)];
+      for (int64_t c = 0; c < cols; ++c) row[c * dg.stride[3]] = kernels::narrowed<T>(float(sum[size_t(c)]));
+    }
+  };
+  if (d.dg_wide.data)
+    store(d.dg_wide);
+  else
+    store(d.dg);
 }
 
 // The element types the chunked drivers read and write.

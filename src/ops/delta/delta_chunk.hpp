@@ -29,12 +29,13 @@ template <class E>
 void delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> dq, View4<E> dk, View4<E> dv,
                            View4<E> dbeta, View4<E> dg, std::span<float> dinitial_state, View4<const E> dout,
                            std::span<const float> dfinal_state, View4<const E> q, View4<const E> k, View4<const E> v,
-                           View4<const E> beta, View4<const E> g, std::span<const float> initial_state);
+                           View4<const E> beta, View4<const E> g, std::span<const float> initial_state,
+                           View4<const float> g_wide = {}, View4<float> dg_wide = {});
 
 template <class E>
 void delta_forward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> out, View4<const E> q, View4<const E> k,
                           View4<const E> v, View4<const E> beta, View4<const E> g, std::span<const float> initial_state,
-                          std::span<float> final_state);
+                          std::span<float> final_state, View4<const float> g_wide = {});
 
 // The scratch of one thread: chunks of up to C tokens of one head at a time.
 class DeltaChunk {
@@ -59,6 +60,7 @@ class DeltaChunk {
   template <class E = float>
   struct Grads {
     View4<E> dq, dk, dv, dbeta, dg;
+    View4<float> dg_wide = {};  // dg in fp32, beside half gradients (the gate came in fp32: g_wide)
   };
   template <class E>
   void backward(const float* S, float* dS, View4<const E> dout, const Grads<E>& grads, const RecurrenceHeadOf<E>& x,

@@ -13,28 +13,30 @@ using boundary::region;
 }  // namespace
 
 template <HalfType H>
-void delta_rule_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+void delta_rule_forward(View4<H> out, HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfGate<H> g,
                         const DeltaRuleOptions& options, std::span<const float> initial_state,
                         std::span<float> final_state) {
   const char* op = "delta_rule_forward";
-  detail::check_half_regions<H>(op, {{"out", out}}, {{"q", q}, {"k", k}, {"v", v}, {"beta", beta}, {"g", g}},
-                                {region("final_state", final_state)}, {region("initial_state", initial_state)});
+  detail::check_half_regions<H>(op, {{"out", out}}, {{"q", q}, {"k", k}, {"v", v}, {"beta", beta}, {"g", g.half}},
+                                {region("final_state", final_state)},
+                                {region("initial_state", initial_state), region("g", g.wide)});
   using kernels::shape_view;
   const detail::DeltaProblem p = detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v),
-                                                               shape_view(beta), shape_view(g), options);
+                                                               shape_view(beta), detail::gate_shape_view(g), options);
   detail::check_recurrence_forward_shapes(op, p, shape_view(out), shape_view(q), shape_view(v), initial_state.size(),
                                           final_state.size());
-  detail::delta_forward_chunks(p, options.chunk_size, out, q, k, v, beta, g, initial_state, final_state);
+  detail::delta_forward_chunks(p, options.chunk_size, out, q, k, v, beta, g.half, initial_state, final_state, g.wide);
 }
 
 template <HalfType H>
-void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> dbeta, HalfOut<H> dg,
+void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> dbeta, HalfGateOut<H> dg,
                          std::span<float> dinitial_state, HalfIn<H> dout, std::span<const float> dfinal_state,
-                         HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfIn<H> g,
+                         HalfIn<H> q, HalfIn<H> k, HalfIn<H> v, HalfIn<H> beta, HalfGate<H> g,
                          const DeltaRuleOptions& options, std::span<const float> initial_state) {
   const char* op = "delta_rule_backward";
   using kernels::shape_view;
-  const ConstTensorView beta_shape = shape_view(beta), g_shape = shape_view(g);
+  detail::check_gate_grad_type(op, g, dg);
+  const ConstTensorView beta_shape = shape_view(beta), g_shape = detail::gate_shape_view(g);
   const detail::DeltaProblem p =
       detail::check_delta_arguments(op, shape_view(q), shape_view(k), shape_view(v), beta_shape, g_shape, options);
   detail::check_recurrence_backward_shapes(op, p, detail::delta_signature(beta_shape, g_shape, options),
@@ -43,20 +45,21 @@ void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> d
                                             {"dk", detail::output_shape_view(dk), shape_view(k), "k"},
                                             {"dv", detail::output_shape_view(dv), shape_view(v), "v"},
                                             {"dbeta", detail::output_shape_view(dbeta), beta_shape, "beta"}},
-                                           detail::output_shape_view(dg), dinitial_state, dfinal_state, initial_state);
+                                           detail::gate_shape_view(dg), dinitial_state, dfinal_state, initial_state);
   if (p.group == 1) {  // in place; grouped value heads sum dq and dk over a group, in fp32 below
-    detail::check_half_regions<H>(op, {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dbeta", dbeta}, {"dg", dg}},
-                                  {{"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"beta", beta}, {"g", g}},
-                                  {region("dinitial_state", dinitial_state)},
-                                  {region("initial_state", initial_state), region("dfinal_state", dfinal_state)});
-    return detail::delta_backward_chunks(p, options.chunk_size, dq, dk, dv, dbeta, dg, dinitial_state, dout,
-                                         dfinal_state, q, k, v, beta, g, initial_state);
+    detail::check_half_regions<H>(
+        op, {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dbeta", dbeta}, {"dg", dg.half}},
+        {{"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"beta", beta}, {"g", g.half}},
+        {region("dinitial_state", dinitial_state), region("dg", dg.wide)},
+        {region("initial_state", initial_state), region("dfinal_state", dfinal_state), region("g", g.wide)});
+    return detail::delta_backward_chunks(p, options.chunk_size, dq, dk, dv, dbeta, dg.half, dinitial_state, dout,
+                                         dfinal_state, q, k, v, beta, g.half, initial_state, g.wide, dg.wide);
   }
   kernels::HalfCall<H> c(op);
   const ConstTensorView do32 = c.in("dout", dout), q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v),
-                        b32 = c.in("beta", beta), g32 = c.in("g", g);
+                        b32 = c.in("beta", beta), g32 = detail::gate_in(c, g);
   const TensorView dq32 = c.out("dq", dq), dk32 = c.out("dk", dk), dv32 = c.out("dv", dv), db32 = c.out("dbeta", dbeta),
-                   dg32 = c.out("dg", dg);
+                   dg32 = detail::gate_out(c, dg);
   c.in_region(region("initial_state", initial_state));
   c.in_region(region("dfinal_state", dfinal_state));
   c.out_region(region("dinitial_state", dinitial_state));
@@ -66,13 +69,13 @@ void delta_rule_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfOut<H> d
   c.store();
 }
 
-#define LINATTN_DELTA_HALF(H)                                                                                   \
-  template void delta_rule_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>, \
-                                      View4<const H>, const DeltaRuleOptions&, std::span<const float>,          \
-                                      std::span<float>);                                                        \
-  template void delta_rule_backward<H>(View4<H>, View4<H>, View4<H>, View4<H>, View4<H>, std::span<float>,      \
-                                       View4<const H>, std::span<const float>, View4<const H>, View4<const H>,  \
-                                       View4<const H>, View4<const H>, View4<const H>, const DeltaRuleOptions&, \
+#define LINATTN_DELTA_HALF(H)                                                                                       \
+  template void delta_rule_forward<H>(View4<H>, View4<const H>, View4<const H>, View4<const H>, View4<const H>,     \
+                                      HalfOrFloat<H>, const DeltaRuleOptions&, std::span<const float>,              \
+                                      std::span<float>);                                                            \
+  template void delta_rule_backward<H>(View4<H>, View4<H>, View4<H>, View4<H>, HalfOrFloatOut<H>, std::span<float>, \
+                                       View4<const H>, std::span<const float>, View4<const H>, View4<const H>,      \
+                                       View4<const H>, View4<const H>, HalfOrFloat<H>, const DeltaRuleOptions&,     \
                                        std::span<const float>);
 LINATTN_DELTA_HALF(bf16)
 LINATTN_DELTA_HALF(f16)

@@ -61,15 +61,16 @@ void for_each_head(const DeltaProblem& p, int64_t chunk_size, int64_t together, 
 template <class E>
 void detail::delta_forward_chunks(const DeltaProblem& p, int64_t chunk_size, View4<E> out, View4<const E> q,
                                   View4<const E> k, View4<const E> v, View4<const E> beta, View4<const E> g,
-                                  std::span<const float> initial_state, std::span<float> final_state) {
+                                  std::span<const float> initial_state, std::span<float> final_state,
+                                  View4<const float> g_wide) {
   detail::lockstep_forward<DeltaChunk>(
-      p, chunk_size, detail::RecurrenceHeadOf<E>{q, k, v, g, beta, 0, 0, p.group, p.queries}, out, initial_state,
-      final_state, [&p, chunk_size] { return DeltaChunk(p, chunk_size, false); });
+      p, chunk_size, detail::RecurrenceHeadOf<E>{q, k, v, g, beta, 0, 0, p.group, p.queries, g_wide}, out,
+      initial_state, final_state, [&p, chunk_size] { return DeltaChunk(p, chunk_size, false); });
 }
 #define LINATTN_DELTA_FORWARD(E)                                                                                \
   template void detail::delta_forward_chunks<E>(const DeltaProblem&, int64_t, View4<E>, View4<const E>,         \
                                                 View4<const E>, View4<const E>, View4<const E>, View4<const E>, \
-                                                std::span<const float>, std::span<float>);
+                                                std::span<const float>, std::span<float>, View4<const float>);
 LINATTN_DELTA_FORWARD(float)
 LINATTN_DELTA_FORWARD(bf16)
 LINATTN_DELTA_FORWARD(f16)
@@ -80,8 +81,9 @@ void detail::delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, Vi
                                    View4<E> dbeta, View4<E> dg, std::span<float> dinitial_state, View4<const E> dout,
                                    std::span<const float> dfinal_state, View4<const E> q, View4<const E> k,
                                    View4<const E> v, View4<const E> beta, View4<const E> g,
-                                   std::span<const float> initial_state) {
-  const DeltaChunk::Grads<E> grads{dq, dk, dv, dbeta, dg};
+                                   std::span<const float> initial_state, View4<const float> g_wide,
+                                   View4<float> dg_wide) {
+  const DeltaChunk::Grads<E> grads{dq, dk, dv, dbeta, dg, dg_wide};
   // With grouped value heads, the value heads of one q/k head all write that head's rows of dq and dk: one
   // task takes a whole group, in order, the first head writing the rows and the others adding to them. No
   // two threads touch the same rows (packed sequences hold disjoint tokens), nothing is locked or reduced
@@ -90,7 +92,7 @@ void detail::delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, Vi
     DeltaChunk& chunk = scratch.chunk;
     std::vector<float>&states = scratch.states, &dS = scratch.dS;
     std::vector<int64_t>& starts = scratch.starts;
-    const detail::RecurrenceHeadOf<E> x{q, k, v, g, beta, s.b, h, p.group};
+    const detail::RecurrenceHeadOf<E> x{q, k, v, g, beta, s.b, h, p.group, 1, g_wide};
     const int64_t index = s.n * p.H + h, Vp = chunk.Vp(), KVp = p.K * Vp;
     // Sweep 1, forward: the state before each chunk, and each chunk's start (chunks may end early).
     states.resize(size_t(KVp));
@@ -115,11 +117,11 @@ void detail::delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, Vi
     detail::store_state_rows(dinitial_state, dS.data(), p.K, p.V, Vp, index);
   });
 }
-#define LINATTN_DELTA_BACKWARD(E)                                                                                      \
-  template void detail::delta_backward_chunks<E>(const DeltaProblem&, int64_t, View4<E>, View4<E>, View4<E>, View4<E>, \
-                                                 View4<E>, std::span<float>, View4<const E>, std::span<const float>,   \
-                                                 View4<const E>, View4<const E>, View4<const E>, View4<const E>,       \
-                                                 View4<const E>, std::span<const float>);
+#define LINATTN_DELTA_BACKWARD(E)                                                                             \
+  template void detail::delta_backward_chunks<E>(                                                             \
+      const DeltaProblem&, int64_t, View4<E>, View4<E>, View4<E>, View4<E>, View4<E>, std::span<float>,       \
+      View4<const E>, std::span<const float>, View4<const E>, View4<const E>, View4<const E>, View4<const E>, \
+      View4<const E>, std::span<const float>, View4<const float>, View4<float>);
 LINATTN_DELTA_BACKWARD(float)
 LINATTN_DELTA_BACKWARD(bf16)
 LINATTN_DELTA_BACKWARD(f16)

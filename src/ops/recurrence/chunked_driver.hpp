@@ -22,6 +22,7 @@
 
 #include "core/parallel_errors.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/pack.hpp"
 #include "kernels/rows_ahead.hpp"
 #include "ops/recurrence/recurrence_checks.hpp"
 #include "ops/recurrence/state_rows.hpp"
@@ -44,6 +45,15 @@ NextChunk next_chunk_rows(const RecurrenceHeadOf<E>& x, int64_t t0, int64_t n) {
   } else {
     return {};
   }
+}
+
+// f(head x.h's rows of the log decays): g_wide where the call gave them in fp32 beside half tensors, else g.
+template <class E, class F>
+void with_gate_rows(const RecurrenceHeadOf<E>& x, F&& f) {
+  if (x.g_wide.data)
+    f(kernels::head_rows(x.g_wide, x.b, x.h));
+  else
+    f(kernels::head_rows(x.g, x.b, x.h));
 }
 
 // What a head's sweep keeps: its tensors (x), its state's index among the [N, H, K, V] states, the next token

@@ -4,9 +4,12 @@
 // registered by name with its own element size, no output sharing an element with another argument. The
 // shapes are the family's own checks, on shape views (kernels::shape_view).
 #include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "kernels/half_views.hpp"
+#include "linattn/error.hpp"
+#include "linattn/half_attention.hpp"
 
 namespace linattn::detail {
 
@@ -30,6 +33,37 @@ void check_half_regions(const char* op, std::initializer_list<std::pair<const ch
 template <HalfType H>
 TensorView output_shape_view(View4<H> x) {
   return {reinterpret_cast<float*>(x.data), x.extent, x.stride};
+}
+
+// A gate of either type (linattn/half_attention.hpp: HalfOrFloat) and its gradient, for the shape checks.
+template <HalfType H>
+ConstTensorView gate_shape_view(const HalfOrFloat<H>& g) {
+  return g.wide.data ? g.wide : kernels::shape_view(g.half);
+}
+template <HalfType H>
+TensorView gate_shape_view(const HalfOrFloatOut<H>& dg) {
+  return dg.wide.data ? dg.wide : output_shape_view(dg.half);
+}
+// The gate's fp32 views for the fp32 operator (a backward with grouped value heads): g and dg themselves where
+// they are fp32 (registered for the aliasing check), else widened copies.
+template <HalfType H>
+ConstTensorView gate_in(kernels::HalfCall<H>& c, const HalfOrFloat<H>& g) {
+  if (!g.wide.data) return c.in("g", g.half);
+  c.in_region(boundary::region("g", g.wide));
+  return g.wide;
+}
+template <HalfType H>
+TensorView gate_out(kernels::HalfCall<H>& c, const HalfOrFloatOut<H>& dg) {
+  if (!dg.wide.data) return c.out("dg", dg.half);
+  c.out_region(boundary::region("dg", dg.wide));
+  return dg.wide;
+}
+// dg in g's type: an fp32 gate's gradient is fp32, a half gate's half.
+template <HalfType H>
+void check_gate_grad_type(const char* op, const HalfOrFloat<H>& g, const HalfOrFloatOut<H>& dg) {
+  if ((g.wide.data && dg.half.data) || (g.half.data && dg.wide.data))
+    throw Error(std::string(op) + ": dg is " + (dg.wide.data ? "float32" : "half precision") + " while g is " +
+                (g.wide.data ? "float32" : "half precision") + "; give dg in g's type");
 }
 
 }  // namespace linattn::detail

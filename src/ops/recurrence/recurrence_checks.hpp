@@ -48,12 +48,15 @@ struct RecurrenceProblem {
 // One (sequence, value head)'s tensors (beta: the delta rule's; empty elsewhere); q and k are read at
 // head qk() (RecurrenceProblem::group), or with query groups q at q_head(r) and out at out_head(r).
 // E: the tensors' element type, float or (the chunked forwards reading half rows as they pack) bf16, f16.
+// g_wide: the log decays in fp32 beside half q, k, v (g then empty), as flash-linear-attention's bf16 models
+// pass them: a log decay rounded to half would move every decay factor it enters.
 template <class E>
 struct RecurrenceHeadOf {
   View4<const E> q, k, v, g, beta;
   int64_t b, h;
   int64_t group = 1;
   int64_t queries = 1;
+  View4<const float> g_wide = {};
   int64_t qk() const { return h / group; }
   int64_t q_head(int64_t r = 0) const { return qk() * queries + r; }
   int64_t out_head(int64_t r = 0) const { return h * queries + r; }
