@@ -7,8 +7,10 @@ One process, the same tensors for both sides, the median of --reps repetitions a
           use_qk_l2norm_in_kernel=True), B 1, T --seq, fp32 and bf16 inputs: linattn.fla.chunk_gated_delta_rule
           against transformers' torch_chunk_gated_delta_rule, forward and forward + backward; KDA
           (linattn.fla.chunk_kda) against the gated delta rule at the same heads (32 of 128) and length;
-          one decode step (T = 1 with a state) against torch_recurrent_gated_delta_rule, and linattn's
-          per-call overhead (a call on a 1-element problem: checks, conversions, dispatch).
+          bf16 inputs (g float32, as the models pass it) read in place against the same call through float32
+          copies and against float32 inputs, for both; one decode step (T = 1 with a state) against
+          torch_recurrent_gated_delta_rule, and linattn's per-call overhead (a call on a 1-element problem:
+          checks, conversions, dispatch).
   model   a Qwen3.5-shaped model (transformers' Qwen3_5TextConfig defaults: hidden size, head counts and
           dims; --layers layers, one in four full attention; random weights): prefill of --prefill tokens
           and greedy decode tokens/s from that prefill's cache, transformers' CPU path against
@@ -26,6 +28,7 @@ One process, the same tensors for both sides, the median of --reps repetitions a
 Examples:
   build/venv/bin/python scripts/models_speed.py ops --seq 8192 --reps 3
   build/venv/bin/python scripts/models_speed.py ops --parts step --reps 3
+  build/venv/bin/python scripts/models_speed.py ops --parts half --seq 8192 --reps 3
   build/venv/bin/python scripts/models_speed.py model --prefill 8192 --decode 8 --context 32768
   build/venv/bin/python scripts/models_speed.py ops --seq 1024 --reps 1 --json out/models_speed.json
   build/venv/bin/python scripts/models_speed.py mamba --prefill 4096 --reps 3
@@ -126,6 +129,44 @@ def _ops_kda(args, rows, extra):
     rows.append((f"KDA forward + backward / gated delta rule's, 32 heads, T {T}", kda, gdn))
 
 
+def _ops_half(args, rows, extra):
+    """bf16 through linattn.fla as the models call it (q, k, v, beta bf16, g float32), read in place by the half
+    operators, against the same call widened to float32 copies in torch with o rounded back (what linattn.fla did
+    with bf16 before the half operators took a float32 g: the same results, bit for bit) and against float32
+    inputs: the gated delta rule at Qwen3.5's heads and KDA at 32 heads, K = V = 128."""
+    import linattn.fla as fla
+
+    def gdn(q, k, v, g, beta):
+        return fla.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+
+    def kda(q, k, v, g, beta):
+        return fla.chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+
+    def widened(fn):
+        def run(q, k, v, g, beta):
+            o, state = fn(q.float(), k.float(), v.float(), g, beta.float())
+            return o.to(q.dtype), state
+        return run
+
+    T = args.seq
+    for name, fn, hk, hv, gate_cols in (("gated delta rule", gdn, 16, 32, 0), ("KDA", kda, 32, 32, 128)):
+        wide = _gdn_inputs(T, hk, hv, 128, 128, torch.float32)
+        if gate_cols:
+            wide[3] = -torch.rand(1, T, hv, gate_cols, generator=torch.Generator().manual_seed(1)) * 0.5
+        half = [x.to(torch.bfloat16) if i != 3 else x for i, x in enumerate(wide)]
+        with torch.no_grad():
+            native = _median_seconds(lambda: fn(*half), args.reps)
+            copies = _median_seconds(lambda: widened(fn)(*half), args.reps)
+            fp32 = _median_seconds(lambda: fn(*wide), args.reps)
+        rows.append((f"{name} forward, bf16 in place / bf16 through float32 copies, T {T}", native, copies))
+        rows.append((f"{name} forward, bf16 in place / float32 inputs, T {T}", native, fp32))
+        native = _median_seconds(_forward_backward(fn, half), args.reps)
+        copies = _median_seconds(_forward_backward(widened(fn), half), args.reps)
+        fp32 = _median_seconds(_forward_backward(fn, wide), args.reps)
+        rows.append((f"{name} forward + backward, bf16 in place / through float32 copies, T {T}", native, copies))
+        rows.append((f"{name} forward + backward, bf16 in place / float32 inputs, T {T}", native, fp32))
+
+
 def _ops_step(args, rows, extra):
     """One decode step: T = 1 with a state, 32 value heads of 128; and linattn's per-call overhead."""
     import linattn.fla as fla
@@ -147,7 +188,7 @@ def _ops_step(args, rows, extra):
     extra["per_call_overhead_us"] = overhead * 1e6
 
 
-_PARTS = {"gdn": _ops_gdn, "kda": _ops_kda, "step": _ops_step}
+_PARTS = {"gdn": _ops_gdn, "kda": _ops_kda, "half": _ops_half, "step": _ops_step}
 
 
 def ops(args):
@@ -362,10 +403,11 @@ def main(argv=None):
     parser.add_argument("--decode", type=int, default=8, help="model: tokens decoded")
     parser.add_argument("--context", type=int, default=32768,
                         help="model: also decode at this context (the prefill's cache extended; default 32768)")
-    parser.add_argument("--parts", default="gdn,kda,step",
+    parser.add_argument("--parts", default="gdn,kda,half,step",
                         help="ops: which figures, comma-separated: gdn (the gated delta rule against transformers'), "
-                             "kda (KDA against the gated delta rule), step (the decode step and the per-call "
-                             "overhead); default all")
+                             "kda (KDA against the gated delta rule), half (bf16 read in place against float32 "
+                             "copies and float32 inputs), step (the decode step and the per-call overhead); "
+                             "default all")
     parser.add_argument("--hidden", type=int, default=1024,
                         help="mamba: hidden size (2·hidden / 64 Mamba-2 heads; default 1024)")
     parser.add_argument("--groups", type=int, default=1, help="mamba: B/C groups (default 1)")

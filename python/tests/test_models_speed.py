@@ -90,3 +90,16 @@ def test_mamba_families_mode_compares_the_same_logits():
         for side in ("transformers", "linattn"):
             assert row[side]["prefill_s"] > 0 and 0 < row[side]["mixer_share"] < 1, (family, side)
     assert not lt.is_enabled()
+
+
+def test_half_part_times_every_pair():
+    """models_speed.py ops --parts half on a short sequence: both operators, forward and forward + backward, bf16
+    read in place against float32 copies and against float32 inputs, every time positive."""
+    import argparse
+
+    speed = _script()
+    rows = []
+    speed._ops_half(argparse.Namespace(seq=16, reps=1), rows, {})
+    assert len(rows) == 8
+    assert {name.split(" forward")[0] for name, _, _ in rows} == {"gated delta rule", "KDA"}
+    assert all(ours > 0 and theirs > 0 for _, ours, theirs in rows)
