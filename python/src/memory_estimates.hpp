@@ -16,8 +16,9 @@ enum class ChunkedFamily { decayed, delta };
 
 // Throws linattn::OutOfMemory (Python: MemoryError) naming the call, its shapes and the estimate when
 // it exceeds linattn::available_memory(). q [B, T, H, K], v [B, T, H, V]; states: [N, H, K, V];
-// state_arrays: how many arrays of that shape the binding allocates (a final state, dinitial_state).
+// state_arrays: how many arrays of that shape the binding allocates (a final state, dinitial_state); half: a
+// half-precision call (its backward with grouped value heads sums dq and dk in fp32).
 void check_chunked_memory(ChunkedFamily family, ConstTensorView q, ConstTensorView v, std::array<int64_t, 4> states,
-                          int64_t chunk_size, int state_arrays, bool backward);
+                          int64_t chunk_size, int state_arrays, bool backward, bool half = false);
 
 }  // namespace linattn::python

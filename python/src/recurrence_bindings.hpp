@@ -245,7 +245,7 @@ py::tuple recurrence_backward(const Tensors<N>& tensors, const py::object& dout,
     const auto extent = in.state_extent(a.cu_seqlens);
     if constexpr (F::chunked)
       check_chunked_memory(F::memory, shape_of(in.view(0)), shape_of(in.view(2)), extent, a.chunk_size,
-                           !initial_state.is_none(), true);
+                           !initial_state.is_none(), true, HalfType<T>);
     py::array_t<float> initial, dfinal, dinitial;
     if (!initial_state.is_none()) {
       initial = state_arg<float>(initial_state, "initial_state", extent, false);

@@ -252,8 +252,8 @@ void DeltaChunk::backward(const float* S, float* dS, View4<const E> dout, const 
   }
   // dq, dk: the group's first value head writes the rows, the others add (the driver runs a group's value
   // heads in order on one thread: see delta_rule.cpp).
-  detail::store_group_rows(d.dq, x, t0, dQ_.data(), Kp_, n, K, p_.qk_l2norm ? 1.0f : p_.scale);
-  detail::store_group_rows(d.dk, x, t0, dK_.data(), Kp_, n, K);
+  detail::store_group_rows(d.dq, x, t0, dQ_.data(), Kp_, n, K, p_.qk_l2norm ? 1.0f : p_.scale, d.dq_sum);
+  detail::store_group_rows(d.dk, x, t0, dK_.data(), Kp_, n, K, 1.0f, d.dk_sum);
   kernels::store_rows(kernels::head_rows(d.dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V});
   kernels::store_rows(kernels::head_rows(d.dbeta, x.b, x.h), t0, {dB_.data(), 1, n, 1});
 }

@@ -17,6 +17,7 @@
 #include "linattn/view.hpp"
 #include "ops/delta/delta_checks.hpp"
 #include "ops/recurrence/chunked_driver.hpp"
+#include "ops/recurrence/group_rows.hpp"
 
 namespace linattn::detail {
 
@@ -56,11 +57,13 @@ class DeltaChunk {
   void advance(float* S);
   // With S the state before the chunk and dS the gradient of the state after it: writes the chunk's
   // rows of dq, dk, dv, dbeta and dg, and leaves in dS the gradient of the state before the chunk.
-  // E: float, or a half type written in place, each gradient rounded once (no grouped value heads).
+  // E: float, or a half type written in place, each gradient rounded once (with grouped value heads dq and
+  // dk are summed in fp32 first: dq_sum, dk_sum).
   template <class E = float>
   struct Grads {
     View4<E> dq, dk, dv, dbeta, dg;
     View4<float> dg_wide = {};  // dg in fp32, beside half gradients (the gate came in fp32: g_wide)
+    GroupSum dq_sum = {}, dk_sum = {};
   };
   template <class E>
   void backward(const float* S, float* dS, View4<const E> dout, const Grads<E>& grads, const RecurrenceHeadOf<E>& x,

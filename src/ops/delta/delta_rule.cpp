@@ -13,6 +13,7 @@
 
 #include "core/parallel_errors.hpp"
 #include "core/validate.hpp"
+#include "kernels/pack.hpp"
 #include "ops/delta/delta_checks.hpp"
 #include "ops/delta/delta_chunk.hpp"
 #include "ops/recurrence/state_rows.hpp"
@@ -29,8 +30,9 @@ struct Scratch {
   // Constructed in place by std::optional::emplace (clang 14 has no parenthesised aggregate initialisation).
   explicit Scratch(DeltaChunk c) : chunk(std::move(c)) {}
   DeltaChunk chunk;
-  std::vector<float> dS, states;  // [K, Vp]: the state's gradient; the state before each chunk, [chunks, K, Vp]
-  std::vector<int64_t> starts;    // the chunk starts, then the sequence's end
+  std::vector<float> dS, states;      // [K, Vp]: the state's gradient; the state before each chunk, [chunks, K, Vp]
+  std::vector<int64_t> starts;        // the chunk starts, then the sequence's end
+  std::vector<float> dq_sum, dk_sum;  // half precision, grouped value heads: the group's dq, dk rows [tokens, K]
 };
 
 // Runs the backward's body(scratch, sequence, head) for every (sequence, value head), over the threads; a task
@@ -83,12 +85,19 @@ void detail::delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, Vi
                                    View4<const E> v, View4<const E> beta, View4<const E> g,
                                    std::span<const float> initial_state, View4<const float> g_wide,
                                    View4<float> dg_wide) {
-  const DeltaChunk::Grads<E> grads{dq, dk, dv, dbeta, dg, dg_wide};
   // With grouped value heads, the value heads of one q/k head all write that head's rows of dq and dk: one
   // task takes a whole group, in order, the first head writing the rows and the others adding to them. No
   // two threads touch the same rows (packed sequences hold disjoint tokens), nothing is locked or reduced
-  // afterwards, and the sum's order is fixed, so the result is the same for any thread count.
+  // afterwards, and the sum's order is fixed, so the result is the same for any thread count. In half
+  // precision the group sums its rows in fp32 (the thread's dq_sum, dk_sum) and rounds them once at its end.
+  const bool group_sums = HalfType<E> && p.group > 1;
   for_each_head(p, chunk_size, p.group, [&](Scratch& scratch, const detail::Sequence& s, int64_t h) {
+    DeltaChunk::Grads<E> grads{dq, dk, dv, dbeta, dg, dg_wide};
+    const int64_t tokens = s.end - s.begin;
+    if (group_sums) {
+      scratch.dq_sum.resize(size_t(tokens * p.K)), scratch.dk_sum.resize(size_t(tokens * p.K));
+      grads.dq_sum = {scratch.dq_sum.data(), s.begin, p.K}, grads.dk_sum = {scratch.dk_sum.data(), s.begin, p.K};
+    }
     DeltaChunk& chunk = scratch.chunk;
     std::vector<float>&states = scratch.states, &dS = scratch.dS;
     std::vector<int64_t>& starts = scratch.starts;
@@ -115,6 +124,11 @@ void detail::delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, Vi
       chunk.backward(states.data() + i * KVp, dS.data(), dout, grads, x, t0);
     }
     detail::store_state_rows(dinitial_state, dS.data(), p.K, p.V, Vp, index);
+    if (group_sums && h % p.group == p.group - 1) {  // the group's last value head: its sums rounded once
+      const int64_t qk = h / p.group;
+      kernels::store_rows(kernels::head_rows(dq, s.b, qk), s.begin, {scratch.dq_sum.data(), p.K, tokens, p.K});
+      kernels::store_rows(kernels::head_rows(dk, s.b, qk), s.begin, {scratch.dk_sum.data(), p.K, tokens, p.K});
+    }
   });
 }
 #define LINATTN_DELTA_BACKWARD(E)                                                                             \
