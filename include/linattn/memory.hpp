@@ -50,8 +50,8 @@ struct ChunkedScratch {
   int64_t sequences = 0;  // N: the batch, or the packed sequences
   int64_t T = 0, H = 0, K = 0, V = 0, chunk_size = 0;
   bool backward = false;
-  // The delta rule's half-precision backward with grouped value heads: each thread sums a group's dq and dk
-  // rows in fp32, [T, K] each (group: value heads per q/k head, H / group q/k heads).
+  // A half-precision backward with grouped value heads (half_group value heads per q/k head): a task sums each
+  // of its q/k heads' dq and dk rows in fp32, [T, K] each.
   int64_t half_group = 1;
 };
 double chunked_scratch_bytes(const ChunkedScratch& s);

@@ -253,9 +253,9 @@ def test_chunked_forwards_are_the_float32_result_rounded_once(dtype, shape):
                                    (1, 70, 2, 16, 8, 2, 6, np.array([0, 30, 30, 70])),
                                    (1, 33, 2, 8, 8, 4, 2, None)])
 def test_chunked_backwards_are_the_float32_gradients_rounded_once(dtype, shape):
-    """The chunked backwards read and write the half rows in place (query groups included); with grouped value
-    heads (HV = 2·H: dq and dk summed over a group) they widen copies. Either way every gradient is bit for bit
-    the float32 operator's on the widened inputs, rounded once, and dinitial_state is the float32 one."""
+    """The chunked backwards read and write the half rows in place, query groups and grouped value heads included
+    (HV = 2·H: dq and dk summed over a group in float32, then rounded once): every gradient bit for bit the
+    float32 operator's on the widened inputs, rounded once, and dinitial_state the float32 one."""
     B, T, H, K, V, HV, HQ, cu = shape
     rng = np.random.default_rng(T + HQ)
     x = {"q": rng.standard_normal((B, T, HQ, K)) * 0.5, "k": rng.standard_normal((B, T, H, K)) * 0.5,
@@ -282,14 +282,14 @@ def test_chunked_backwards_are_the_float32_gradients_rounded_once(dtype, shape):
             want = _linattn.delta_rule_backward(*[vals.get(key) for key in ("q", "k", "v", "beta")], vals.get(g),
                                                 vals["dout"], **run)
             expect_same(got, want, gate)
-    if HV == H:  # the decayed family: query groups natively, no grouped value heads
-        for decay, g in (("gla", "gk"), ("simple_gla", "g1"), ("linear", None)):
-            run = dict(decay=decay, cu_seqlens=cu, initial_state=initial)
-            got = _linattn.half.decayed_attention_backward(bits["q"], bits["k"], bits["v"], bits.get(g), bits["dout"],
-                                                           dtype=dtype, **run)
-            want = _linattn.decayed_attention_backward(vals["q"], vals["k"], vals["v"], vals.get(g), vals["dout"],
-                                                       **run)
-            expect_same(got, want, decay)
+    # the decayed family: query groups and grouped value heads natively
+    for decay, g in (("gla", "gk"), ("simple_gla", "g1"), ("linear", None)):
+        run = dict(decay=decay, cu_seqlens=cu, initial_state=initial)
+        got = _linattn.half.decayed_attention_backward(bits["q"], bits["k"], bits["v"], bits.get(g), bits["dout"],
+                                                       dtype=dtype, **run)
+        want = _linattn.decayed_attention_backward(vals["q"], vals["k"], vals["v"], vals.get(g), vals["dout"],
+                                                   **run)
+        expect_same(got, want, decay)
 
 
 def _same_values(got_bits, want, dtype, what):

@@ -125,7 +125,9 @@ double chunked_scratch_bytes(const ChunkedScratch& s) {
   const double heads_per_task = task_per_head ? 1 : std::ceil(H / groups);
   const double live = std::min(threads, N * groups);
   const double per_head = K * V * ((s.delta ? 2 : 1) + (s.backward ? std::ceil(T / C) + 1 : 0));
-  const double group_sums = s.delta && s.backward && s.half_group > 1 ? 2 * T * K : 0;
+  // A half backward with grouped value heads: a task's fp32 sums of dq and dk, [T, K] each per q/k head.
+  const double group_sums =
+      s.backward && s.half_group > 1 ? 2 * T * K * std::ceil(heads_per_task / double(s.half_group)) : 0;
   const double per_thread = (s.delta ? 5 : 3) * C * C + 4 * C * (K + V) + std::max(K, V) * C + group_sums;
   return 4 * live * (per_thread + heads_per_task * per_head);
 }

@@ -248,7 +248,8 @@ void DecayChunk::other_queries_backward(const float* S, View4<const E> dout, Vie
 
 template <class E>
 void DecayChunk::backward(const float* S, float* dS, View4<const E> dout, View4<E> dq, View4<E> dk, View4<E> dv,
-                          double* gate_grad, bool final_chunk, const RecurrenceHeadOf<E>& x, int64_t t0) {
+                          double* gate_grad, bool final_chunk, const RecurrenceHeadOf<E>& x, int64_t t0,
+                          GroupSum dq_sum, GroupSum dk_sum) {
   const int64_t K = p_.K, V = p_.V, n = n_, R = x.queries;
   if (R > 1) other_queries_backward(S, dout, dq, gate_grad, x, t0);
   query_grads(S, dout, x, t0, 0);
@@ -299,8 +300,8 @@ void DecayChunk::backward(const float* S, float* dS, View4<const E> dout, View4<
                   {dOs_.data() + (r - 1) * C_ * Vp_, Vp_, n, V}, {.accumulate = true});
   // dq, dk: the group's first value head writes the rows, the others add (decayed_attention.cpp runs a
   // group's value heads in order on one thread); with query groups, the first query head's dq.
-  store_group_rows(query_view(dq, R, 0), x, t0, dQ_.data(), Kp_, n, K, p_.scale);
-  store_group_rows(dk, x, t0, dK_.data(), Kp_, n, K);
+  store_group_rows(query_view(dq, R, 0), x, t0, dQ_.data(), Kp_, n, K, p_.scale, dq_sum);
+  store_group_rows(dk, x, t0, dK_.data(), Kp_, n, K, 1.0f, dk_sum);
   kernels::store_rows(kernels::head_rows(dv, x.b, x.h), t0, {dV_.data(), Vp_, n, V});
 }
 
@@ -309,7 +310,7 @@ void DecayChunk::backward(const float* S, float* dS, View4<const E> dout, View4<
   template int64_t DecayChunk::load<E>(const RecurrenceHeadOf<E>&, int64_t, int64_t, int64_t, Sides);                \
   template void DecayChunk::forward<E>(float*, View4<E>, const RecurrenceHeadOf<E>&, int64_t, const NextChunk*);     \
   template void DecayChunk::backward<E>(const float*, float*, View4<const E>, View4<E>, View4<E>, View4<E>, double*, \
-                                        bool, const RecurrenceHeadOf<E>&, int64_t);
+                                        bool, const RecurrenceHeadOf<E>&, int64_t, GroupSum, GroupSum);
 LINATTN_DECAY_CHUNK(float)
 LINATTN_DECAY_CHUNK(bf16)
 LINATTN_DECAY_CHUNK(f16)

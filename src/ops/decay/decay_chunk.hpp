@@ -17,6 +17,7 @@
 #include "linattn/view.hpp"
 #include "ops/decay/decay_checks.hpp"
 #include "ops/recurrence/chunked_driver.hpp"
+#include "ops/recurrence/group_rows.hpp"
 
 namespace linattn::detail {
 
@@ -68,10 +69,12 @@ class DecayChunk {
   // sequence's last chunk, whose last token's pair with the final state the caller accounts for. With query
   // groups every query head's read-out adds its share (its dq its own; dk, dv, the gate and dS their sums).
   // Leaves the first query head loaded.
-  // E: float, or a half type read and written in place (dq, dk rounded once: no grouped value heads).
+  // E: float, or a half type read and written in place (dq, dk rounded once; with grouped value heads summed
+  // in fp32 first: dq_sum, dk_sum, group_rows.hpp).
   template <class E>
   void backward(const float* S, float* dS, View4<const E> dout, View4<E> dq, View4<E> dk, View4<E> dv,
-                double* gate_grad, bool final_chunk, const RecurrenceHeadOf<E>& x, int64_t t0);
+                double* gate_grad, bool final_chunk, const RecurrenceHeadOf<E>& x, int64_t t0, GroupSum dq_sum = {},
+                GroupSum dk_sum = {});
 
   int64_t Vp() const { return Vp_; }
   const DecayProblem& problem() const { return p_; }

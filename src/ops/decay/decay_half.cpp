@@ -1,7 +1,7 @@
 // The chunked decayed family over bf16/f16 tensors (linattn/half_attention.hpp): the forward and the backward
-// read and write the half rows in place, chunk by chunk; a backward with grouped value heads runs through the
-// shared conversion layer (kernels/half_views.hpp), its dq and dk being sums over value heads. The states stay fp32
-// spans. The token-by-token forward and the decode step read half rows in place too (decayed_recurrent.cpp).
+// read and write the half rows in place, chunk by chunk (with grouped value heads the backward sums a group's dq
+// and dk rows in fp32 and rounds them once). The states stay fp32 spans. The token-by-token forward and the decode
+// step read half rows in place too (decayed_recurrent.cpp).
 #include "kernels/half_views.hpp"
 #include "linattn/half_attention.hpp"
 #include "ops/decay/decay_chunk.hpp"
@@ -47,27 +47,14 @@ void decayed_attention_backward(View4<H> dq, HalfOut<H> dk, HalfOut<H> dv, HalfG
                                             {"dk", detail::output_shape_view(dk), shape_view(k), "k"},
                                             {"dv", detail::output_shape_view(dv), shape_view(v), "v"}},
                                            detail::gate_shape_view(dg), dinitial_state, dfinal_state, initial_state);
-  if (p.group == 1) {  // in place; grouped value heads sum dq and dk over a group, in fp32 below
-    detail::check_half_regions<H>(
-        op, {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dg", dg.half}},
-        {{"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"g", g.half}},
-        {region("dinitial_state", dinitial_state), region("dg", dg.wide)},
-        {region("initial_state", initial_state), region("dfinal_state", dfinal_state), region("g", g.wide)});
-    return detail::decayed_backward_chunks(p, options, dq, dk, dv, dg.half, dinitial_state, dout, dfinal_state, q, k, v,
-                                           g.half, initial_state, g.wide, dg.wide);
-  }
-  kernels::HalfCall<H> c(op);
-  const ConstTensorView do32 = c.in("dout", dout), q32 = c.in("q", q), k32 = c.in("k", k), v32 = c.in("v", v),
-                        g32 = detail::gate_in(c, g);
-  const TensorView dq32 = c.out("dq", dq), dk32 = c.out("dk", dk), dv32 = c.out("dv", dv),
-                   dg32 = detail::gate_out(c, dg);
-  c.in_region(region("initial_state", initial_state));
-  c.in_region(region("dfinal_state", dfinal_state));
-  c.out_region(region("dinitial_state", dinitial_state));
-  c.check();
-  decayed_attention_backward(dq32, dk32, dv32, dg32, dinitial_state, do32, dfinal_state, q32, k32, v32, g32, options,
-                             initial_state);
-  c.store();
+  // In place; with grouped value heads dq and dk are summed over the group in fp32 and rounded once.
+  detail::check_half_regions<H>(
+      op, {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dg", dg.half}},
+      {{"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"g", g.half}},
+      {region("dinitial_state", dinitial_state), region("dg", dg.wide)},
+      {region("initial_state", initial_state), region("dfinal_state", dfinal_state), region("g", g.wide)});
+  detail::decayed_backward_chunks(p, options, dq, dk, dv, dg.half, dinitial_state, dout, dfinal_state, q, k, v, g.half,
+                                  initial_state, g.wide, dg.wide);
 }
 
 #define LINATTN_DECAY_HALF(H)                                                                                          \

@@ -63,6 +63,7 @@ struct HeadRun : detail::HeadSweep<E> {
   std::vector<double> gate_sum;     // Σ_{u ≥ t} ∂L/∂b_u so far, [gate columns]
   std::vector<double> final_share;  // the final state's part of the last token's ∂L/∂b
   std::vector<float> gate_rows;     // half dg: the chunk's dg in fp32, [C, gate columns]
+  std::vector<float> group_sum;     // half, grouped value heads, a group's first head: its dq, dk sums [2, T, K]
 };
 
 // dg_t = Σ_{u ≥ t} ∂L/∂b_u for the chunk's n tokens from t0 (b_u is the sum of g up to u): the chunks come
@@ -118,6 +119,9 @@ void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttenti
                                      View4<float> dg_wide) {
   const int64_t cols = p.gate_cols();
   const int64_t C = options.chunk_size;
+  // In half precision with grouped value heads, a group's first head keeps the group's dq and dk rows summed in
+  // fp32 (group_rows.hpp), rounded once after the reverse sweep.
+  const bool group_sums = HalfType<E> && p.group > 1;
   // The backward's shares are whole groups of value heads (p.group of them reading one q/k head), in order:
   // their chunks add to the same rows of dq and dk (recurrence/group_rows.hpp).
   detail::for_each_head_group<DecayChunk, HeadRun<E>>(
@@ -157,8 +161,16 @@ void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttenti
                              r.final_share.data());
           r.t = int64_t(last);  // the chunk the reverse sweep takes next
         }
+        const int64_t tokens = s.end - s.begin;
+        std::vector<detail::GroupSum> dq_sums(runs.size()), dk_sums(runs.size());
+        for (size_t i = 0; group_sums && i < runs.size(); ++i) {
+          std::vector<float>& sum = runs[i - i % size_t(p.group)].group_sum;
+          if (i % size_t(p.group) == 0) sum.resize(size_t(2 * tokens * p.K));
+          dq_sums[i] = {sum.data(), s.begin, p.K}, dk_sums[i] = {sum.data() + tokens * p.K, s.begin, p.K};
+        }
         for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
-          for (HeadRun<E>& r : runs)
+          for (size_t run = 0; run < runs.size(); ++run) {
+            HeadRun<E>& r = runs[run];
             for (; r.t >= 0 && r.starts[size_t(r.t)] >= w; --r.t) {
               const size_t i = size_t(r.t);
               const int64_t t0 = r.starts[i];
@@ -168,14 +180,20 @@ void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttenti
               if (final_chunk)
                 std::copy(r.final_share.begin(), r.final_share.end(), r.gate_grad.begin() + (n - 1) * cols);
               chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv, r.gate_grad.data(),
-                             final_chunk, r.x, t0);
+                             final_chunk, r.x, t0, dq_sums[run], dk_sums[run]);
               if (cols > 0 && dg_wide.data)
                 store_gate_grads(dg_wide, r, s.b, t0, n, cols);
               else if (cols > 0)
                 store_gate_grads(dg, r, s.b, t0, n, cols);
             }
+          }
         for (HeadRun<E>& r : runs) {
           store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
+          if (group_sums && r.x.h % p.group == 0) {  // a group's sums, rounded once
+            kernels::store_rows(kernels::head_rows(dq, s.b, r.x.qk()), s.begin, {r.group_sum.data(), p.K, tokens, p.K});
+            kernels::store_rows(kernels::head_rows(dk, s.b, r.x.qk()), s.begin,
+                                {r.group_sum.data() + tokens * p.K, p.K, tokens, p.K});
+          }
         }
       });
 }

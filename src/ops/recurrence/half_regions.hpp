@@ -44,20 +44,6 @@ template <HalfType H>
 TensorView gate_shape_view(const HalfOrFloatOut<H>& dg) {
   return dg.wide.data ? dg.wide : output_shape_view(dg.half);
 }
-// The gate's fp32 views for the fp32 operator (a backward with grouped value heads): g and dg themselves where
-// they are fp32 (registered for the aliasing check), else widened copies.
-template <HalfType H>
-ConstTensorView gate_in(kernels::HalfCall<H>& c, const HalfOrFloat<H>& g) {
-  if (!g.wide.data) return c.in("g", g.half);
-  c.in_region(boundary::region("g", g.wide));
-  return g.wide;
-}
-template <HalfType H>
-TensorView gate_out(kernels::HalfCall<H>& c, const HalfOrFloatOut<H>& dg) {
-  if (!dg.wide.data) return c.out("dg", dg.half);
-  c.out_region(boundary::region("dg", dg.wide));
-  return dg.wide;
-}
 // dg in g's type: an fp32 gate's gradient is fp32, a half gate's half.
 template <HalfType H>
 void check_gate_grad_type(const char* op, const HalfOrFloat<H>& g, const HalfOrFloatOut<H>& dg) {
