@@ -35,11 +35,7 @@ using testing::tiny_config;
 
 using testing::random_vector;
 
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
+using testing::dot;
 
 double fd_error(std::vector<double>& x, const std::vector<double>& analytic, const std::function<double()>& loss,
                 double step = 1e-5) {
@@ -50,22 +46,14 @@ constexpr double kTol = 1e-6;
 
 TEST(ModelDeltaLayers, BetaIsSigmoidAndItsGradientMatchesFiniteDifferences) {
   std::mt19937_64 rng(1);
-  auto x = random_vector(37, rng, -20, 20), dbeta = random_vector(37, rng);
-  x[0] = 0;
-  std::vector<double> beta(37), dx(37);
-  auto loss = [&] {
-    delta_beta_forward(beta.data(), x.data(), 37);
-    return dot(beta, dbeta);
-  };
-  loss();
-  EXPECT_EQ(beta[0], 0.5);
-  for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_NEAR(beta[i], 1 / (1 + std::exp(-x[i])), 1e-15);
-    EXPECT_GT(beta[i], 0.0);
-    EXPECT_LE(beta[i], 1.0);
-  }
-  delta_beta_backward(dx.data(), dbeta.data(), beta.data(), 37);
-  EXPECT_LT(fd_error(x, dx, loss), kTol);
+  const testing::Elementwise e = testing::expect_elementwise(
+      37, rng, -20, 20, [](auto& beta, const auto& x) { delta_beta_forward(beta.data(), x.data(), 37); },
+      [](auto& dx, const auto& dbeta, const auto& beta) {
+        delta_beta_backward(dx.data(), dbeta.data(), beta.data(), 37);
+      },
+      [](double x) { return 1 / (1 + std::exp(-x)); }, 1e-15);
+  EXPECT_EQ(e.y[0], 0.5);
+  for (double beta : e.y) EXPECT_TRUE(beta > 0.0 && beta <= 1.0) << beta;
 }
 
 // g = −exp(a_log[h]) · softplus(x): the value from its definition, g < 0, and the gradients of x and

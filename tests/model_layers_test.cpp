@@ -23,11 +23,7 @@ using testing::small_config;
 
 using testing::random_vector;
 
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
+using testing::dot;
 
 // max |analytic − numeric| / max |numeric| over every element of x, with numeric the central
 // difference of loss() in x (step 1e-5).
@@ -151,27 +147,18 @@ TEST(ModelLayers, CrossEntropyBackwardMatchesFiniteDifferences) {
 
 TEST(ModelLayers, LogSigmoidGateMatchesDefinitionAndFiniteDifferences) {
   std::mt19937_64 rng(10);
-  auto x = random_vector(41, rng, -30, 30), dg = random_vector(41, rng);
-  x[0] = 0;
-  std::vector<double> g(41), dx(41);
-  auto loss = [&] {
-    log_sigmoid_gate_forward(g.data(), x.data(), 41);
-    return dot(g, dg);
-  };
-  loss();
-  for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_NEAR(g[i], std::log(1 / (1 + std::exp(-x[i]))) / kGlaGateNormalizer, 1e-12) << x[i];
-    EXPECT_LE(g[i], 0.0);
-  }
-  EXPECT_NEAR(g[0], -std::log(2.0) / 16, 1e-15);
-  log_sigmoid_gate_backward(dx.data(), dg.data(), g.data(), 41);
-  EXPECT_LT(fd_error(x, dx, loss), kTol);
+  const testing::Elementwise e = testing::expect_elementwise(
+      41, rng, -30, 30, [](auto& g, const auto& x) { log_sigmoid_gate_forward(g.data(), x.data(), 41); },
+      [](auto& dx, const auto& dg, const auto& g) { log_sigmoid_gate_backward(dx.data(), dg.data(), g.data(), 41); },
+      [](double x) { return std::log(1 / (1 + std::exp(-x))) / kGlaGateNormalizer; }, 1e-12);
+  for (double g : e.y) EXPECT_LE(g, 0.0);
+  EXPECT_NEAR(e.y[0], -std::log(2.0) / 16, 1e-15);
   // In place, as the block runs it; fp32 against fp64.
-  std::vector<float> x32(x.begin(), x.end()), dg32(dg.begin(), dg.end());
+  std::vector<float> x32(e.x.begin(), e.x.end()), dg32(e.dy.begin(), e.dy.end());
   log_sigmoid_gate_forward(x32.data(), x32.data(), 41);
-  EXPECT_LT(testing::relative_error(x32, g), 1e-6);
+  EXPECT_LT(testing::relative_error(x32, e.y), 1e-6);
   log_sigmoid_gate_backward(dg32.data(), dg32.data(), x32.data(), 41);
-  EXPECT_LT(testing::relative_error(dg32, dx), 1e-5);
+  EXPECT_LT(testing::relative_error(dg32, e.dx), 1e-5);
 }
 
 TEST(ModelLayers, HeadNormBackwardMatchesFiniteDifferences) {

@@ -1,9 +1,12 @@
 #pragma once
 // Central finite differences in fp64, the check every backward's oracle passes.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -84,6 +87,37 @@ std::vector<double> scaled_gradient_errors(
     errors.push_back(max_difference(numeric, *analytic) / std::max(1.0, max_magnitude(numeric)));
   }
   return errors;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// An elementwise map's check: n values x drawn uniform in [lo, hi) with x[0] = 0, its fp64 forward(y, x)
+// within value_tol of want(x) everywhere, and its backward(dx, dy, y) against central differences (step 1e-5)
+// of Σ y·dy within 1e-6. The values, for the caller's own checks of its range.
+struct Elementwise {
+  std::vector<double> x, y, dy, dx;
+};
+template <class Forward, class Backward, class Want>
+Elementwise expect_elementwise(size_t n, std::mt19937_64& rng, double lo, double hi, Forward forward, Backward backward,
+                               Want want, double value_tol) {
+  Elementwise e{std::vector<double>(n), std::vector<double>(n), std::vector<double>(n), std::vector<double>(n)};
+  std::uniform_real_distribution<double> u(lo, hi), unit(-1, 1);
+  for (double& v : e.x) v = u(rng);
+  for (double& v : e.dy) v = unit(rng);
+  e.x[0] = 0;
+  auto loss = [&] {
+    forward(e.y, e.x);
+    return dot(e.y, e.dy);
+  };
+  loss();
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(e.y[i], want(e.x[i]), value_tol) << "x = " << e.x[i];
+  backward(e.dx, e.dy, e.y);
+  EXPECT_LT(finite_difference_relative_error(e.x, e.dx, loss, 1e-5), 1e-6);
+  return e;
 }
 
 }  // namespace linattn::testing
