@@ -61,7 +61,9 @@ def _gdn_inputs(T, hk, hv, K, V, dtype, seed=0):
     v = torch.randn(1, T, hv, V, generator=g)
     gate = -torch.rand(1, T, hv, generator=g) * 0.5  # log decays in [-0.5, 0]
     beta = torch.rand(1, T, hv, generator=g)
-    return [x.to(dtype) for x in (q, k, v)] + [gate, beta]
+    # As Qwen3.5's and Qwen3-Next's layers hand them over: g in float32 (-A_log.float().exp() · softplus), β in
+    # the model's dtype (b.sigmoid()).
+    return [x.to(dtype) for x in (q, k, v)] + [gate, beta.to(dtype)]
 
 
 def _forward_backward(fn, tensors):
@@ -153,7 +155,7 @@ def _ops_half(args, rows, extra):
         wide = _gdn_inputs(T, hk, hv, 128, 128, torch.float32)
         if gate_cols:
             wide[3] = -torch.rand(1, T, hv, gate_cols, generator=torch.Generator().manual_seed(1)) * 0.5
-        half = [x.to(torch.bfloat16) if i != 3 else x for i, x in enumerate(wide)]
+        half = [x.to(torch.bfloat16) if i != 3 else x for i, x in enumerate(wide)]  # g stays float32
         with torch.no_grad():
             native = _median_seconds(lambda: fn(*half), args.reps)
             copies = _median_seconds(lambda: widened(fn)(*half), args.reps)
