@@ -36,7 +36,7 @@ def _states(q, cu_seqlens):
 _HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
-def _state_dtype(q):
+def state_dtype(q):
     """The states' dtype: float32 beside half-precision q (as flash-linear-attention keeps them), else q's."""
     return torch.float32 if q.dtype in _HALF_NAMES else q.dtype
 
@@ -65,7 +65,7 @@ def _tensor_or_empty(x, like):
 
 
 def _state_or_empty(x, q):
-    return _tensor_or_empty(x, q.new_empty(0, dtype=_state_dtype(q)))
+    return _tensor_or_empty(x, q.new_empty(0, dtype=state_dtype(q)))
 
 
 def _none_if_empty(x):
@@ -97,7 +97,7 @@ def _decayed_backward(q, k, v, g, initial_state, g_gamma, cu_seqlens, do, dfinal
     with torch_threads():
         grads = module.decayed_attention_backward(
             *[_bits(x) for x in (q, k, v, g)], _bits(do.to(q.dtype)),
-            _array(None if dfinal is None else dfinal.to(_state_dtype(q))), initial_state=_array(initial_state),
+            _array(None if dfinal is None else dfinal.to(state_dtype(q))), initial_state=_array(initial_state),
             chunk_size=chunk_size, **options, **dtype)
     return _gradients(grads, (q, k, v, g, initial_state))
 
@@ -123,7 +123,7 @@ def _delta_backward(q, k, v, beta, g, initial_state, cu_seqlens, do, dfinal, gat
     with torch_threads():
         grads = module.delta_rule_backward(
             *[_bits(x) for x in (q, k, v, beta, g)], _bits(do.to(q.dtype)),
-            _array(None if dfinal is None else dfinal.to(_state_dtype(q))), initial_state=_array(initial_state),
+            _array(None if dfinal is None else dfinal.to(state_dtype(q))), initial_state=_array(initial_state),
             chunk_size=chunk_size, **options, **dtype)
     return _gradients(grads, (q, k, v, beta, g, initial_state))
 
@@ -136,7 +136,7 @@ def _gradients(grads, inputs):
 def _final(q, v, cu_seqlens, want_final):
     """The fake final state: [N, HV, K, V] in the states' dtype, or empty."""
     shape = (_states(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]) if want_final else (0,)
-    return q.new_empty(shape, dtype=_state_dtype(q))
+    return q.new_empty(shape, dtype=state_dtype(q))
 
 
 def _out_shape(q, v):

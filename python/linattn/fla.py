@@ -151,8 +151,8 @@ def _half_through_float32(entry):
     whose tensors are q's type (g may be float32) run natively on the half operators (_native_half), the rest
     in float32 on widened copies. Either way every input is rounded to half precision once, products and
     states accumulate in float32, o and the gradients are rounded to their input's dtype once and the final
-    state stays float32: the native calls give the widened ones' results bit for bit (dq and dk with grouped
-    value heads aside, summed over a group in float32 before their one rounding there too)."""
+    state stays float32: the native calls give the widened ones' results bit for bit (with grouped value
+    heads, dq and dk are summed over a group in float32 before their one rounding on both paths)."""
 
     @functools.wraps(entry)
     def run(op, mode, kind, q, k, v, *tensors, **options):
@@ -258,7 +258,7 @@ def _sequences_and_state(q, heads, V, initial_state, cu_seqlens, state_v_first):
         raise ValueError(f"initial_state: expected shape {layout} = {want}, got {got}")
     # flash-linear-attention keeps float32 states (linattn's half operators too); .to is a call even where the
     # dtype is already the one wanted
-    dtype = torch.float32 if q.dtype in _HALF else q.dtype
+    dtype = _fla_ops.state_dtype(q)
     return cu, initial_state if initial_state.dtype == dtype else initial_state.to(dtype)
 
 

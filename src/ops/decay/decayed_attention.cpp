@@ -162,12 +162,13 @@ void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttenti
           r.t = int64_t(last);  // the chunk the reverse sweep takes next
         }
         const int64_t tokens = s.end - s.begin;
-        std::vector<detail::GroupSum> dq_sums(runs.size()), dk_sums(runs.size());
-        for (size_t i = 0; group_sums && i < runs.size(); ++i) {
-          std::vector<float>& sum = runs[i - i % size_t(p.group)].group_sum;
-          if (i % size_t(p.group) == 0) sum.resize(size_t(2 * tokens * p.K));
-          dq_sums[i] = {sum.data(), s.begin, p.K}, dk_sums[i] = {sum.data() + tokens * p.K, s.begin, p.K};
-        }
+        // The sums a run adds its dq (part 0) or dk (part 1) rows to: its group's first run's (none in fp32).
+        auto group_sum = [&](size_t run, int64_t part) -> detail::GroupSum {
+          if (!group_sums) return {};
+          return {runs[run - run % size_t(p.group)].group_sum.data() + part * tokens * p.K, s.begin, p.K};
+        };
+        for (size_t run = 0; group_sums && run < runs.size(); run += size_t(p.group))
+          runs[run].group_sum.resize(size_t(2 * tokens * p.K));
         for (int64_t w = s.begin + (s.end - s.begin - 1) / C * C; w >= s.begin && s.end > s.begin; w -= C)
           for (size_t run = 0; run < runs.size(); ++run) {
             HeadRun<E>& r = runs[run];
@@ -180,19 +181,19 @@ void detail::decayed_backward_chunks(const DecayProblem& p, const DecayedAttenti
               if (final_chunk)
                 std::copy(r.final_share.begin(), r.final_share.end(), r.gate_grad.begin() + (n - 1) * cols);
               chunk.backward(r.states.data() + i * size_t(KVp), r.dS.data(), dout, dq, dk, dv, r.gate_grad.data(),
-                             final_chunk, r.x, t0, dq_sums[run], dk_sums[run]);
+                             final_chunk, r.x, t0, group_sum(run, 0), group_sum(run, 1));
               if (cols > 0 && dg_wide.data)
                 store_gate_grads(dg_wide, r, s.b, t0, n, cols);
               else if (cols > 0)
                 store_gate_grads(dg, r, s.b, t0, n, cols);
             }
           }
-        for (HeadRun<E>& r : runs) {
+        for (size_t run = 0; run < runs.size(); ++run) {
+          const HeadRun<E>& r = runs[run];
           store_state(dinitial_state, r.dS.data(), chunk.Vp(), p, r.index);
           if (group_sums && r.x.h % p.group == 0) {  // a group's sums, rounded once
-            kernels::store_rows(kernels::head_rows(dq, s.b, r.x.qk()), s.begin, {r.group_sum.data(), p.K, tokens, p.K});
-            kernels::store_rows(kernels::head_rows(dk, s.b, r.x.qk()), s.begin,
-                                {r.group_sum.data() + tokens * p.K, p.K, tokens, p.K});
+            detail::store_group_sum(dq, s.b, r.x.qk(), group_sum(run, 0), tokens);
+            detail::store_group_sum(dk, s.b, r.x.qk(), group_sum(run, 1), tokens);
           }
         }
       });

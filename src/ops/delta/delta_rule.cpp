@@ -13,7 +13,6 @@
 
 #include "core/parallel_errors.hpp"
 #include "core/validate.hpp"
-#include "kernels/pack.hpp"
 #include "ops/delta/delta_checks.hpp"
 #include "ops/delta/delta_chunk.hpp"
 #include "ops/recurrence/state_rows.hpp"
@@ -125,9 +124,8 @@ void detail::delta_backward_chunks(const DeltaProblem& p, int64_t chunk_size, Vi
     }
     detail::store_state_rows(dinitial_state, dS.data(), p.K, p.V, Vp, index);
     if (group_sums && h % p.group == p.group - 1) {  // the group's last value head: its sums rounded once
-      const int64_t qk = h / p.group;
-      kernels::store_rows(kernels::head_rows(dq, s.b, qk), s.begin, {scratch.dq_sum.data(), p.K, tokens, p.K});
-      kernels::store_rows(kernels::head_rows(dk, s.b, qk), s.begin, {scratch.dk_sum.data(), p.K, tokens, p.K});
+      detail::store_group_sum(dq, s.b, h / p.group, grads.dq_sum, tokens);
+      detail::store_group_sum(dk, s.b, h / p.group, grads.dk_sum, tokens);
     }
   });
 }

@@ -20,6 +20,12 @@ struct GroupSum {
   int64_t begin = 0, cols = 0;
 };
 
+// Rounds a group's sum, `tokens` rows from sum.begin, into head qk of batch row b of grad, once.
+template <class E>
+void store_group_sum(View4<E> grad, int64_t b, int64_t qk, GroupSum sum, int64_t tokens) {
+  kernels::store_rows(kernels::head_rows(grad, b, qk), sum.begin, {sum.rows, sum.cols, tokens, sum.cols});
+}
+
 // Rows [n0, n0 + n) of dst: factor · rows ([n, cols], pitch ld) from the group's first value head (first),
 // plus factor · rows from each of the others (rows is scaled in place there: the same product, rounded once,
 // that the call with q and k repeated per value head writes before its gradients are summed).
