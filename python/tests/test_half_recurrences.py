@@ -298,12 +298,15 @@ def _same_values(got_bits, want, dtype, what):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
-def test_half_paths_at_the_extremes_follow_float32(dtype):
+@pytest.mark.parametrize("g_wide", [False, True])
+def test_half_paths_at_the_extremes_follow_float32(dtype, g_wide):
     """The numerics the fp32 paths are tested at, now through the half ones: log decays of −inf and −1e30 (a
     token that forgets all; f16 holds −1e30 as −inf), β near 2 (the delta rule's update flips the state along k)
     and a NaN in a later token's value. The chunked forwards and backwards stay the float32 results rounded
     once, NaN exactly where those are; the outputs before the NaN's token are finite; the token-by-token
-    forwards are NaN where float32's are and within a few rounding steps of it elsewhere."""
+    forwards are NaN where float32's are and within a few rounding steps of it elsewhere. g_wide: the log decays
+    as float32 beside the half tensors (as the models pass them; −1e30 then stays −1e30 in f16 calls too), dg
+    float32 and equal to the float32 call's; the token paths take g in q's type only, so they are not run."""
     B, T, H, K, V, nan_at = 1, 70, 2, 16, 8, 60
     rng = np.random.default_rng(7)
     x = {"q": rng.standard_normal((B, T, H, K)) * 0.5, "k": rng.standard_normal((B, T, H, K)),
@@ -314,6 +317,9 @@ def test_half_paths_at_the_extremes_follow_float32(dtype):
     x["gk"][0, 5, 0, :], x["gk"][0, 40, 1, 3], x["g1"][0, 5, 0], x["g1"][0, 40, 1] = -np.inf, -1e30, -np.inf, -1e30
     x["v"][0, nan_at, 1, 2] = np.nan
     bits, vals = _split({key: value.astype(np.float32) for key, value in x.items()}, dtype)
+    if g_wide:
+        for key in ("gk", "g1"):
+            bits[key] = vals[key] = x[key].astype(np.float32)
     initial = rng.standard_normal((B, H, K, V)).astype(np.float32)
     families = [("delta_rule", "delta_rule_backward", "delta_rule_recurrent", ("q", "k", "v", "beta"),
                  dict(use_qk_l2norm=True), [("kda", "gk"), ("gated_delta_rule", "g1"), ("delta_rule", None)], "gate"),
@@ -335,9 +341,14 @@ def test_half_paths_at_the_extremes_follow_float32(dtype):
                                                initial_state=initial, **run)
             for i, (a, b) in enumerate(zip(got[:-1], want[:-1])):
                 assert (a is None) == (b is None), f"{what} gradient {i}"
-                if b is not None:
+                if b is not None and a.dtype == np.float32:  # a float32 g's gradient
+                    np.testing.assert_array_equal(a, b, err_msg=f"{what} gradient {i}")
+                elif b is not None:
                     _same_values(a, b, dtype, f"{what} gradient {i}")
             np.testing.assert_array_equal(got[-1], want[-1], err_msg=f"{what} dinitial_state")
+            if g_wide:
+                assert g is None or got[-2].dtype == np.float32, f"{what}: dg of a float32 g"
+                continue
             state, state32 = initial.copy(), initial.copy()
             o = getattr(_linattn.half, recurrent)(*[bits[n] for n in names], bits.get(g), state, dtype=dtype, **run)
             o32 = getattr(_linattn, recurrent)(*[vals[n] for n in names], vals.get(g), state32, **run)
